@@ -1,0 +1,19 @@
+"""pyflink-gcp: Google Cloud sinks for PyFlink DataStream jobs with per-record dynamic destinations.
+
+Service sinks live in subpackages (``pyflink_gcp.pubsub``, ``pyflink_gcp.bigquery``, ...), each
+behind an optional extra. This top level holds what every sink shares.
+"""
+
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+
+from pyflink_gcp._version import __version__
+from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.types import UnroutableRecord, WriterContext
+
+__all__ = [
+    "DeliveryGuarantee",
+    "FailureHandler",
+    "UnroutableRecord",
+    "WriterContext",
+    "__version__",
+]

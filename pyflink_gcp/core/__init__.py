@@ -1,0 +1,39 @@
+"""Service-agnostic core: contract types, failure handling, retries, the writer registry and the
+PyFlink runtime. Nothing here imports a Google Cloud client library."""
+
+from pyflink_gcp.core.errors import (
+    ConfigurationError,
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    RecordRejectedError,
+    ResolverError,
+    SerializerError,
+    SinkError,
+    WriteError,
+)
+from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord, FailureHandler
+from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
+from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
+
+__all__ = [
+    "ConfigurationError",
+    "CreationLimitExceededError",
+    "DeadLetterQueue",
+    "Destination",
+    "DestinationNotFoundError",
+    "DestinationWriter",
+    "FailedRecord",
+    "FailureHandler",
+    "RecordRejectedError",
+    "ResolverError",
+    "RetryPolicy",
+    "SerializerError",
+    "SinkError",
+    "SubtaskInfo",
+    "UnroutableRecord",
+    "WriteError",
+    "WriterContext",
+    "WriterFactory",
+]

@@ -1,0 +1,187 @@
+"""The PyFlink side: the sink base that ``ds.sink_to(...)`` accepts and the writer operator.
+
+How the pieces meet (facts pinned to PyFlink 2.3):
+
+- ``DataStream.sink_to(sink)`` applies ``sink.get_transformer()`` when the sink implements
+  ``SupportsPreprocessing``, then calls Java ``sinkTo`` with ``sink.get_java_function()``. The
+  transformer adds the Python writer operator; the Java sink is a ``DiscardingSink``.
+- The writer operator is always the *process-mode* Python operator, built with a copy of the job
+  configuration where ``python.execution-mode=process``, so it keeps its pre-barrier hook inside
+  a thread-mode job too.
+- The hook: the Java operator's ``prepareSnapshotPreBarrier`` ends the current bundle and waits
+  for the Python side, which evaluates the operator's metric gauges at every bundle end. The
+  writer registers its flush as a gauge, so every checkpoint barrier waits for a full flush.
+  Bundles also end every ``max_buffered_records`` records and ``max_buffer_time_ms``; those are
+  set on the operator's own configuration copy, so they are the writer's size/time flush
+  thresholds and do not affect other operators.
+- On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
+  one key stays on one subtask (and in order).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyflink.datastream import DataStream, KeyedStream
+from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
+from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
+
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
+
+_LOG = logging.getLogger("pyflink_gcp.runtime")
+
+FLUSH_GAUGE = "pyflinkGcpFlushes"
+
+
+class _WriterFunctionMixin:
+    """Shared body of the keyed and non-keyed writer functions (they differ only in base class)."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self._config = config
+        self._writer: SinkWriter | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group()
+        if group is None:
+            raise ConfigurationError(
+                f"sink '{self._config.sink_name}': Python metrics are disabled "
+                "(python.metric.enabled=false). pyflink-gcp flushes before each checkpoint "
+                "barrier through the operator's metric hook; without it records could be lost "
+                "on failure, so the sink refuses to run. Enable python.metric.enabled."
+            )
+        info = SubtaskInfo(
+            sink_name=self._config.sink_name,
+            subtask_index=runtime_context.get_index_of_this_subtask(),
+            number_of_parallel_subtasks=runtime_context.get_number_of_parallel_subtasks(),
+            attempt_number=runtime_context.get_attempt_number(),
+            task_name=runtime_context.get_task_name(),
+        )
+        writer = SinkWriter(self._config)
+        sink_group = group.add_group("pyflink_gcp")
+        writer.open(info, sink_group)
+        self._writer = writer
+        group.gauge(FLUSH_GAUGE, self._on_bundle_end)
+        sink_group.gauge("activeWriters", lambda: len(writer.registry))
+        sink_group.gauge("recordsWritten", lambda: writer.records_written)
+        sink_group.gauge("recordsSkipped", lambda: writer.skipped)
+        sink_group.gauge("recordsDropped", lambda: writer.router.dropped)
+        sink_group.gauge("recordsDeadLettered", lambda: writer.router.dead_lettered)
+        sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
+
+    def _on_bundle_end(self) -> int:
+        assert self._writer is not None
+        self._writer.flush()
+        return self._writer.flushes
+
+    def _write(self, value: Any, ctx: Any) -> None:
+        writer = self._writer
+        assert writer is not None
+        writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
+        writer.write(value)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class WriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
+    """The writer on a plain DataStream."""
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+        self._write(value, ctx)
+
+
+class KeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
+    """The writer on a KeyedStream (keeps the key's partitioning)."""
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> None:
+        self._write(value, ctx)
+
+
+def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
+    """Add the process-mode writer operator for ``config`` after ``ds`` and return its output."""
+    from pyflink.common.typeinfo import Types
+    from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
+    from pyflink.fn_execution import flink_fn_execution_pb2
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import get_j_env_configuration
+
+    gateway = get_gateway()
+    jvm = gateway.jvm
+    keyed = isinstance(ds, KeyedStream)
+    function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
+    if keyed:
+        func: Any = KeyedWriterProcessFunction(config)
+        func_type = function_types.KEYED_PROCESS
+    else:
+        func = WriterProcessFunction(config)
+        func_type = function_types.PROCESS
+
+    j_stream = ds._j_data_stream
+    j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
+    if str(j_env_conf.toMap().get("python.metric.enabled")).lower() == "false":
+        raise ConfigurationError(
+            f"sink '{config.sink_name}': python.metric.enabled=false disables the pre-barrier "
+            "flush hook pyflink-gcp relies on for at-least-once delivery; enable it."
+        )
+    j_conf = jvm.org.apache.flink.configuration.Configuration(j_env_conf)
+    j_conf.setString("python.execution-mode", "process")
+    j_conf.setString("python.fn-execution.bundle.size", str(config.max_buffered_records))
+    j_conf.setString("python.fn-execution.bundle.time", str(config.max_buffer_time_ms))
+
+    j_input_type = j_stream.getTransformation().getOutputType()
+    j_output_type = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
+    j_func_info = _create_j_data_stream_python_function_info(func, func_type)
+    operator_class = (
+        jvm.org.apache.flink.streaming.api.operators.python.process.ExternalPythonKeyedProcessOperator
+        if keyed
+        else jvm.org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator
+    )
+    j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type)
+    return DataStream(j_stream.transform(name, j_output_type, j_operator))
+
+
+class _WriterTransformer(StreamTransformer):
+    def __init__(self, sink: DynamicSink) -> None:
+        self._sink = sink
+
+    def apply(self, ds: DataStream) -> DataStream:
+        return add_writer_operator(ds, self._sink._sink_config(), f"{self._sink.name}: Writer")
+
+
+class DynamicSink(Sink, SupportsPreprocessing):
+    """Base of every pyflink-gcp sink: what ``ds.sink_to(...)`` accepts.
+
+    Subclasses hold a :class:`SinkConfig` built by their builder. The Java side is a discarding
+    sink; all writing happens in the Python writer operator the transformer adds.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        # The Java DiscardingSink is created on first use so that build() needs no JVM.
+        self._config = config
+        self._j_function = None
+
+    def get_java_function(self) -> Any:
+        if self._j_function is None:
+            from pyflink.java_gateway import get_gateway
+
+            jvm = get_gateway().jvm
+            self._j_function = jvm.org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink()
+        return self._j_function
+
+    @property
+    def name(self) -> str:
+        return self._config.sink_name
+
+    def _sink_config(self) -> SinkConfig:
+        return self._config
+
+    def get_transformer(self) -> StreamTransformer:
+        return _WriterTransformer(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,253 @@
+"""The service-agnostic writer that one sink subtask runs: resolve, serialize, route, flush.
+
+This is the hot path of every sink: one resolver call, one serializer call, one dict lookup and
+one append per record. Everything that costs more (RPCs, eviction) happens in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
+from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
+from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
+from pyflink_gcp.core.registry import WriterRegistry
+from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
+from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
+
+_LOG = logging.getLogger("pyflink_gcp.writer")
+
+
+@dataclass
+class SinkConfig:
+    """Everything a sink subtask needs, pickled into the job at ``build()``.
+
+    Attributes:
+        sink_name: Used in every error message, log line and metric.
+        factory: The service's writer factory.
+        resolver: ``(record, context) -> Destination``, or an object with ``resolve``; None for
+            sinks with a fixed destination (``fixed_destination``).
+        serializer: ``(record, context) -> element``, or an object with ``serialize``.
+        failure_handler: What happens to record-shaped failures.
+        idle_timeout_s: Writers unused this long are evicted after a successful flush.
+        max_active: Cap on live destination writers per subtask (None: no cap).
+        max_buffered_records: Records per subtask between forced flushes (the operator's bundle).
+        max_buffer_time_ms: Longest time a record waits for a flush (the operator's bundle time).
+        per_destination_metrics: Register records/bytes/errors counters per destination.
+        fixed_destination: The destination of a sink without resolver (Spanner).
+    """
+
+    sink_name: str
+    factory: WriterFactory[Any]
+    resolver: Any
+    serializer: Any
+    failure_handler: FailureHandler = field(default_factory=FailureHandler.fail_job)
+    idle_timeout_s: float | None = 15 * 60.0
+    max_active: int | None = None
+    max_buffered_records: int = 10_000
+    max_buffer_time_ms: int = 1_000
+    per_destination_metrics: bool = False
+    fixed_destination: Destination | None = None
+
+
+class SinkWriter:
+    """One sink subtask's writer. Driven by the operator on the processing thread.
+
+    Lifecycle: ``open(info)`` → ``write(record)`` * → ``flush()`` at every bundle end (which
+    includes every checkpoint barrier and the end of input) → ``close()``.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self.context = WriterContext()
+        self._sink = config.sink_name
+        self._factory = config.factory
+        self._dest_type = config.factory.destination_type
+        self._fixed = config.fixed_destination
+        self._resolve = as_resolver(config.resolver, self._sink) if self._fixed is None else None
+        serializer = config.serializer
+        method = getattr(serializer, "serialize", None)
+        self._serialize = method if callable(method) else serializer
+        if not callable(self._serialize):
+            raise SerializerError(f"sink '{self._sink}': the serializer must be callable")
+        self._router = FailureRouter(config.failure_handler)
+        self._registry: WriterRegistry[Any] = WriterRegistry(
+            self._create_writer,
+            idle_timeout_s=config.idle_timeout_s,
+            max_active=config.max_active,
+            on_failures=self._handle_failures,
+            sink_name=self._sink,
+        )
+        self._metrics: Any = None
+        self._dest_counters: dict[Destination, Any] = {}
+        self.records_in = 0
+        self.records_written = 0
+        self.skipped = 0
+        self.flushes = 0
+        self.last_flush_s = 0.0
+        self._opened = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self, info: SubtaskInfo, metric_group: Any = None) -> None:
+        self.context.subtask_index = info.subtask_index
+        self.context.number_of_parallel_subtasks = info.number_of_parallel_subtasks
+        self._factory.open(info)
+        self._router.open(info)
+        self._metrics = metric_group
+        self._opened = True
+        _LOG.info(
+            "%s: subtask %d/%d opened",
+            self._sink,
+            info.subtask_index,
+            info.number_of_parallel_subtasks,
+        )
+
+    def close(self) -> None:
+        """Release everything without flushing: a normal end already flushed at the last bundle
+        end, and after a failure the unflushed records are replayed from the checkpoint."""
+        pending = sum(0 if w.is_clean else 1 for w in self._registry)
+        if pending:
+            _LOG.warning(
+                "%s: closing with %d destinations not flushed (they will be replayed)",
+                self._sink,
+                pending,
+            )
+        self._registry.close_all()
+        try:
+            self._factory.close()
+        finally:
+            self._router.close()
+
+    # -- hot path ----------------------------------------------------------------------------
+
+    def write(self, record: Any) -> None:
+        """Route one record. Raises a SinkError naming the sink for bad resolver/serializer output."""
+        self.records_in += 1
+        ctx = self.context
+        if self._resolve is not None:
+            try:
+                destination = self._resolve(record, ctx)
+            except Exception as exc:
+                raise ResolverError(
+                    f"sink '{self._sink}': destination resolver "
+                    f"{describe_callable(self.config.resolver)} raised {type(exc).__name__}: "
+                    f"{exc} for record {short_repr(record)}"
+                ) from exc
+            if type(destination) is not self._dest_type:
+                destination = self._check_destination(destination, record)
+                if destination is None:
+                    return
+        else:
+            destination = self._fixed
+        try:
+            element = self._serialize(record, ctx)
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SerializerError(
+                f"sink '{self._sink}': serializer {describe_callable(self.config.serializer)} "
+                f"raised {type(exc).__name__}: {exc} for record {short_repr(record)}"
+            ) from exc
+        if element is None:
+            self.skipped += 1
+            return
+        self._registry.get(destination).write(element, record)
+        self.records_written += 1
+        if self._dest_counters is not None and self.config.per_destination_metrics:
+            self._count(destination)
+
+    def _check_destination(self, destination: Any, record: Any) -> Any:
+        """Slow path of the type check: subclasses, UnroutableRecord, None and wrong types."""
+        if isinstance(destination, self._dest_type):
+            return destination
+        resolver = describe_callable(self.config.resolver)
+        if isinstance(destination, UnroutableRecord):
+            if not self._factory.accepts_unroutable:
+                raise ResolverError(
+                    f"sink '{self._sink}': destination resolver {resolver} returned an "
+                    f"UnroutableRecord, which this sink does not accept, for record "
+                    f"{short_repr(record)}"
+                )
+            self._router.handle(
+                FailedRecord(
+                    sink=self._sink,
+                    destination=UNRESOLVED,
+                    reason=destination.reason,
+                    payload=destination.payload,
+                    record_repr=short_repr(record),
+                )
+            )
+            return None
+        if destination is None:
+            raise ResolverError(
+                f"sink '{self._sink}': destination resolver {resolver} returned None for record "
+                f"{short_repr(record)}; every record needs a {self._dest_type.__name__}"
+            )
+        raise ResolverError(
+            f"sink '{self._sink}': destination resolver {resolver} returned "
+            f"{type(destination).__name__} ({short_repr(destination)}) for record "
+            f"{short_repr(record)}; expected a {self._dest_type.__name__}"
+        )
+
+    # -- flushing ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make everything written so far durable (or handed to the failure handler).
+
+        Called at every bundle end, which the operator's checkpoint barrier waits for. Starts
+        all destinations' sends first, then waits for each, so destinations flush in parallel.
+        Evicts idle writers only after the whole flush succeeded.
+        """
+        start = time.monotonic()
+        writers = [w for w in self._registry if not w.is_clean]
+        for writer in writers:
+            starter = getattr(writer, "start_flush", None)
+            if starter is not None:
+                starter()
+        failures: list[FailedRecord] = []
+        for writer in writers:
+            failures.extend(writer.flush())
+        failures.extend(self._factory.flush_shared())
+        self._handle_failures(failures)
+        self._router.flush()
+        self._registry.evict_idle()
+        self.flushes += 1
+        self.last_flush_s = time.monotonic() - start
+
+    def _handle_failures(self, failures: list[FailedRecord]) -> None:
+        for failed in failures:
+            if self.config.per_destination_metrics:
+                self._count_error(failed.destination)
+            self._router.handle(failed)
+
+    # -- registry and metrics ----------------------------------------------------------------
+
+    def _create_writer(self, destination: Destination) -> DestinationWriter[Any]:
+        return self._factory.create_writer(destination)
+
+    @property
+    def registry(self) -> WriterRegistry[Any]:
+        return self._registry
+
+    @property
+    def router(self) -> FailureRouter:
+        return self._router
+
+    def _count(self, destination: Destination) -> None:
+        counter = self._dest_counters.get(destination)
+        if counter is None:
+            if self._metrics is None:
+                return
+            counter = self._metrics.add_group("destination", str(destination)).counter("records")
+            self._dest_counters[destination] = counter
+        counter.inc()
+
+    def _count_error(self, destination: str) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.add_group("destination", destination).counter("errors").inc()

@@ -1,0 +1,123 @@
+"""Contract value types shared by every sink: destinations, the writer context, unroutable records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Flink encodes "no timestamp" as Long.MIN_VALUE; anything this far in the past is treated as absent.
+_NO_TIMESTAMP_BELOW = -(2**62)
+
+
+class Destination:
+    """Base of every destination value (a table, a topic, a queue, a database).
+
+    A destination is immutable and identified by its resource name: equality and hash are the
+    resource name, and ``str(d)`` is the resource name. Two destinations built separately for
+    the same resource therefore reach the same writer state in the registry.
+
+    Subclasses set ``_name`` once in ``__init__`` (through :meth:`_init_name`) and never mutate.
+    """
+
+    __slots__ = ("_name",)
+    _name: str
+
+    def _init_name(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    @property
+    def resource_name(self) -> str:
+        """The full resource name, e.g. ``projects/p/topics/t``."""
+        return self._name
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Destination):
+            return self._name == other._name and type(self) is type(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+    def __str__(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._name!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_destination, (type(self), self._name))
+
+
+def _rebuild_destination(cls: type[Destination], name: str) -> Destination:
+    obj = cls.__new__(cls)
+    obj._init_name(name)
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class UnroutableRecord:
+    """What a resolver returns for a record that has no valid destination.
+
+    It creates no per-destination state and never reaches the serializer; the sink's failure
+    handler decides what happens to it (fail the job, drop it, or dead-letter ``payload``).
+    Only sinks that document it accept it (BigQuery).
+
+    Attributes:
+        payload: The bytes to dead-letter.
+        reason: Why the record could not be routed; carried to the dead-letter queue.
+    """
+
+    payload: bytes
+    reason: str
+
+    @staticmethod
+    def of(payload: bytes, reason: str) -> UnroutableRecord:
+        if not isinstance(payload, bytes | bytearray):
+            raise TypeError(f"UnroutableRecord payload must be bytes, got {type(payload).__name__}")
+        return UnroutableRecord(bytes(payload), str(reason))
+
+
+class WriterContext:
+    """What a resolver and a serializer may know about the record being written.
+
+    Deliberately excludes the wall clock: a replay after a failure must route every record the
+    same way it was routed the first time, so only event time and the subtask's identity are
+    exposed. One instance is reused for every record of a subtask; read it during the call only.
+
+    Attributes:
+        timestamp: The record's event timestamp in epoch milliseconds, or None when it has none.
+        current_watermark: The operator's current event-time watermark in epoch milliseconds.
+        subtask_index: The index of the writing subtask, from 0.
+        number_of_parallel_subtasks: The writer's parallelism.
+    """
+
+    __slots__ = ("timestamp", "current_watermark", "subtask_index", "number_of_parallel_subtasks")
+
+    def __init__(
+        self,
+        timestamp: int | None = None,
+        current_watermark: int = -(2**63),
+        subtask_index: int = 0,
+        number_of_parallel_subtasks: int = 1,
+    ) -> None:
+        self.timestamp = timestamp
+        self.current_watermark = current_watermark
+        self.subtask_index = subtask_index
+        self.number_of_parallel_subtasks = number_of_parallel_subtasks
+
+    def _set_time(self, timestamp: int | None, watermark: int | None) -> None:
+        if timestamp is not None and timestamp < _NO_TIMESTAMP_BELOW:
+            timestamp = None
+        self.timestamp = timestamp
+        if watermark is not None:
+            self.current_watermark = watermark
+
+    def __repr__(self) -> str:
+        return (
+            f"WriterContext(timestamp={self.timestamp}, current_watermark={self.current_watermark},"
+            f" subtask_index={self.subtask_index},"
+            f" number_of_parallel_subtasks={self.number_of_parallel_subtasks})"
+        )

@@ -1,0 +1,88 @@
+"""The two interfaces a service implements: a factory of writers, and a writer per destination.
+
+A service subpackage (``pyflink_gcp.pubsub`` ...) provides one :class:`WriterFactory` (picklable
+configuration; after :meth:`WriterFactory.open` it owns the clients shared by all destinations of
+a subtask) and one :class:`DestinationWriter` per active destination (the per-topic publisher, the
+per-table stream). The service-agnostic :class:`~pyflink_gcp.core.sink_writer.SinkWriter` drives
+them: it resolves, serializes, looks the writer up in the registry and flushes them all before
+each checkpoint barrier.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic, TypeVar
+
+from pyflink_gcp.core.failure import FailedRecord
+from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.core.types import Destination
+
+D = TypeVar("D", bound=Destination)
+
+
+class DestinationWriter(ABC, Generic[D]):
+    """Buffers and writes the serialized records of one destination.
+
+    States: *open* (accepting :meth:`write`), *dirty* (records buffered or in flight),
+    *clean* (everything written so far is durable), *closed*. Writers are driven from the
+    processing thread only; they may use background threads for in-flight RPCs.
+
+    Flush triggers: the writer's own batch thresholds inside :meth:`write` (which may start an
+    asynchronous send), and :meth:`flush`, which the sink calls before every checkpoint barrier,
+    at the end of input and before evicting the writer.
+    """
+
+    def __init__(self, destination: D) -> None:
+        self.destination = destination
+
+    @abstractmethod
+    def write(self, element: Any, record: Any) -> None:
+        """Accept one serialized element (``record`` is the input, for error messages only)."""
+
+    @abstractmethod
+    def flush(self) -> list[FailedRecord]:
+        """Block until every element accepted so far is durable or rejected.
+
+        Returns:
+            The records the service rejected for their content, for the failure handler.
+
+        Raises:
+            SinkError: A non-record failure that survived the retry policy; fails the job.
+        """
+
+    @property
+    @abstractmethod
+    def is_clean(self) -> bool:
+        """True when nothing is buffered or in flight."""
+
+    def close(self) -> None:
+        """Release client-side resources. Called on a clean writer, or when the task fails."""
+
+
+class WriterFactory(ABC, Generic[D]):
+    """Per-service configuration that creates destination writers inside a sink subtask.
+
+    Instances are pickled into the Flink job at ``build()``; :meth:`open` runs on the worker and
+    creates the shared clients, :meth:`create_writer` is called lazily the first time a serialized
+    record reaches a destination (and again after an eviction).
+    """
+
+    #: Whether the resolver may return an UnroutableRecord (BigQuery only).
+    accepts_unroutable: bool = False
+    #: The destination type the resolver must return.
+    destination_type: type[Destination] = Destination
+
+    @abstractmethod
+    def open(self, info: SubtaskInfo) -> None:
+        """Create shared clients. Runs once per subtask, on the worker."""
+
+    @abstractmethod
+    def create_writer(self, destination: D) -> DestinationWriter[D]:
+        """Create the writer of one destination (may create the destination itself)."""
+
+    def flush_shared(self) -> list[FailedRecord]:
+        """Flush state shared by all destinations (for services without per-destination writers)."""
+        return []
+
+    def close(self) -> None:
+        """Release shared clients."""

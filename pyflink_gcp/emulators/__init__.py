@@ -1,0 +1,25 @@
+"""The local emulator stack that the tests, the demo and the benchmarks run against.
+
+Pub/Sub, Bigtable and Spanner use the official emulators of the Google Cloud CLI;
+BigQuery (with its Storage Write API) uses ``bqemulator``, GCS ``gcp-storage-emulator``
+and Cloud Tasks the Go ``cloud-tasks-emulator``. A small HTTP receiver stands in for
+Cloud Tasks targets. See ``docs/emulators.md``.
+"""
+
+from pyflink_gcp.emulators.processes import EmulatorError, EmulatorStartError
+from pyflink_gcp.emulators.receiver import Receiver, fetch_received
+from pyflink_gcp.emulators.stack import EmulatorStack, stop_all_stacks
+from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, cache_root, setup_tools
+
+__all__ = [
+    "ALL_SERVICES",
+    "EmulatorError",
+    "EmulatorStack",
+    "EmulatorStartError",
+    "Receiver",
+    "Tools",
+    "cache_root",
+    "fetch_received",
+    "setup_tools",
+    "stop_all_stacks",
+]

@@ -1,0 +1,579 @@
+"""The local emulator stack: every Google Cloud backend the sinks talk to, on 127.0.0.1.
+
+One :class:`EmulatorStack` starts the requested emulators in parallel on free ports,
+waits until each answers a real request, and exposes the environment variables that
+point the client libraries (and the sinks) at them. Stopping it kills each emulator's
+whole process group; live stacks are also stopped at interpreter exit and on SIGTERM,
+so an interrupted test run does not leave JVMs holding ports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from pyflink_gcp.emulators.processes import (
+    LOOPBACK,
+    EmulatorError,
+    EmulatorStartError,
+    ManagedProcess,
+    free_port,
+    grpc_unary_probe,
+    http_json,
+    tcp_open,
+    wait_until,
+)
+from pyflink_gcp.emulators.receiver import Receiver
+from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, setup_tools
+
+__all__ = ["EmulatorStack", "stop_all_stacks"]
+
+# Variables a parent environment may carry that would point a child at the wrong
+# Python or packages (the BigQuery venv and gcloud run their own interpreters).
+_SCRUBBED_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+
+_live_lock = threading.Lock()
+_live_stacks: set[EmulatorStack] = set()
+_hooks_installed = False
+_previous_sigterm: Any = None
+
+
+def stop_all_stacks() -> None:
+    """Stops every stack of this process that is still running.
+
+    Runs at interpreter exit and on SIGTERM; test harnesses call it as a last resort
+    so that no emulator outlives the run.
+    """
+    with _live_lock:
+        stacks = list(_live_stacks)
+    for stack in stacks:
+        with contextlib.suppress(Exception):
+            stack.stop()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    stop_all_stacks()
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+        # Behave like the default action, now that nothing is left behind.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _install_hooks() -> None:
+    """Registers the atexit and SIGTERM clean-up once per process.
+
+    The SIGTERM handler chains to whatever handler was there before; it can only be
+    installed from the main thread, so a stack started elsewhere relies on atexit.
+    """
+    global _hooks_installed, _previous_sigterm
+    with _live_lock:
+        if _hooks_installed:
+            return
+        atexit.register(stop_all_stacks)
+        if threading.current_thread() is threading.main_thread():
+            _previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        _hooks_installed = True
+
+
+class EmulatorStack:
+    """Starts and stops the local emulators for a set of services.
+
+    Use it as a context manager (or call :meth:`start` and :meth:`stop`)::
+
+        with EmulatorStack(services=("pubsub", "bigquery")) as stack:
+            os.environ.update(stack.env)
+
+    Attributes:
+        services: The started services, in :data:`ALL_SERVICES` order.
+        project: The project id every emulator is set up for.
+        spanner_instance: The Spanner instance created at start.
+        spanner_database: The Spanner database created at start.
+        log_dir: Where each emulator's stdout/stderr log (``<service>.log``) is kept;
+            it survives :meth:`stop` so a failure can be investigated afterwards.
+        processes: The emulator processes by service (the receiver is a thread).
+        keep_logs: Whether :meth:`stop` keeps :attr:`log_dir`.
+    """
+
+    def __init__(
+        self,
+        services: Iterable[str] = ALL_SERVICES,
+        project: str = "test-project",
+        *,
+        spanner_instance: str = "test-instance",
+        spanner_database: str = "test-db",
+        start_timeout: float = 90.0,
+        log_dir: str | os.PathLike[str] | None = None,
+        keep_logs: bool = True,
+    ) -> None:
+        """Prepares a stack; nothing starts before :meth:`start`.
+
+        Args:
+            services: Service names from :data:`ALL_SERVICES`.
+            project: The project id for the emulators and ``GOOGLE_CLOUD_PROJECT``.
+            spanner_instance: The Spanner instance to create.
+            spanner_database: The Spanner database to create in it.
+            start_timeout: Seconds each emulator may take to become ready; generous
+                because a JVM starts slowly on a loaded machine.
+            log_dir: Where to write the logs; a new temporary directory by default.
+            keep_logs: Whether :meth:`stop` keeps a temporary ``log_dir`` for a
+                post-mortem; a ``log_dir`` passed in is never removed.
+
+        Raises:
+            ValueError: An unknown service name.
+        """
+        wanted = set(services)
+        unknown = wanted.difference(ALL_SERVICES)
+        if unknown:
+            raise ValueError(
+                f"unknown service(s) {sorted(unknown)}; choose from {list(ALL_SERVICES)}"
+            )
+        self.services: tuple[str, ...] = tuple(s for s in ALL_SERVICES if s in wanted)
+        self.project = project
+        self.spanner_instance = spanner_instance
+        self.spanner_database = spanner_database
+        self.start_timeout = start_timeout
+        self._root = Path(tempfile.mkdtemp(prefix="pyflink-gcp-emulators-"))
+        self._data = self._root / "data"
+        self.log_dir = Path(log_dir) if log_dir is not None else self._root / "logs"
+        self.keep_logs = keep_logs or log_dir is not None
+        self.processes: dict[str, ManagedProcess] = {}
+        self._env: dict[str, str] = {}
+        self._receiver: Receiver | None = None
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._started = False
+        self._tools: Tools | None = None
+
+    # -- public interface -------------------------------------------------------------
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that point clients at the started emulators (a copy).
+
+        ``STORAGE_EMULATOR_HOST`` and ``PYFLINK_GCP_RECEIVER_URL`` are URLs; every
+        other endpoint is ``host:port``.
+        """
+        return dict(self._env)
+
+    @property
+    def receiver(self) -> Receiver:
+        """The in-process HTTP receiver.
+
+        Raises:
+            EmulatorError: The stack was not started with the ``receiver`` service.
+        """
+        if self._receiver is None:
+            raise EmulatorError("this stack has no receiver: start it with 'receiver' in services")
+        return self._receiver
+
+    @property
+    def receiver_url(self) -> str:
+        """The receiver's base URL, ``http://127.0.0.1:PORT``."""
+        return self.receiver.url
+
+    def received(self) -> list[dict[str, Any]]:
+        """The requests the receiver got so far (method, path, headers, body bytes)."""
+        return self.receiver.received()
+
+    def clear_received(self) -> None:
+        """Forgets the requests the receiver got so far."""
+        self.receiver.clear_received()
+
+    def __enter__(self) -> EmulatorStack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> EmulatorStack:
+        """Starts every service in parallel and waits until all are ready.
+
+        A stack starts once; a second call returns it unchanged. Calls
+        :func:`setup_tools` first (a fraction of a second when the cache is warm).
+
+        Raises:
+            EmulatorError: A tool is missing or an emulator did not become ready; the
+                message includes the tail of that emulator's log. Whatever had started
+                is stopped before raising.
+        """
+        if self._started:
+            return self
+        self._started = True
+        try:
+            self._tools = setup_tools(self.services)
+        except BaseException:
+            shutil.rmtree(self._root, ignore_errors=True)  # nothing ran: no log to keep
+            raise
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._data.mkdir(parents=True, exist_ok=True)
+        with _live_lock:
+            _live_stacks.add(self)
+        _install_hooks()
+        self._env["GOOGLE_CLOUD_PROJECT"] = self.project
+        starters: dict[str, Callable[[], dict[str, str]]] = {
+            "pubsub": self._start_pubsub,
+            "bigtable": self._start_bigtable,
+            "spanner": self._start_spanner,
+            "bigquery": self._start_bigquery,
+            "cloudtasks": self._start_cloudtasks,
+            "gcs": self._start_gcs,
+            "receiver": self._start_receiver,
+        }
+        failures: list[tuple[str, Exception]] = []
+        pool = ThreadPoolExecutor(max_workers=len(self.services) or 1)
+        try:
+            futures = {name: pool.submit(starters[name]) for name in self.services}
+            for name, future in futures.items():
+                try:
+                    self._env.update(future.result())
+                except Exception as err:
+                    failures.append((name, err))
+        except BaseException:
+            # Ctrl-C while waiting: killing the processes makes the starter threads'
+            # readiness waits fail at once, so nothing waits out the start timeout.
+            self.stop()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        if failures:
+            self.stop()
+            first_name, first = failures[0]
+            others = ", ".join(name for name, _ in failures[1:])
+            also = f" (also failed: {others})" if others else ""
+            if isinstance(first, EmulatorError):
+                raise type(first)(f"{first}{also}") from first
+            raise EmulatorStartError(f"{first_name}: {first!r}{also}") from first
+        return self
+
+    def stop(self) -> None:
+        """Stops every emulator's process group and the receiver; idempotent.
+
+        The data directories are removed; the logs are kept in :attr:`log_dir` unless
+        :attr:`keep_logs` was turned off (set it before stopping, for instance only
+        once a run succeeded).
+        """
+        with self._lock:
+            self._stopping = True
+            processes = list(self.processes.values())
+        threads = [threading.Thread(target=p.stop, daemon=True) for p in processes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=15)
+        if self._receiver is not None:
+            with contextlib.suppress(Exception):
+                self._receiver.stop()
+        with _live_lock:
+            _live_stacks.discard(self)
+        shutil.rmtree(self._data, ignore_errors=True)
+        if not self.keep_logs or not self.log_dir.is_relative_to(self._root):
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ManagedProcess:
+        workdir = self._data / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        env.update(extra_env or {})
+        with self._lock:
+            if self._stopping:
+                raise EmulatorError(f"{name}: the stack is stopping")
+            process = ManagedProcess(
+                name, argv, log_path=self.log_dir / f"{name}.log", env=env, cwd=workdir
+            )
+            self.processes[name] = process
+        return process
+
+    def _gcloud(self, name: str, args: list[str]) -> ManagedProcess:
+        assert self._tools is not None and self._tools.gcloud is not None
+        # One config directory per emulator: concurrent gcloud runs must not share one.
+        config = self._data / f"gcloud-config-{name}"
+        config.mkdir(parents=True, exist_ok=True)
+        return self._spawn(
+            name,
+            [self._tools.gcloud, *args],
+            extra_env={
+                "CLOUDSDK_CONFIG": str(config),
+                "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+                "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
+                "CLOUDSDK_CORE_PROJECT": self.project,
+            },
+        )
+
+    def _wait(self, name: str, process: ManagedProcess, probe: Callable[[], object]) -> None:
+        wait_until(probe, timeout=self.start_timeout, what=f"{name} emulator", process=process)
+
+    @staticmethod
+    def _grpc_ready(port: int, method: str, parent: str) -> Callable[[], bool]:
+        target = f"{LOOPBACK}:{port}"
+
+        def probe() -> bool:
+            if not tcp_open(LOOPBACK, port):
+                return False
+            grpc_unary_probe(target, method, parent)
+            return True
+
+        return probe
+
+    @staticmethod
+    def _http_ready(url: str, *ports: int) -> Callable[[], bool]:
+        def probe() -> bool:
+            if not all(tcp_open(LOOPBACK, p) for p in ports):
+                return False
+            status, _ = http_json("GET", url, timeout=2.0)
+            return status == 200
+
+        return probe
+
+    # -- one starter per service (each runs in its own thread) ------------------------
+
+    def _start_pubsub(self) -> dict[str, str]:
+        port = free_port()
+        data_dir = self._data / "pubsub-data"
+        data_dir.mkdir(parents=True, exist_ok=True)  # the emulator requires it to exist
+        process = self._gcloud(
+            "pubsub",
+            [
+                "beta",
+                "emulators",
+                "pubsub",
+                "start",
+                f"--host-port={LOOPBACK}:{port}",
+                f"--project={self.project}",
+                f"--data-dir={data_dir}",
+            ],
+        )
+        self._wait(
+            "pubsub",
+            process,
+            self._grpc_ready(
+                port, "/google.pubsub.v1.Publisher/ListTopics", f"projects/{self.project}"
+            ),
+        )
+        return {"PUBSUB_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
+
+    def _start_bigtable(self) -> dict[str, str]:
+        port = free_port()
+        process = self._gcloud(
+            "bigtable",
+            ["beta", "emulators", "bigtable", "start", f"--host-port={LOOPBACK}:{port}"],
+        )
+        self._wait(
+            "bigtable",
+            process,
+            self._grpc_ready(
+                port,
+                "/google.bigtable.admin.v2.BigtableTableAdmin/ListTables",
+                f"projects/{self.project}/instances/probe",
+            ),
+        )
+        return {"BIGTABLE_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
+
+    def _start_spanner(self) -> dict[str, str]:
+        port, rest_port = free_port(), free_port()
+        process = self._gcloud(
+            "spanner",
+            [
+                "emulators",
+                "spanner",
+                "start",
+                f"--host-port={LOOPBACK}:{port}",
+                f"--rest-port={rest_port}",
+            ],
+        )
+        rest = f"http://{LOOPBACK}:{rest_port}/v1"
+        project = f"projects/{self.project}"
+        self._wait(
+            "spanner",
+            process,
+            self._http_ready(f"{rest}/{project}/instanceConfigs", port, rest_port),
+        )
+        # Created through the REST gateway so that the stack needs no Spanner client.
+        instance = f"{project}/instances/{self.spanner_instance}"
+        self._spanner_call(
+            process,
+            rest,
+            f"{project}/instances",
+            {
+                "instanceId": self.spanner_instance,
+                "instance": {
+                    "config": f"{project}/instanceConfigs/emulator-config",
+                    "displayName": self.spanner_instance,
+                    "nodeCount": 1,
+                },
+            },
+        )
+        self._spanner_call(
+            process,
+            rest,
+            f"{instance}/databases",
+            {"createStatement": f"CREATE DATABASE `{self.spanner_database}`"},
+        )
+        return {
+            "SPANNER_EMULATOR_HOST": f"{LOOPBACK}:{port}",
+            "SPANNER_INSTANCE": self.spanner_instance,
+            "SPANNER_DATABASE": self.spanner_database,
+        }
+
+    def _spanner_call(
+        self, process: ManagedProcess, rest: str, path: str, body: dict[str, Any]
+    ) -> None:
+        """POSTs a Spanner admin request and waits for its long-running operation."""
+        status, operation = http_json("POST", f"{rest}/{path}", body, timeout=30.0)
+        if status != 200 or not isinstance(operation, dict):
+            raise EmulatorStartError(
+                f"spanner emulator: POST {path} answered {status}: {operation}. "
+                f"Log {process.log_path}:\n{process.log_tail()}"
+            )
+
+        def done() -> dict[str, Any] | None:
+            nonlocal operation
+            if not operation.get("done"):
+                _, operation = http_json("GET", f"{rest}/{operation['name']}")
+            return operation if operation.get("done") else None
+
+        result = wait_until(
+            done, timeout=self.start_timeout, what=f"spanner {path}", process=process
+        )
+        if "error" in result:
+            raise EmulatorStartError(f"spanner emulator: {path} failed: {result['error']}")
+
+    def _start_bigquery(self) -> dict[str, str]:
+        assert self._tools is not None
+        rest_port, grpc_port = free_port(), free_port()
+        process = self._spawn(
+            "bigquery",
+            [
+                str(self._tools.bqemulator),
+                "start",
+                "--rest-host",
+                LOOPBACK,
+                "--rest-port",
+                str(rest_port),
+                "--grpc-host",
+                LOOPBACK,
+                "--grpc-port",
+                str(grpc_port),
+                "--project",
+                self.project,
+                "--ephemeral",
+            ],
+            extra_env={
+                # The DuckDB extensions were installed offline under this HOME.
+                "HOME": str(self._tools.duckdb_home),
+                # Snapshots for time travel cost O(table size) on every append.
+                "BQEMU_TIME_TRAVEL_RETENTION_DAYS": "0",
+                "BQEMU_GCS_LOCAL_ROOT": str(self._gcs_objects_dir()),
+            },
+        )
+        self._wait(
+            "bigquery",
+            process,
+            self._http_ready(
+                f"http://{LOOPBACK}:{rest_port}/bigquery/v2/projects/{self.project}/datasets",
+                rest_port,
+                grpc_port,
+            ),
+        )
+        return {
+            "BIGQUERY_EMULATOR_HOST": f"{LOOPBACK}:{rest_port}",
+            "BIGQUERY_STORAGE_EMULATOR_HOST": f"{LOOPBACK}:{grpc_port}",
+        }
+
+    def _gcs_data_dir(self) -> Path:
+        return self._data / "gcs-data"
+
+    def _gcs_objects_dir(self) -> Path:
+        """Where the GCS emulator keeps object bytes, as ``<bucket>/<object name>``.
+
+        gcp-storage-emulator stores ``<data dir>/.cloudstorage/<bucket>/<name>`` and
+        bqemulator resolves ``gs://<bucket>/<name>`` to ``<BQEMU_GCS_LOCAL_ROOT>/<bucket>/<name>``,
+        so pointing the latter at the former makes a ``gs://`` load job read what was
+        uploaded to the GCS emulator.
+        """
+        objects = self._gcs_data_dir() / ".cloudstorage"
+        objects.mkdir(parents=True, exist_ok=True)
+        return objects
+
+    def _start_gcs(self) -> dict[str, str]:
+        assert self._tools is not None
+        port = free_port()
+        self._gcs_objects_dir()
+        process = self._spawn(
+            "gcs",
+            [
+                str(self._tools.gcs_emulator),
+                "--data-dir",
+                str(self._gcs_data_dir()),
+                "start",
+                f"--host={LOOPBACK}",
+                f"--port={port}",
+            ],
+        )
+        query = urllib.parse.urlencode({"project": self.project})
+        self._wait(
+            "gcs",
+            process,
+            self._http_ready(f"http://{LOOPBACK}:{port}/storage/v1/b?{query}", port),
+        )
+        return {"STORAGE_EMULATOR_HOST": f"http://{LOOPBACK}:{port}"}
+
+    def _start_cloudtasks(self) -> dict[str, str]:
+        assert self._tools is not None
+        port = free_port()
+        process = self._spawn(
+            "cloudtasks",
+            [str(self._tools.cloud_tasks_binary), "-host", LOOPBACK, "-port", str(port)],
+        )
+        self._wait(
+            "cloudtasks",
+            process,
+            self._grpc_ready(
+                port,
+                "/google.cloud.tasks.v2.CloudTasks/ListQueues",
+                f"projects/{self.project}/locations/us-central1",
+            ),
+        )
+        return {"CLOUD_TASKS_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
+
+    def _start_receiver(self) -> dict[str, str]:
+        with self._lock:
+            if self._stopping:
+                raise EmulatorError("receiver: the stack is stopping")
+            self._receiver = Receiver().start()
+        url = self._receiver.url
+        wait_until(
+            lambda: tcp_open(LOOPBACK, int(url.rsplit(":", 1)[1])), timeout=5, what="receiver"
+        )
+        return {"PYFLINK_GCP_RECEIVER_URL": url}
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopping else ("started" if self._started else "new")
+        return f"EmulatorStack(services={self.services!r}, project={self.project!r}, {state})"

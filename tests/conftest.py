@@ -1,0 +1,75 @@
+"""Shared pytest wiring: one local emulator stack for the whole session.
+
+The stack starts lazily, the first time a test asks for the ``stack`` fixture, so unit
+tests never pay for it. Its variables go into ``os.environ`` for the rest of the
+session, because PyFlink jobs run their Python workers in subprocesses that inherit
+the environment and find the emulators through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from pyflink_gcp.emulators import (
+    ALL_SERVICES,
+    EmulatorStack,
+    Receiver,
+    setup_tools,
+    stop_all_stacks,
+)
+
+PROJECT = "test-project"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Silences the client libraries' deprecation notices about the pinned runtime.
+
+    Python 3.11 and grpcio < 1.66 are what PyFlink 2.3 supports; the notices say nothing
+    about the code under test.
+    """
+    config.addinivalue_line("filterwarnings", "ignore:You are using a Python version:FutureWarning")
+    config.addinivalue_line("filterwarnings", "ignore:grpcio < 1.83.0:FutureWarning")
+
+
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest) -> Iterator[EmulatorStack]:
+    """All emulators, started once per session and stopped at its end (even on failure).
+
+    The emulator logs are kept (their directory is printed) only when a test failed.
+    """
+    setup_tools(ALL_SERVICES)
+    with EmulatorStack(services=ALL_SERVICES, project=PROJECT) as emulators:
+        previous = {name: os.environ.get(name) for name in emulators.env}
+        os.environ.update(emulators.env)
+        try:
+            yield emulators
+        finally:
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            emulators.keep_logs = request.session.testsfailed > 0
+            if emulators.keep_logs:
+                print(f"\nemulator logs kept in {emulators.log_dir}")
+
+
+@pytest.fixture(scope="session")
+def project(stack: EmulatorStack) -> str:
+    """The project id the emulators are set up for."""
+    return stack.project
+
+
+@pytest.fixture
+def receiver(stack: EmulatorStack) -> Receiver:
+    """The stack's HTTP receiver, emptied before the test."""
+    stack.clear_received()
+    return stack.receiver
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Last resort: no emulator may outlive the run, whatever happened to the fixtures."""
+    stop_all_stacks()
