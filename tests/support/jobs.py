@@ -58,8 +58,11 @@ def make_env(
     conf.set_string("restart-strategy.fixed-delay.delay", "200 ms")
     if thread_mode:
         conf.set_string("python.execution-mode", "thread")
+    # PyFlink reads the worker mode from this variable when the job is submitted.
     if process_workers:
-        conf.set_string("_python_worker_execution_mode", "process")
+        os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112
+    else:
+        os.environ.pop("_python_worker_execution_mode", None)  # noqa: SIM112
     for key, value in (extra or {}).items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
@@ -75,11 +78,21 @@ def record_stream(
     to_record: Callable[[int], Any],
     *,
     name: str = "records",
+    parallelism: int | None = None,
 ) -> DataStream:
-    """A replayable stream of ``to_record(i)`` for i in [0, count)."""
+    """A replayable stream of ``to_record(i)`` for i in [0, count).
+
+    With ``parallelism=1`` the records come in ``i`` order (one split, one reader, one map), which
+    tests of per-key order need: with several readers one key's records interleave arbitrarily.
+    """
     source = NumberSequenceSource(0, count - 1)
     ds = env.from_source(source, WatermarkStrategy.no_watermarks(), name)
-    return ds.map(to_record)
+    if parallelism is not None:
+        ds = ds.set_parallelism(parallelism)
+    mapped = ds.map(to_record)
+    if parallelism is not None:
+        mapped = mapped.set_parallelism(parallelism)
+    return mapped
 
 
 class FailOnce(MapFunction):

@@ -1,0 +1,132 @@
+"""The Pub/Sub dead-letter queue every sink can use as its failure handler's target."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from pyflink_gcp.core.errors import DestinationNotFoundError, WriteError
+from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord
+from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc
+from pyflink_gcp.pubsub.destinations import TopicDestination
+from pyflink_gcp.pubsub.options import MAX_ATTRIBUTE_VALUE_BYTES, MAX_MESSAGES_PER_REQUEST
+from pyflink_gcp.pubsub.writer import publish_batch
+
+_LOG = logging.getLogger("pyflink_gcp.pubsub.dlq")
+
+#: Attributes added to every dead-lettered message.
+ATTR_DESTINATION = "dlq-destination"
+ATTR_REASON = "dlq-reason"
+ATTR_SINK = "dlq-sink"
+ATTR_TRUNCATED = "dlq-truncated-from"
+
+
+def _clip(value: str) -> str:
+    raw = value.encode("utf-8")
+    if len(raw) <= MAX_ATTRIBUTE_VALUE_BYTES:
+        return value
+    return raw[: MAX_ATTRIBUTE_VALUE_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+class PubSubDeadLetterQueue(DeadLetterQueue):
+    """Publishes rejected records to one Pub/Sub topic.
+
+    Each dead letter carries the original payload as its data, the original attributes, and
+    ``dlq-destination`` (where it was headed, ``unresolved`` for an unroutable record),
+    ``dlq-reason`` and ``dlq-sink``. A payload longer than ``max_payload_bytes`` (a record rejected
+    for being over the size limit cannot be republished whole) keeps its first bytes and gets
+    ``dlq-truncated-from`` with its original size. Flushed with the sink before every checkpoint
+    barrier. The topic must exist (checked when the subtask opens).
+
+    Example::
+
+        FailureHandler.send_to_dead_letter_queue(
+            PubSubDeadLetterQueue.of(TopicDestination.of("my-project", "orders-dlq")))
+    """
+
+    def __init__(
+        self,
+        topic: TopicDestination,
+        endpoint: str | None = None,
+        retry: RetryPolicy | None = None,
+        max_payload_bytes: int = 9_000_000,
+    ) -> None:
+        if not isinstance(topic, TopicDestination):
+            raise TypeError("PubSubDeadLetterQueue.of() takes a TopicDestination")
+        self.topic = topic
+        self.endpoint = endpoint
+        self.retry = retry or RetryPolicy()
+        self.max_payload_bytes = max_payload_bytes
+        self._rpc: Any = None
+        self._pending: list[Any] = []
+        self._sink = "sink"
+
+    @staticmethod
+    def of(
+        topic: TopicDestination, endpoint: str | None = None, max_payload_bytes: int = 9_000_000
+    ) -> PubSubDeadLetterQueue:
+        """Dead-letter to ``topic`` (``endpoint``: as the sinks' ``set_endpoint``)."""
+        return PubSubDeadLetterQueue(topic, endpoint, max_payload_bytes=max_payload_bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_rpc=None, _pending=[])
+        return state
+
+    def open(self, info: SubtaskInfo) -> None:
+        from pyflink_gcp.pubsub.sink import resolve_pubsub_endpoint
+
+        self._sink = info.sink_name
+        self._rpc = PubSubRpc(resolve_pubsub_endpoint(self.endpoint))
+        name = str(self.topic)
+        try:
+            self.retry.call(
+                lambda: self._rpc.admin.get_topic(topic=name),
+                f"sink '{self._sink}': get dead-letter topic {name}",
+            )
+        except gexc.NotFound:
+            raise DestinationNotFoundError(
+                f"sink '{self._sink}': the dead-letter topic {name} does not exist"
+            ) from None
+
+    def send(self, failed: FailedRecord) -> None:
+        attributes = dict(failed.attributes)
+        attributes[ATTR_DESTINATION] = _clip(failed.destination)
+        attributes[ATTR_REASON] = _clip(failed.reason)
+        attributes[ATTR_SINK] = _clip(failed.sink)
+        payload = failed.payload
+        if len(payload) > self.max_payload_bytes:
+            attributes[ATTR_TRUNCATED] = str(len(payload))
+            payload = payload[: self.max_payload_bytes]
+        self._pending.append(PubsubMessagePb(data=payload, attributes=attributes))
+        if len(self._pending) >= MAX_MESSAGES_PER_REQUEST:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_MESSAGES_PER_REQUEST]
+            rejected = publish_batch(self._rpc, str(self.topic), batch, self.retry, self._sink)
+            if rejected:
+                raise WriteError(
+                    f"sink '{self._sink}': the dead-letter topic {self.topic} rejected "
+                    f"{len(rejected)} messages: {rejected[0].reason}"
+                )
+            del self._pending[: len(batch)]
+
+    def close(self) -> None:
+        if self._pending:
+            _LOG.warning(
+                "%s: closing the dead-letter queue with %d unsent messages (they will be replayed)",
+                self._sink,
+                len(self._pending),
+            )
+        if self._rpc is not None:
+            self._rpc.close()
+            self._rpc = None
+
+    def describe(self) -> str:
+        return f"PubSubDeadLetterQueue.of({self.topic.resource_name!r})"

@@ -1,0 +1,217 @@
+"""The Pub/Sub writer against the emulator, driven directly (no Flink): registry, creation, DLQ."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from google.cloud import pubsub_v1
+
+from pyflink_gcp.core import (
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    FailureHandler,
+    SubtaskInfo,
+)
+from pyflink_gcp.core.sink_writer import SinkWriter
+from pyflink_gcp.pubsub import (
+    CreateDisposition,
+    PubSubDeadLetterQueue,
+    PubSubPublisherOptions,
+    PubSubSerializationSchema,
+    PubSubSink,
+    PubSubWriterOptions,
+    TopicCreateOptions,
+    TopicDestination,
+)
+from tests.support.pubsub import make_subscription, make_topics, pull_all, unique
+
+pytestmark = pytest.mark.integration
+
+
+def open_writer(sink: PubSubSink) -> SinkWriter:
+    writer = SinkWriter(sink._sink_config())
+    writer.open(SubtaskInfo(sink.name))
+    return writer
+
+
+def by_name(project: str):
+    return lambda record, ctx: TopicDestination.of(project, record["topic"])
+
+
+def payload(record):
+    return json.dumps(record).encode()
+
+
+def test_lru_cap_keeps_at_most_three_publishers_and_delivers_everything(project):
+    topics = [unique(f"cap{i}") for i in range(10)]
+    make_topics(project, topics)
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(payload)
+        .set_writer_options(PubSubWriterOptions.builder().max_active_topics(3).build())
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        for i in range(2000):
+            writer.write({"topic": topics[i % 10], "i": i})
+            assert len(writer.registry) <= 3
+        writer.flush()
+    finally:
+        writer.close()
+    assert writer.registry.max_seen == 3
+    assert writer.registry.created >= 10
+    for n, topic in enumerate(topics):
+        got = sorted(json.loads(m.data)["i"] for m in pull_all(project, topic, expect=200))
+        assert got == list(range(n, 2000, 10))
+
+
+def test_idle_publishers_are_evicted_after_a_flush_and_recreated(project):
+    topics = [unique("idle"), unique("idle")]
+    make_topics(project, topics)
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(payload)
+        .set_writer_options(PubSubWriterOptions.builder().idle_timeout(timedelta(0)).build())
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        writer.write({"topic": topics[0], "i": 0})
+        writer.write({"topic": topics[1], "i": 1})
+        writer.flush()
+        assert len(writer.registry) == 0 and writer.registry.evicted == 2
+        writer.write({"topic": topics[0], "i": 2})
+        assert len(writer.registry) == 1 and writer.registry.created == 3
+        writer.flush()
+    finally:
+        writer.close()
+    assert sorted(json.loads(m.data)["i"] for m in pull_all(project, topics[0], expect=2)) == [0, 2]
+    assert [json.loads(m.data)["i"] for m in pull_all(project, topics[1], expect=1)] == [1]
+
+
+def test_create_if_needed_creates_topics_with_options_and_the_bound_trips(project):
+    names = [unique("made") for _ in range(3)]
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(payload)
+        .set_create_disposition(
+            CreateDisposition.CREATE_IF_NEEDED,
+            TopicCreateOptions(labels={"team": "streaming"}, max_created_topics=2),
+        )
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        writer.write({"topic": names[0]})
+        writer.write({"topic": names[1]})
+        with pytest.raises(CreationLimitExceededError) as err:
+            writer.write({"topic": names[2]})
+        writer.flush()
+    finally:
+        writer.close()
+    assert str(err.value) == (
+        f"sink 'pubsub-sink': resolver {by_name.__module__}.by_name.<locals>.<lambda> named topic "
+        f"projects/{project}/topics/{names[2]}, which does not exist, but this subtask already "
+        "created 2 topics (max_created_topics=2). Check the resolver, or raise the bound in "
+        "TopicCreateOptions."
+    )
+    admin = pubsub_v1.PublisherClient()
+    topic = admin.get_topic(topic=f"projects/{project}/topics/{names[0]}")
+    assert dict(topic.labels) == {"team": "streaming"}
+
+
+def test_create_never_on_a_missing_topic_names_it(project):
+    missing = unique("missing")
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(payload)
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        with pytest.raises(DestinationNotFoundError) as err:
+            writer.write({"topic": missing})
+    finally:
+        writer.close()
+    assert str(err.value) == (
+        f"sink 'pubsub-sink': topic projects/{project}/topics/{missing} does not exist and the "
+        "create disposition is CREATE_NEVER"
+    )
+
+
+def test_oversized_message_goes_to_the_dead_letter_queue_with_its_reason(project):
+    topic, dlq = unique("big"), unique("dlq")
+    make_topics(project, [topic, dlq])
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(
+            PubSubSerializationSchema.payload(lambda r: r["body"].encode()).with_attributes(
+                lambda r: {"kind": "test"}
+            )
+        )
+        .set_failure_handler(
+            FailureHandler.send_to_dead_letter_queue(
+                PubSubDeadLetterQueue.of(TopicDestination.of(project, dlq), max_payload_bytes=1000)
+            )
+        )
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        writer.write({"topic": topic, "body": "small"})
+        writer.write({"topic": topic, "body": "x" * 10_000_001})
+        writer.write({"topic": topic, "body": "also small"})
+        writer.flush()
+    finally:
+        writer.close()
+    assert sorted(m.data for m in pull_all(project, topic, expect=2)) == [b"also small", b"small"]
+    dead = pull_all(project, dlq, expect=1)
+    assert len(dead) == 1
+    assert dead[0].attributes["dlq-destination"] == f"projects/{project}/topics/{topic}"
+    assert dead[0].attributes["dlq-reason"].startswith("message of 10000")
+    assert dead[0].attributes["dlq-reason"].endswith("exceeds the Pub/Sub limit of 10000000 bytes")
+    assert dead[0].attributes["dlq-sink"] == "pubsub-sink"
+    assert dead[0].attributes["kind"] == "test"
+    assert dead[0].data == b"x" * 1000
+    assert dead[0].attributes["dlq-truncated-from"] == "10000001"
+    assert writer.router.dead_lettered == 1
+
+
+def test_ordered_publishing_keeps_each_keys_order(project):
+    topic = unique("ord")
+    publisher = pubsub_v1.PublisherClient()
+    publisher.create_topic(name=f"projects/{project}/topics/{topic}")
+    make_subscription(project, topic, ordered=True)
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(lambda r, c: TopicDestination.of(project, topic))
+        .set_serializer(
+            PubSubSerializationSchema.payload(payload).with_ordering_key(lambda r: r["key"])
+        )
+        .set_publisher_options(
+            PubSubPublisherOptions.builder().enable_message_ordering(True).max_messages(50).build()
+        )
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        for i in range(1000):
+            writer.write({"key": f"k{i % 7}", "seq": i})
+        writer.flush()
+    finally:
+        writer.close()
+    got = pull_all(project, topic, expect=1000)
+    per_key: dict[str, list[int]] = {}
+    for m in got:
+        per_key.setdefault(m.ordering_key, []).append(json.loads(m.data)["seq"])
+    assert sum(len(v) for v in per_key.values()) == 1000
+    for seqs in per_key.values():
+        assert seqs == sorted(seqs)
