@@ -190,3 +190,19 @@ def test_resolver_returning_none_fails_the_job_naming_sink_resolver_and_record(p
         "resolver_and_record.<locals>.<lambda> returned None for record 7; every record needs a "
         "TopicDestination"
     ) in text
+
+
+def test_sink_refuses_a_job_with_python_metrics_disabled(project):
+    from pyflink_gcp.core import ConfigurationError
+
+    env = make_env(parallelism=1, extra={"python.metric.enabled": "false"})
+    sink = (PubSubSink.builder()
+            .set_destination_resolver(lambda r, c: TopicDestination.of(project, "unused"))
+            .set_serializer(lambda r: b"x")
+            .build())
+    with pytest.raises(ConfigurationError) as err:
+        record_stream(env, 10, lambda i: i).sink_to(sink)
+    assert str(err.value) == (
+        "sink 'pubsub-sink': python.metric.enabled=false disables the pre-barrier flush hook "
+        "pyflink-gcp relies on for at-least-once delivery; enable it."
+    )

@@ -1,0 +1,175 @@
+"""The per-subtask SinkWriter and registry, over the in-memory file writer (no Flink, no service)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyflink_gcp.core import (
+    FailureHandler,
+    RecordRejectedError,
+    ResolverError,
+    SerializerError,
+    SubtaskInfo,
+    UnroutableRecord,
+)
+from pyflink_gcp.core.registry import WriterRegistry
+from pyflink_gcp.core.sink_writer import SinkWriter
+from tests.support.fakes import FileDestination, FileSink, FileWriter
+
+
+def open_writer(tmp_path, resolver, serializer=None, **options) -> SinkWriter:
+    sink = FileSink(str(tmp_path), resolver, serializer, **options)
+    writer = SinkWriter(sink._sink_config())
+    writer.open(SubtaskInfo("file-sink"))
+    return writer
+
+
+def lines(tmp_path, name):
+    path = tmp_path / f"{name}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def by_region(record, ctx):
+    return FileDestination.of(record["region"])
+
+
+def test_writers_are_created_lazily_and_flushed_together(tmp_path):
+    writer = open_writer(tmp_path, by_region)
+    assert len(writer.registry) == 0
+    for i in range(10):
+        writer.write({"region": f"r{i % 3}", "i": i})
+    assert len(writer.registry) == 3
+    assert lines(tmp_path, "r0") == []  # nothing durable before the flush
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "r0")] == [0, 3, 6, 9]
+    assert all(w.is_clean for w in writer.registry)
+
+
+def test_serializer_none_skips_but_the_record_was_resolved(tmp_path):
+    resolved = []
+
+    def resolver(record, ctx):
+        resolved.append(record["i"])
+        return by_region(record, ctx)
+
+    writer = open_writer(tmp_path, resolver, lambda r, c: None if r["i"] % 2 else r)
+    for i in range(4):
+        writer.write({"region": "a", "i": i})
+    writer.flush()
+    assert resolved == [0, 1, 2, 3]
+    assert writer.skipped == 2 and [r["i"] for r in lines(tmp_path, "a")] == [0, 2]
+
+
+def test_resolver_errors_name_sink_resolver_and_record(tmp_path):
+    writer = open_writer(tmp_path, lambda r, c: None)
+    with pytest.raises(ResolverError) as err:
+        writer.write({"id": 42})
+    assert str(err.value) == (
+        "sink 'file-sink': destination resolver tests.unit.core.test_sink_writer."
+        "test_resolver_errors_name_sink_resolver_and_record.<locals>.<lambda> returned None for "
+        "record {'id': 42}; every record needs a FileDestination"
+    )
+
+    def boom(record, ctx):
+        raise KeyError("region")
+
+    writer = open_writer(tmp_path, boom)
+    with pytest.raises(ResolverError) as err:
+        writer.write({"id": 43})
+    assert str(err.value) == (
+        "sink 'file-sink': destination resolver tests.unit.core.test_sink_writer."
+        "test_resolver_errors_name_sink_resolver_and_record.<locals>.boom raised KeyError: "
+        "'region' for record {'id': 43}"
+    )
+
+
+def test_serializer_errors_name_the_serializer(tmp_path):
+    writer = open_writer(tmp_path, by_region, lambda r, c: r["missing"])
+    with pytest.raises(SerializerError, match="sink 'file-sink': serializer .* raised KeyError"):
+        writer.write({"region": "a"})
+
+
+def test_unroutable_record_is_refused_by_sinks_that_do_not_accept_it(tmp_path):
+    writer = open_writer(tmp_path, lambda r, c: UnroutableRecord.of(b"x", "unknown"))
+    with pytest.raises(ResolverError, match="returned an UnroutableRecord, which this sink does not accept"):
+        writer.write({"id": 1})
+
+
+def test_unroutable_record_goes_to_the_failure_handler_when_accepted(tmp_path):
+    writer = open_writer(tmp_path, lambda r, c: UnroutableRecord.of(b"x", "unknown tenant"),
+                         failure_handler=FailureHandler.log_and_drop())
+    writer._factory.accepts_unroutable = True
+    writer.write({"id": 1})
+    writer.flush()
+    assert writer.router.dropped == 1 and len(writer.registry) == 0
+
+
+def test_rejected_records_follow_the_failure_handler(tmp_path):
+    writer = open_writer(tmp_path, by_region, failure_handler=FailureHandler.log_and_drop())
+    writer.write({"region": "a", "reject": True})
+    writer.write({"region": "a", "i": 1})
+    writer.flush()
+    assert writer.router.dropped == 1 and [r["i"] for r in lines(tmp_path, "a")] == [1]
+
+    writer = open_writer(tmp_path, by_region)
+    writer.write({"region": "b", "reject": True})
+    with pytest.raises(RecordRejectedError, match="destination 'files/b' rejected"):
+        writer.flush()
+
+
+def test_idle_writers_are_evicted_after_a_flush_and_recreated(tmp_path):
+    writer = open_writer(tmp_path, by_region, idle_timeout_s=0.0)
+    writer.write({"region": "a", "i": 0})
+    writer.flush()
+    assert len(writer.registry) == 0 and writer.registry.evicted == 1
+    writer.write({"region": "a", "i": 1})
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0, 1]
+    assert writer.registry.created == 2
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_registry_releases_the_least_recently_used_clean_writer_first(tmp_path):
+    from tests.support.fakes import FileWriterFactory
+
+    factory = FileWriterFactory(str(tmp_path))
+    factory.open(SubtaskInfo("s"))
+    registry = WriterRegistry(factory.create_writer, max_active=2, clock=_Clock())
+    a, b, c = (FileDestination.of(x) for x in "abc")
+    registry.get(a).write({"i": 1}, None)  # a dirty, least recently used
+    wb = registry.get(b)  # b clean
+    registry.get(a)  # a becomes most recently used
+    registry.get(c)
+    assert b not in registry and a in registry and c in registry and wb.closed
+    # No clean writer left: the LRU one is flushed first, so nothing is lost.
+    registry.get(a).write({"i": 2}, None)
+    registry.get(c).write({"i": 3}, None)
+    registry.get(b)
+    assert a not in registry
+    assert [r["i"] for r in lines(tmp_path, "a")] == [1, 2]
+    assert registry.max_seen == 2
+
+
+def test_registry_idle_eviction_skips_dirty_writers(tmp_path):
+    from tests.support.fakes import FileWriterFactory
+
+    clock = _Clock()
+    factory = FileWriterFactory(str(tmp_path))
+    factory.open(SubtaskInfo("s"))
+    registry = WriterRegistry(factory.create_writer, idle_timeout_s=10, clock=clock)
+    a, b = FileDestination.of("a"), FileDestination.of("b")
+    registry.get(a)
+    registry.get(b).write({"i": 1}, None)
+    clock.t = 11
+    assert registry.evict_idle() == 1
+    assert a not in registry and b in registry
+    assert isinstance(registry.get(b), FileWriter)
