@@ -1,0 +1,71 @@
+"""Shared benchmark plumbing: MiniCluster jobs with real worker processes, timing, tables."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyflink.common import Configuration
+from pyflink.common.watermark_strategy import WatermarkStrategy
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream.connectors.number_seq import NumberSequenceSource
+from pyflink.datastream.functions import ProcessFunction
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flink_env(parallelism: int, checkpoint_ms: int | None = 2000) -> StreamExecutionEnvironment:
+    """An environment whose Python workers are real processes (honest throughput)."""
+    os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112
+    paths = [ROOT, sysconfig.get_paths()["purelib"], os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    conf = Configuration()
+    conf.set_string("python.executable", sys.executable)
+    conf.set_string("python.client.executable", sys.executable)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(parallelism)
+    if checkpoint_ms:
+        env.enable_checkpointing(checkpoint_ms)
+    return env
+
+
+def source(
+    env: StreamExecutionEnvironment, count: int, to_record: Callable[[int], Any]
+) -> DataStream:
+    ds = env.from_source(NumberSequenceSource(0, count - 1), WatermarkStrategy.no_watermarks(), "n")
+    return ds.map(to_record)
+
+
+class NoOp(ProcessFunction):
+    """The PyFlink ceiling: a Python process function that receives every record and emits none."""
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        return None
+
+
+def run_job(env: StreamExecutionEnvironment, name: str) -> float:
+    """Run and return the job's net runtime in seconds (excludes client and JVM startup)."""
+    result = env.execute(name)
+    return result.get_net_runtime() / 1000.0
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def table(rows: list[tuple[str, float]], baseline_names: dict[str, str]) -> str:
+    """Rows of (name, records/s) plus ratios against the named baselines."""
+    rates = dict(rows)
+    out = [f"{'variant':<44}{'records/s':>12}"]
+    for name, rate in rows:
+        out.append(f"{name:<44}{rate:>12,.0f}")
+    for label, (a, b) in ((k, v.split("/")) for k, v in baseline_names.items()):
+        if a in rates and b in rates and rates[b] > 0:
+            out.append(f"{label:<44}{rates[a] / rates[b]:>12.2f}")
+    return "\n".join(out)
