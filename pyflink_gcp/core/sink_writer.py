@@ -83,7 +83,8 @@ class SinkWriter:
             sink_name=self._sink,
         )
         self._metrics: Any = None
-        self._dest_counters: dict[Destination, Any] = {}
+        self._per_destination = config.per_destination_metrics
+        self._dest_counters: dict[Destination, tuple[Any, Any]] = {}
         self.records_in = 0
         self.records_written = 0
         self.skipped = 0
@@ -156,10 +157,14 @@ class SinkWriter:
         if element is None:
             self.skipped += 1
             return
-        self._registry.get(destination).write(element, record)
+        writer = self._registry.get(destination)
+        if self._per_destination:
+            before = writer.bytes_accepted
+            writer.write(element, record)
+            self._count(destination, writer.bytes_accepted - before)
+        else:
+            writer.write(element, record)
         self.records_written += 1
-        if self._dest_counters is not None and self.config.per_destination_metrics:
-            self._count(destination)
 
     def _check_destination(self, destination: Any, record: Any) -> Any:
         """Slow path of the type check: subclasses, UnroutableRecord, None and wrong types."""
@@ -238,14 +243,17 @@ class SinkWriter:
     def router(self) -> FailureRouter:
         return self._router
 
-    def _count(self, destination: Destination) -> None:
-        counter = self._dest_counters.get(destination)
-        if counter is None:
+    def _count(self, destination: Destination, nbytes: int) -> None:
+        counters = self._dest_counters.get(destination)
+        if counters is None:
             if self._metrics is None:
                 return
-            counter = self._metrics.add_group("destination", str(destination)).counter("records")
-            self._dest_counters[destination] = counter
-        counter.inc()
+            group = self._metrics.add_group("destination", str(destination))
+            counters = (group.counter("records"), group.counter("bytes"))
+            self._dest_counters[destination] = counters
+        counters[0].inc()
+        if nbytes:
+            counters[1].inc(nbytes)
 
     def _count_error(self, destination: str) -> None:
         if self._metrics is None:

@@ -32,6 +32,10 @@ class DestinationWriter(ABC, Generic[D]):
     at the end of input and before evicting the writer.
     """
 
+    #: Serialized bytes accepted so far; writers that know their element sizes add to it (it
+    #: feeds the optional per-destination ``bytes`` metric).
+    bytes_accepted: int = 0
+
     def __init__(self, destination: D) -> None:
         self.destination = destination
 

@@ -169,6 +169,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
             self._send()
         self._batch.append(PubsubMessagePb(data=data, ordering_key=key, attributes=attributes))
         self._batch_bytes += size
+        self.bytes_accepted += size
         self.messages += 1
         if len(self._batch) >= self._max_messages:
             self._send()

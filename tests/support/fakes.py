@@ -51,6 +51,7 @@ class FileWriter(DestinationWriter[FileDestination]):
         if self.closed:
             raise AssertionError("write on a closed writer")
         self._buffer.append(element)
+        self.bytes_accepted += len(json.dumps(element))
 
     def flush(self) -> list[FailedRecord]:
         failures = []

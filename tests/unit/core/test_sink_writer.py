@@ -173,3 +173,41 @@ def test_registry_idle_eviction_skips_dirty_writers(tmp_path):
     assert registry.evict_idle() == 1
     assert a not in registry and b in registry
     assert isinstance(registry.get(b), FileWriter)
+
+
+class _Counter:
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, n=1):
+        self.value += n
+
+
+class _Group:
+    def __init__(self):
+        self.groups = {}
+        self.counters = {}
+
+    def add_group(self, key, value):
+        return self.groups.setdefault((key, value), _Group())
+
+    def counter(self, name):
+        return self.counters.setdefault(name, _Counter())
+
+
+def test_per_destination_metrics_count_records_bytes_and_errors(tmp_path):
+    from tests.support.fakes import FileSink
+
+    sink = FileSink(str(tmp_path), by_region, per_destination_metrics=True,
+                    failure_handler=FailureHandler.log_and_drop())
+    writer = SinkWriter(sink._sink_config())
+    group = _Group()
+    writer.open(SubtaskInfo("file-sink"), group)
+    for i in range(3):
+        writer.write({"region": "a", "i": i})
+    writer.write({"region": "a", "reject": True})
+    writer.flush()
+    metrics = group.groups[("destination", "files/a")]
+    assert metrics.counters["records"].value == 4
+    assert metrics.counters["bytes"].value == writer.registry.get(FileDestination.of("a")).bytes_accepted
+    assert metrics.counters["errors"].value == 1
