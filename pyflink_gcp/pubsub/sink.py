@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.failure import FailureHandler
-from pyflink_gcp.core.functions import as_resolver, describe_callable, ensure_picklable
+from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -48,40 +46,28 @@ class PubSubSink(DynamicSink):
         return PubSubSinkBuilder()
 
 
-class PubSubSinkBuilder:
-    """Builder of :class:`PubSubSink`. Only the resolver and the serializer are required."""
+class PubSubSinkBuilder(SinkBuilder):
+    """Builder of :class:`PubSubSink`. Only the resolver and the serializer are required.
+
+    The serializer is a :class:`PubSubSerializationSchema` or a callable ``record -> bytes``.
+    """
+
+    default_name = "pubsub-sink"
 
     def __init__(self) -> None:
-        self._name = "pubsub-sink"
-        self._resolver: Any = None
-        self._serializer: Any = None
+        super().__init__()
         self._publisher = PubSubPublisherOptions()
         self._writer = PubSubWriterOptions()
         self._disposition = CreateDisposition.CREATE_NEVER
         self._create_options = TopicCreateOptions()
-        self._failure_handler = FailureHandler.fail_job()
-        self._endpoint: str | None = None
-
-    def set_sink_name(self, name: str) -> PubSubSinkBuilder:
-        """The name used in errors, logs and metrics (default ``pubsub-sink``)."""
-        self._name = name
-        return self
-
-    def set_destination_resolver(self, resolver: Any) -> PubSubSinkBuilder:
-        """``(record, WriterContext) -> TopicDestination``, or an object with ``resolve``."""
-        self._resolver = resolver
-        return self
-
-    def set_serializer(self, serializer: Any) -> PubSubSinkBuilder:
-        """A :class:`PubSubSerializationSchema`, or a callable ``record -> bytes``."""
-        self._serializer = serializer
-        return self
 
     def set_publisher_options(self, options: PubSubPublisherOptions) -> PubSubSinkBuilder:
+        """Batching, ordering and in-flight limits."""
         self._publisher = options
         return self
 
     def set_writer_options(self, options: PubSubWriterOptions) -> PubSubSinkBuilder:
+        """Idle timeout, active-topic cap, shutdown budget, retry deadline, metrics."""
         self._writer = options
         return self
 
@@ -94,21 +80,9 @@ class PubSubSinkBuilder:
             self._create_options = options
         return self
 
-    def set_failure_handler(self, handler: FailureHandler) -> PubSubSinkBuilder:
-        self._failure_handler = handler
-        return self
-
-    def set_endpoint(self, endpoint: str) -> PubSubSinkBuilder:
-        """``host:port`` of the service; an ``http://host:port`` URL means an emulator."""
-        self._endpoint = endpoint
-        return self
-
     def build(self) -> PubSubSink:
-        name = self._name
-        as_resolver(self._resolver, name)
+        name = self._validate_common("PubSubSerializationSchema.payload(fn)")
         serializer = self._serializer
-        if serializer is None:
-            raise ConfigurationError(f"sink '{name}': set_serializer() is required")
         if not isinstance(serializer, PubSubSerializationSchema):
             if not callable(serializer):
                 raise ConfigurationError(
@@ -117,9 +91,6 @@ class PubSubSinkBuilder:
                 )
             serializer = PubSubSerializationSchema.payload(serializer)
         check_ordering(self._publisher, serializer.has_ordering_key, name)
-        if not isinstance(self._failure_handler, FailureHandler):
-            raise ConfigurationError(f"sink '{name}': set_failure_handler() takes a FailureHandler")
-        ensure_picklable(self._resolver, "destination resolver", name)
         ensure_picklable(serializer, "serializer", name)
         w = self._writer
         factory = PubSubWriterFactory(
@@ -132,9 +103,6 @@ class PubSubSinkBuilder:
             endpoint=self._endpoint,
             retry=RetryPolicy(deadline_s=w.retry_deadline.total_seconds()),
         )
-        dlq = self._failure_handler.dead_letter_queue
-        if dlq is not None:
-            ensure_picklable(dlq, "dead-letter queue", name)
         config = SinkConfig(
             sink_name=name,
             factory=factory,

@@ -1,0 +1,88 @@
+"""What every sink builder shares: name, resolver, serializer, failure handler, endpoint.
+
+A service builder subclasses :class:`SinkBuilder`, adds its own setters (options, creation), and
+in ``build()`` calls :meth:`SinkBuilder._validate_common` before assembling its
+:class:`~pyflink_gcp.core.sink_writer.SinkConfig`. Validation happens at ``build()`` so that a
+mistake surfaces where the job is written, not on a worker minutes later.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+
+
+class SinkBuilder:
+    """Base of the sink builders. Only the resolver and the serializer are required."""
+
+    #: The default sink name (``set_sink_name`` overrides it).
+    default_name = "sink"
+    #: Sinks with a fixed destination (Spanner) have no resolver.
+    uses_resolver = True
+
+    def __init__(self) -> None:
+        self._name = self.default_name
+        self._resolver: Any = None
+        self._serializer: Any = None
+        self._failure_handler = FailureHandler.fail_job()
+        self._endpoint: str | None = None
+
+    def set_sink_name(self, name: str) -> Self:
+        """The name used in errors, logs and metrics."""
+        self._name = name
+        return self
+
+    def set_destination_resolver(self, resolver: Any) -> Self:
+        """``(record, WriterContext) -> Destination``, or an object with ``resolve(record, ctx)``.
+
+        Called once per record before the serializer; must be picklable, deterministic and
+        cheap, and never return None.
+        """
+        self._resolver = resolver
+        return self
+
+    def set_serializer(self, serializer: Any) -> Self:
+        """Turns a record into the service's element (None skips the record)."""
+        self._serializer = serializer
+        return self
+
+    def set_failure_handler(self, handler: FailureHandler) -> Self:
+        """What happens to records the service rejects for their content (default: fail)."""
+        self._failure_handler = handler
+        return self
+
+    def set_endpoint(self, endpoint: str) -> Self:
+        """``host:port`` of the service (TLS, Application Default Credentials); an
+        ``http://host:port`` URL means a plain-text emulator. Default: the service's emulator
+        variable if set, else the service."""
+        self._endpoint = endpoint
+        return self
+
+    def _validate_common(self, serializer_hint: str = "") -> str:
+        """Check what every sink needs; return the sink name.
+
+        Raises:
+            ConfigurationError: naming the sink and what is wrong.
+        """
+        name = self._name
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError("set_sink_name() takes a non-empty string")
+        if self.uses_resolver:
+            as_resolver(self._resolver, name)
+            ensure_picklable(self._resolver, "destination resolver", name)
+        if self._serializer is None:
+            hint = f", e.g. {serializer_hint}" if serializer_hint else ""
+            raise ConfigurationError(f"sink '{name}': set_serializer() is required{hint}")
+        if not isinstance(self._failure_handler, FailureHandler):
+            raise ConfigurationError(f"sink '{name}': set_failure_handler() takes a FailureHandler")
+        dlq = self._failure_handler.dead_letter_queue
+        if dlq is not None:
+            ensure_picklable(dlq, "dead-letter queue", name)
+        if self._endpoint is not None and (
+            not isinstance(self._endpoint, str) or not self._endpoint
+        ):
+            raise ConfigurationError(f"sink '{name}': set_endpoint() takes 'host:port' or a URL")
+        return name
