@@ -1,0 +1,36 @@
+"""BigQuery sink: append each record to the table its resolver names, through the Storage Write
+API's default stream.
+
+Needs the ``bigquery`` extra: ``pip install "pyflink-gcp[bigquery]"``.
+"""
+
+try:
+    import google.cloud.bigquery  # noqa: F401
+    import google.cloud.bigquery_storage_v1  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "pyflink_gcp.bigquery needs google-cloud-bigquery and google-cloud-bigquery-storage: "
+        "pip install 'pyflink-gcp[bigquery]'"
+    ) from exc
+
+from pyflink_gcp.bigquery.destinations import TableDestination
+from pyflink_gcp.bigquery.options import (
+    BigQueryWriterOptions,
+    CreateDisposition,
+    OrderingMode,
+    WriteMethod,
+)
+from pyflink_gcp.bigquery.serialization import BigQuerySerializer, TableSchema
+from pyflink_gcp.bigquery.sink import BigQuerySink, BigQuerySinkBuilder
+
+__all__ = [
+    "BigQuerySerializer",
+    "BigQuerySink",
+    "BigQuerySinkBuilder",
+    "BigQueryWriterOptions",
+    "CreateDisposition",
+    "OrderingMode",
+    "TableDestination",
+    "TableSchema",
+    "WriteMethod",
+]

@@ -1,0 +1,73 @@
+"""BigQuery destinations: a table, identified by its resource name."""
+
+from __future__ import annotations
+
+import re
+
+from pyflink_gcp.core.types import Destination
+
+# Dataset ids: letters, digits and underscores, up to 1,024 characters.
+_DATASET_ID = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
+# Table ids: letters (any script), digits, underscores and dashes, up to 1,024 characters.
+# Partition decorators (``t$20240101``) are not accepted: the default stream writes to a table.
+_TABLE_ID = re.compile(r"^[\w\-]{1,1024}$")
+
+
+class TableDestination(Destination):
+    """A BigQuery table: ``projects/{project}/datasets/{dataset}/tables/{table}``.
+
+    Validated when built, so that a resolver producing an impossible name fails on the record
+    that produced it, with the name in the message, instead of as an opaque error at flush time.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, project: str, dataset: str, table: str) -> None:
+        if not project or "/" in project:
+            raise ValueError(f"invalid BigQuery project id {project!r}")
+        if not _DATASET_ID.match(dataset or ""):
+            raise ValueError(
+                f"invalid BigQuery dataset id {dataset!r}: 1-1024 letters, digits or underscores"
+            )
+        if not _TABLE_ID.match(table or ""):
+            raise ValueError(
+                f"invalid BigQuery table id {table!r}: 1-1024 letters, digits, underscores or "
+                "dashes (no partition decorator)"
+            )
+        self._init_name(f"projects/{project}/datasets/{dataset}/tables/{table}")
+
+    @staticmethod
+    def of(project: str, dataset: str, table: str) -> TableDestination:
+        """The table ``project.dataset.table``."""
+        return TableDestination(project, dataset, table)
+
+    @staticmethod
+    def from_table_id(table_id: str) -> TableDestination:
+        """Parse ``project.dataset.table`` (the form BigQuery's console and SQL use)."""
+        parts = table_id.split(".")
+        if len(parts) != 3:
+            raise ValueError(f"not a table id of the form project.dataset.table: {table_id!r}")
+        return TableDestination(*parts)
+
+    @property
+    def project(self) -> str:
+        return self._name.split("/")[1]
+
+    @property
+    def dataset(self) -> str:
+        return self._name.split("/")[3]
+
+    @property
+    def table(self) -> str:
+        return self._name.split("/")[5]
+
+    @property
+    def table_id(self) -> str:
+        """``project.dataset.table``, as the REST client and SQL take it."""
+        _, project, _, dataset, _, table = self._name.split("/")
+        return f"{project}.{dataset}.{table}"
+
+    @property
+    def default_stream(self) -> str:
+        """The Storage Write API default stream of the table."""
+        return f"{self._name}/streams/_default"

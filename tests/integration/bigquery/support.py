@@ -1,0 +1,262 @@
+"""Test helpers for BigQuery: clients on the emulators, datasets, read-back, and a gRPC recorder
+that observes what the sink sends on the Storage Write API."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import grpc
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import bigquery
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
+from pyflink_gcp.core.sink_writer import SinkWriter
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def bq_client(project: str) -> bigquery.Client:
+    return bigquery.Client(
+        project=project,
+        credentials=AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint="http://" + os.environ["BIGQUERY_EMULATOR_HOST"]),
+    )
+
+
+def make_dataset(project: str, prefix: str = "ds") -> str:
+    """A fresh dataset (the sink creates tables, never datasets)."""
+    client = bq_client(project)
+    dataset = client.create_dataset(unique(prefix))
+    client.close()
+    return str(dataset.dataset_id)
+
+
+def make_table(project: str, dataset: str, table: str, fields: list[Any]) -> None:
+    client = bq_client(project)
+    client.create_table(
+        bigquery.Table(
+            f"{project}.{dataset}.{table}",
+            schema=[
+                f if isinstance(f, bigquery.SchemaField) else bigquery.SchemaField(*f)
+                for f in fields
+            ],
+        )
+    )
+    client.close()
+
+
+def query(project: str, sql: str) -> list[dict[str, Any]]:
+    client = bq_client(project)
+    try:
+        return [dict(row.items()) for row in client.query(sql).result()]
+    finally:
+        client.close()
+
+
+def table_names(project: str, dataset: str) -> list[str]:
+    client = bq_client(project)
+    try:
+        return sorted(t.table_id for t in client.list_tables(f"{project}.{dataset}"))
+    finally:
+        client.close()
+
+
+def open_writer(sink: Any, subtask: int = 0, parallelism: int = 1) -> SinkWriter:
+    """The sink's subtask writer, opened in this process (no Flink)."""
+    config = sink._sink_config()
+    writer = SinkWriter(config)
+    writer.open(SubtaskInfo(config.sink_name, subtask, parallelism))
+    return writer
+
+
+class CapturingDeadLetterQueue(DeadLetterQueue):
+    """Keeps dead letters in memory (for tests that run the writer in this process)."""
+
+    def __init__(self) -> None:
+        self.sent: list[FailedRecord] = []
+
+    def open(self, info: SubtaskInfo) -> None:
+        pass
+
+    def send(self, failed: FailedRecord) -> None:
+        self.sent.append(failed)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# -- observing the Storage Write API --------------------------------------------------------
+
+
+def decoder(descriptor_proto: Any) -> Any:
+    """A message class for a writer schema sent by the sink."""
+    package = f"decoder{uuid.uuid4().hex}"
+    file_proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{package}.proto", package=package, syntax="proto2"
+    )
+    file_proto.message_type.add().CopyFrom(descriptor_proto)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"{package}.{descriptor_proto.name}")
+    )
+
+
+class Event:
+    """One request sent or one response received on an AppendRows connection."""
+
+    __slots__ = ("kind", "connection", "table", "rows", "error", "seq")
+
+    def __init__(
+        self,
+        kind: str,
+        connection: int,
+        table: str,
+        rows: list[dict[str, Any]],
+        error: int,
+        seq: int,
+    ):
+        self.kind = kind
+        self.connection = connection
+        self.table = table
+        self.rows = rows
+        self.error = error
+        self.seq = seq
+
+    def __repr__(self) -> str:
+        return f"Event({self.kind}, conn={self.connection}, {self.table}, {len(self.rows)} rows, error={self.error})"
+
+
+class AppendRecorder(grpc.StreamStreamClientInterceptor):
+    """Records every AppendRows request (decoded rows) and response, in the order they happen.
+
+    A request is recorded when gRPC takes it from the sink to put it on the wire, a response when
+    the sink receives it, so per connection the log is the order seen at the gRPC boundary.
+    ``first_response_delay_s`` holds back each connection's first response (to let a sink that
+    pipelines requests show it).
+    """
+
+    def __init__(self, first_response_delay_s: float = 0.0) -> None:
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._seq = itertools.count()
+        self.delay = first_response_delay_s
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("AppendRecorder only works in the test process")
+
+    def _log(self, event: Event) -> None:
+        with self._lock:
+            event.seq = next(self._seq)
+            self.events.append(event)
+
+    def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        connection = next(self._ids)
+        state: dict[str, Any] = {"cls": None, "pending": []}
+        recorder = self
+
+        def requests() -> Any:
+            for request in request_iterator:
+                pb = type(request).FromString(request.SerializeToString())
+                if pb.proto_rows.HasField("writer_schema"):
+                    state["cls"] = decoder(pb.proto_rows.writer_schema.proto_descriptor)
+                cls = state["cls"]
+                rows = [_as_dict(cls.FromString(r)) for r in pb.proto_rows.rows.serialized_rows]
+                table = pb.write_stream.split("/")[5]
+                state["pending"].append(table)
+                recorder._log(Event("send", connection, table, rows, 0, 0))
+                yield request
+
+        call = continuation(details, requests())
+        return _RecordingCall(call, connection, state, recorder)
+
+
+def _as_dict(message: Any) -> dict[str, Any]:
+    return {f.name: v for f, v in message.ListFields()}
+
+
+class _RecordingCall:
+    def __init__(self, call: Any, connection: int, state: dict[str, Any], recorder: AppendRecorder):
+        self._call = call
+        self._connection = connection
+        self._state = state
+        self._recorder = recorder
+        self._first = True
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        response = next(self._call)
+        if self._first and self._recorder.delay:
+            time.sleep(self._recorder.delay)
+        self._first = False
+        table = self._state["pending"].pop(0) if self._state["pending"] else "?"
+        self._recorder._log(Event("recv", self._connection, table, [], int(response.error.code), 0))
+        return response
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
+class FileAppendRecorder(AppendRecorder):
+    """An :class:`AppendRecorder` that travels into a Flink job and logs to a JSON-lines file.
+
+    Each unpickled copy (one per sink subtask) logs under its own ``recorder`` id, so a test can
+    tell the subtasks' connections apart.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.recorder = uuid.uuid4().hex[:8]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def _log(self, event: Event) -> None:
+        import json
+
+        with self._lock:
+            event.seq = next(self._seq)
+            line = {
+                "recorder": self.recorder,
+                "kind": event.kind,
+                "connection": event.connection,
+                "table": event.table,
+                "rows": event.rows,
+                "error": event.error,
+                "seq": event.seq,
+            }
+            with open(self.path, "a") as f:
+                f.write(json.dumps(line, default=str) + "\n")
+
+
+def read_events(path: str) -> list[dict[str, Any]]:
+    import json
+
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

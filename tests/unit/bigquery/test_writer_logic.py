@@ -1,0 +1,204 @@
+"""The table writer's request handling against a scripted AppendRows stub (no emulator):
+request cutting, failure isolation, retries, ordering."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.cloud.bigquery import SchemaField
+from google.cloud.bigquery_storage_v1 import types
+
+from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, TableDestination
+from pyflink_gcp.bigquery.rows import RowEncoder
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.core import SerializerError, WriteError
+from pyflink_gcp.core.retry import RetryPolicy
+
+Response = types.AppendRowsResponse.pb()
+DEST = TableDestination.of("p", "d", "t")
+ENCODER_SCHEMA = [SchemaField("id", "INT64"), SchemaField("bad", "BOOL")]
+
+
+class Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def __str__(self) -> str:
+        return "connection reset"
+
+
+class FakeService:
+    """Answers AppendRows like the service: rows with ``bad`` set make a request fail.
+
+    ``mode``: "whole" rejects the whole request (as the emulator does), "rows" answers with
+    per-row errors (as BigQuery does). ``outages`` transport failures and ``busy`` transient
+    error responses come first.
+    """
+
+    def __init__(self, mode: str = "whole", outages: int = 0, busy: int = 0) -> None:
+        self.mode = mode
+        self.outages = outages
+        self.busy = busy
+        self.committed: list[int] = []
+        self.requests: list[list[int]] = []
+        self.max_in_flight = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._decode = None
+
+    def __call__(self, requests: Any, metadata: Any = None, timeout: Any = None) -> Any:
+        with self._lock:
+            self.connections += 1
+        return _FakeCall(self, requests)
+
+    def answer(self, request: Any) -> Any:
+        if self._decode is None:
+            from tests.unit.bigquery.test_rows import decode
+
+            descriptor = request.proto_rows.writer_schema.proto_descriptor
+            self._decode = lambda data: decode(descriptor, data)
+        assert request.write_stream == DEST.default_stream
+        assert request.proto_rows.HasField("writer_schema")
+        rows = [self._decode(r) for r in request.proto_rows.rows.serialized_rows]
+        with self._lock:
+            self.requests.append([r.get("id", -1) for r in rows])
+            if self.busy:
+                self.busy -= 1
+                return Response(
+                    error={"code": grpc.StatusCode.UNAVAILABLE.value[0], "message": "busy"}
+                )
+            bad = [i for i, r in enumerate(rows) if r.get("bad")]
+            if bad and self.mode == "whole":
+                return Response(error={"code": 3, "message": f"bad value in row {bad[0]}"})
+            if bad:
+                return Response(
+                    error={"code": 3, "message": "rows rejected"},
+                    row_errors=[{"index": i, "code": 1, "message": f"row {i} is bad"} for i in bad],
+                )
+            self.committed.extend(r["id"] for r in rows)
+            return Response()
+
+
+class _FakeCall:
+    def __init__(self, service: FakeService, requests: Any) -> None:
+        self._service = service
+        self._requests = requests
+        self._pending: list[Any] = []
+
+    def __next__(self) -> Any:
+        service = self._service
+        with service._lock:
+            if service.outages:
+                service.outages -= 1
+                raise Unavailable()
+        request = next(self._requests)
+        return service.answer(request)
+
+    def cancel(self) -> bool:
+        return True
+
+
+def writer(
+    service: FakeService, ordering: OrderingMode = OrderingMode.NONE, **options: Any
+) -> TableWriter:
+    factory = BigQueryWriterFactory(
+        sink_name="test-sink",
+        resolver=None,
+        serializer=None,
+        options=BigQueryWriterOptions(**options),
+        ordering=ordering,
+        retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=1.0),
+    )
+    factory.stub = service
+    factory.executor = ThreadPoolExecutor(2)
+    return TableWriter(DEST, factory, RowEncoder(ENCODER_SCHEMA))
+
+
+def test_whole_request_rejections_are_narrowed_to_the_bad_rows() -> None:
+    service = FakeService("whole")
+    w = writer(service, OrderingMode.PER_TABLE)
+    for i in range(100):
+        w.write({"id": i, "bad": i in (13, 77)}, f"record-{i}")
+    failed = w.flush()
+    assert sorted(f.record_repr for f in failed) == ["'record-13'", "'record-77'"]
+    assert all(f.destination == str(DEST) and "bad value" in f.reason for f in failed)
+    # Per table ordering: what committed is the input order without the bad rows.
+    assert service.committed == [i for i in range(100) if i not in (13, 77)]
+    assert len(service.requests) <= 1 + 2 * 2 * 7
+    assert w.is_clean
+
+
+def test_per_row_errors_fail_only_those_rows_and_resend_the_rest() -> None:
+    service = FakeService("rows")
+    w = writer(service)
+    for i in range(10):
+        w.write({"id": i, "bad": i == 4}, i)
+    failed = w.flush()
+    assert [(f.reason, f.payload) for f in failed] == [("row 4 is bad", b'{"id": 4, "bad": true}')]
+    assert sorted(service.committed) == [i for i in range(10) if i != 4]
+    assert len(service.requests) == 2
+
+
+def test_transport_errors_and_transient_statuses_are_retried_never_dead_lettered() -> None:
+    service = FakeService(outages=2, busy=2)
+    w = writer(service)
+    for i in range(50):
+        w.write({"id": i}, i)
+    assert w.flush() == []
+    assert sorted(service.committed) == list(range(50))
+    assert service.connections >= 3
+
+
+def test_persistent_transport_errors_fail_after_the_retry_deadline() -> None:
+    service = FakeService(outages=10**9)
+    w = writer(service)
+    w.write({"id": 1}, 1)
+    with pytest.raises(WriteError, match=r"sink 'test-sink': append to p\.d\.t: still failing"):
+        w.flush()
+    # The failure sticks: a later flush does not pretend the row was written.
+    with pytest.raises(WriteError):
+        w.flush()
+
+
+def test_requests_are_cut_by_size() -> None:
+    service = FakeService()
+    w = writer(service, max_request_bytes=1_000)
+    for i in range(500):
+        w.write({"id": i}, i)
+    assert w.flush() == []
+    assert len(service.requests) > 3
+    assert sorted(service.committed) == list(range(500))
+
+
+def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
+    service = FakeService()
+    w = writer(service, max_request_bytes=1_000)
+    # A NULL for a key that is no column is nothing to write.
+    w.write({"id": 1, "bad": False, "zzz": None}, "small")
+    w2 = TableWriter(
+        DEST, w._factory, RowEncoder([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
+    )
+    w2.write({"id": 2, "s": "x" * 5_000}, "huge")
+    failed = w2.flush()
+    assert len(failed) == 1 and "larger than an append request" in failed[0].reason
+    assert w.flush() == []
+
+
+def test_a_serializer_returning_something_else_than_a_row_is_a_clear_error() -> None:
+    w = writer(FakeService())
+    with pytest.raises(
+        SerializerError, match=r"sink 'test-sink': the serializer returned list for table p\.d\.t"
+    ):
+        w.write([1, 2], "the-record")
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_request_bytes"):
+        BigQueryWriterOptions.builder().max_request_bytes(20_000_000).build()
+    with pytest.raises(ValueError, match="idle_timeout"):
+        BigQueryWriterOptions.builder().idle_timeout(timedelta(0)).build()
