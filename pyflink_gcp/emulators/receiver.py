@@ -85,6 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The Cloud Tasks emulator dispatches hundreds of tasks at once; the default backlog of 5
+    # leaves connections hanging until its dispatch deadline.
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], receiver: Receiver) -> None:
         self.receiver = receiver

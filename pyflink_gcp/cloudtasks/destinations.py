@@ -1,0 +1,76 @@
+"""Cloud Tasks destinations: a queue, identified by its resource name."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from pyflink_gcp.core.types import Destination
+
+# Queue ids: 1-100 letters, digits and hyphens. Projects and locations are checked loosely
+# (non-empty, no slash): the service is the authority on which ones exist.
+_QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
+_SEGMENT = re.compile(r"[^/\s]+")
+
+
+class QueueDestination(Destination):
+    """A Cloud Tasks queue: ``projects/{project}/locations/{location}/queues/{queue}``.
+
+    Validated when built, so a resolver that produces an impossible name fails on the record that
+    produced it, with the name in the message. The sink never creates queues.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, project: str, location: str, queue: str) -> None:
+        if not isinstance(project, str) or not _SEGMENT.fullmatch(project):
+            raise ValueError(f"QueueDestination needs a project id, got {project!r}")
+        if not isinstance(location, str) or not _SEGMENT.fullmatch(location):
+            raise ValueError(
+                f"QueueDestination needs a location such as 'us-central1', got {location!r}"
+            )
+        if not isinstance(queue, str) or not _QUEUE_ID.fullmatch(queue):
+            raise ValueError(
+                f"invalid Cloud Tasks queue id {queue!r}: 1-100 letters, digits and hyphens"
+            )
+        self._init_name(f"projects/{project}/locations/{location}/queues/{queue}")
+
+    @staticmethod
+    def of(project: str, location: str, queue: str) -> QueueDestination:
+        """The queue ``queue`` of ``project`` in ``location``.
+
+        Resolvers call this once per record; equal arguments return the same (immutable) value
+        from a small cache, so the hot path skips validation and allocation.
+        """
+        return _cached(project, location, queue)
+
+    @staticmethod
+    def from_resource_name(name: str) -> QueueDestination:
+        """Parse ``projects/{project}/locations/{location}/queues/{queue}``."""
+        parts = name.split("/") if isinstance(name, str) else []
+        if (
+            len(parts) != 6
+            or parts[0] != "projects"
+            or parts[2] != "locations"
+            or parts[4] != "queues"
+        ):
+            raise ValueError(f"not a Cloud Tasks queue resource name: {name!r}")
+        return _cached(parts[1], parts[3], parts[5])
+
+    @property
+    def project(self) -> str:
+        return self._name.split("/")[1]
+
+    @property
+    def location(self) -> str:
+        return self._name.split("/")[3]
+
+    @property
+    def queue(self) -> str:
+        """The queue id (the last segment of the resource name)."""
+        return self._name.split("/")[5]
+
+
+@lru_cache(maxsize=4096)
+def _cached(project: str, location: str, queue: str) -> QueueDestination:
+    return QueueDestination(project, location, queue)

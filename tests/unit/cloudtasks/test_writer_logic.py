@@ -1,0 +1,302 @@
+"""The queue writer's bookkeeping against a scripted fake channel: outcomes, retries, limits."""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.cloud import tasks_v2
+
+from pyflink_gcp.cloudtasks import CloudTasksSerializationSchema, CloudTasksWriterOptions
+from pyflink_gcp.cloudtasks.destinations import QueueDestination
+from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory, QueueWriter
+from pyflink_gcp.core import (
+    DestinationNotFoundError,
+    RetryPolicy,
+    SerializerError,
+    SubtaskInfo,
+    WriteError,
+)
+from pyflink_gcp.core.endpoints import Endpoint
+
+QUEUE = QueueDestination.of("p", "us-central1", "hooks")
+URL = "https://example.com/hook"
+CreateTaskRequestPb = tasks_v2.CreateTaskRequest.pb()
+
+
+class FakeError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str = "scripted") -> None:
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FakeFuture:
+    def __init__(self, error: BaseException | None) -> None:
+        self._error = error
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._error
+
+
+class FakeChannel:
+    """Answers each call with the next scripted outcome (None: OK) and records the requests."""
+
+    def __init__(self) -> None:
+        self.script: deque[grpc.StatusCode | None] = deque()
+        self.requests: list[Any] = []
+        self.metadata: list[Any] = []
+        self.closed = False
+
+    def unary_unary(self, method: str, **kwargs: Any) -> Any:
+        assert method == "/google.cloud.tasks.v2.CloudTasks/CreateTask"
+        channel = self
+
+        class Callable_:
+            def future(self, request: bytes, timeout: float, metadata: Any) -> FakeFuture:
+                channel.requests.append(CreateTaskRequestPb.FromString(request))
+                channel.metadata.append(metadata)
+                code = channel.script.popleft() if channel.script else None
+                return FakeFuture(None if code is None else FakeError(code))
+
+        return Callable_()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeFactory(CloudTasksWriterFactory):
+    def __init__(self, **options: Any) -> None:
+        opts = CloudTasksWriterOptions(verify_queues=False, **options)
+        super().__init__(
+            "hooks-sink",
+            opts,
+            retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.002, deadline_s=0.2),
+        )
+        self.channel = FakeChannel()
+
+    def _open_channels(self, endpoint: Endpoint) -> list[Any]:
+        return [self.channel]
+
+
+def _writer(**options: Any) -> tuple[FakeFactory, QueueWriter]:
+    factory = FakeFactory(**options)
+    factory.open(SubtaskInfo("hooks-sink"))
+    return factory, factory.create_writer(QUEUE)
+
+
+def _task(task_id: str | None = None, body: bytes = b"{}") -> Any:
+    schema = CloudTasksSerializationSchema.http_target(URL).with_body(lambda r: body)
+    if task_id is not None:
+        schema = schema.with_task_id(lambda r: task_id)
+    return schema.serialize("record")
+
+
+def test_request_names_queue_and_task() -> None:
+    factory, writer = _writer()
+    writer.write(_task("abc-1"), "record")
+    assert not writer.is_clean
+    assert writer.flush() == []
+    assert writer.is_clean
+    (request,) = factory.channel.requests
+    assert request.parent == str(QUEUE)
+    assert request.task.name == f"{QUEUE}/tasks/abc-1"
+    assert request.task.http_request.url == URL
+    routing = dict(factory.channel.metadata[0])["x-goog-request-params"]
+    assert routing == f"parent={QUEUE}"
+    assert factory.created == 1
+
+
+def test_already_exists_counts_as_written() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend([grpc.StatusCode.ALREADY_EXISTS])
+    writer.write(_task("abc"), "record")
+    assert writer.flush() == []
+    assert (factory.created, factory.already_existed) == (0, 1)
+
+
+def test_transient_errors_are_retried_then_succeed() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend(
+        [grpc.StatusCode.UNAVAILABLE, None, grpc.StatusCode.DEADLINE_EXCEEDED, None]
+    )
+    for i in range(3):
+        writer.write(_task(f"t{i}"), i)
+    assert writer.flush() == []
+    assert factory.retried == 2
+    names = [r.task.name.rsplit("/", 1)[1] for r in factory.channel.requests]
+    assert names == ["t0", "t1", "t2", "t0", "t2"]
+
+
+def test_transient_errors_past_the_deadline_fail_the_job() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend([grpc.StatusCode.UNAVAILABLE] * 10_000)
+    writer.write(_task(), "record")
+    with pytest.raises(WriteError, match="hooks-sink.*creating 1 tasks in projects/p"):
+        writer.flush()
+
+
+def test_invalid_argument_goes_to_the_failure_handler() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend([None, grpc.StatusCode.INVALID_ARGUMENT])
+    writer.write(_task("ok"), "r1")
+    writer.write(_task("bad", body=b"payload"), {"id": "r2"})
+    (failed,) = writer.flush()
+    assert failed.destination == str(QUEUE)
+    assert failed.reason.startswith("INVALID_ARGUMENT")
+    assert failed.payload == b"payload"
+    assert failed.attributes == {"queue": str(QUEUE), "task": "bad", "url": URL}
+    assert "r2" in failed.record_repr
+    assert factory.rejected == 1
+
+
+def test_not_found_names_the_queue() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend([grpc.StatusCode.NOT_FOUND])
+    writer.write(_task(), "record")
+    with pytest.raises(DestinationNotFoundError, match="queues/hooks' does not exist"):
+        writer.flush()
+
+
+def test_permission_denied_fails_the_job() -> None:
+    factory, writer = _writer()
+    factory.channel.script.extend([grpc.StatusCode.PERMISSION_DENIED])
+    writer.write(_task(), "record")
+    with pytest.raises(WriteError, match="PERMISSION_DENIED"):
+        writer.flush()
+
+
+def test_oversized_and_invalid_tasks_are_rejected_without_a_call() -> None:
+    factory, writer = _writer(max_task_size_bytes=1000)
+    writer.write(_task(body=b"x" * 2000), "big")
+    writer.write(_task("not valid!"), "bad id")
+    bad_url = _task()
+    bad_url.http_request.url = "ftp://example.com"
+    writer.write(bad_url, "bad url")
+    writer.write(_task(body=b"x" * 500), "fits")
+    assert not writer.is_clean
+    failures = writer.flush()
+    assert [f.record_repr for f in failures] == ["'big'", "'bad id'", "'bad url'"]
+    assert "exceeds the 1000-byte limit" in failures[0].reason
+    assert failures[0].payload == b"x" * 2000
+    assert "invalid task id" in failures[1].reason
+    assert "invalid URL" in failures[2].reason
+    assert len(factory.channel.requests) == 1
+
+
+def test_serializer_bugs_fail_the_job() -> None:
+    factory, writer = _writer()
+    with pytest.raises(SerializerError, match="hooks-sink.*returned dict.*queues/hooks"):
+        writer.write({"url": URL}, "record")
+    foreign = _task()
+    foreign.name = "projects/p/locations/l/queues/other/tasks/x"
+    with pytest.raises(SerializerError, match="does not belong to queue"):
+        writer.write(foreign, "record")
+
+
+def test_proto_plus_tasks_and_full_names_are_accepted() -> None:
+    factory, writer = _writer()
+    writer.write(
+        tasks_v2.Task(name=f"{QUEUE}/tasks/full", http_request=tasks_v2.HttpRequest(url=URL)), "r"
+    )
+    writer.write(tasks_v2.Task(app_engine_http_request=tasks_v2.AppEngineHttpRequest()), "r")
+    assert writer.flush() == []
+    assert factory.channel.requests[0].task.name == f"{QUEUE}/tasks/full"
+    assert factory.channel.requests[1].task.HasField("app_engine_http_request")
+
+
+def test_in_flight_window_and_pending_stay_bounded() -> None:
+    factory, writer = _writer(max_in_flight=4)
+    factory.channel.script.extend([None] * 50 + [grpc.StatusCode.INVALID_ARGUMENT])
+    for i in range(51):
+        writer.write(_task(), i)
+        assert len(factory._window) <= 4
+        assert len(writer._pending) <= 16
+    assert len(writer.flush()) == 1  # the failure survived compaction
+    assert factory.created == 50
+    factory.flush_shared()
+    assert not factory._window
+
+
+def test_channels_spread_and_close() -> None:
+    factory = FakeFactory(channel_count=2)
+    channels = [FakeChannel(), FakeChannel()]
+    factory._open_channels = lambda endpoint: channels  # type: ignore[method-assign]
+    factory.open(SubtaskInfo("hooks-sink"))
+    writer = factory.create_writer(QUEUE)
+    for _ in range(4):
+        writer.write(_task(), "r")
+    writer.flush()
+    assert [len(c.requests) for c in channels] == [2, 2]
+    factory.close()
+    assert all(c.closed for c in channels)
+
+
+def test_factory_pickles_without_live_state() -> None:
+    import cloudpickle
+
+    factory, writer = _writer(retry_deadline=timedelta(seconds=3))
+    copy = cloudpickle.loads(cloudpickle.dumps(factory))
+    assert copy._channels == [] and copy._start_call is None
+    assert copy.options == factory.options
+
+
+class FakeAdmin:
+    """Answers GetQueue with a scripted queue state or error, counting calls."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.calls: list[str] = []
+
+    def get_queue(self, name: str, retry: Any, timeout: float) -> Any:
+        self.calls.append(name)
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return tasks_v2.Queue(name=name, state=self.outcome)
+
+
+def _verifying_factory(outcome: Any) -> tuple[FakeFactory, FakeAdmin]:
+    factory = FakeFactory()
+    factory.options = CloudTasksWriterOptions(verify_queues=True)
+    factory.open(SubtaskInfo("hooks-sink"))
+    admin = FakeAdmin(outcome)
+    factory._client = admin
+    return factory, admin
+
+
+def test_queue_check_runs_once_per_queue() -> None:
+    factory, admin = _verifying_factory(tasks_v2.Queue.State.RUNNING)
+    factory.create_writer(QUEUE)
+    factory.create_writer(QUEUE)
+    assert admin.calls == [str(QUEUE)]
+
+
+def test_queue_check_failures() -> None:
+    factory, _ = _verifying_factory(FakeError(grpc.StatusCode.NOT_FOUND))
+    with pytest.raises(DestinationNotFoundError, match="gcloud tasks queues create hooks"):
+        factory.create_writer(QUEUE)
+    factory, _ = _verifying_factory(tasks_v2.Queue.State.DISABLED)
+    with pytest.raises(WriteError, match="is DISABLED"):
+        factory.create_writer(QUEUE)
+    factory, _ = _verifying_factory(FakeError(grpc.StatusCode.UNAUTHENTICATED))
+    with pytest.raises(WriteError, match="UNAUTHENTICATED"):
+        factory.create_writer(QUEUE)
+
+
+def test_queue_check_without_permission_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    factory, admin = _verifying_factory(FakeError(grpc.StatusCode.PERMISSION_DENIED))
+    factory.create_writer(QUEUE)
+    factory.create_writer(QUEUE)
+    assert admin.calls == [str(QUEUE)]
+    assert "skipping the existence check" in caplog.text
