@@ -1,0 +1,168 @@
+"""``BigtableSink``: what ``ds.sink_to(...)`` accepts, and its builder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
+from pyflink_gcp.bigtable.writer import BigtableWriterFactory
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.functions import as_resolver, describe_callable, ensure_picklable
+from pyflink_gcp.core.runtime import DynamicSink
+from pyflink_gcp.core.sink_writer import SinkConfig
+
+DEFAULT_SINK_NAME = "bigtable-sink"
+
+
+class BigtableSink(DynamicSink):
+    """Writes ``RowMutationEntry`` s to the Bigtable table each record's resolver names.
+
+    At least once: every record a subtask received before a checkpoint barrier is written (or
+    handed to the failure handler) before the checkpoint completes, and at the end of input.
+    Replays rewrite the same cells; with explicit cell timestamps that is idempotent.
+
+    Build it with :meth:`builder`::
+
+        sink = (BigtableSink.builder()
+                .set_destination_resolver(lambda e, ctx: TableDestination.of(p, i, "t_" + e["day"]))
+                .set_serializer(lambda e, ctx: RowMutationEntry(e["id"], [SetCell("cf", b"q", e["v"])]))
+                .set_table_create_options(TableCreateOptions(column_families={"cf": 1}))
+                .build())
+        ds.sink_to(sink)
+    """
+
+    @staticmethod
+    def builder() -> BigtableSinkBuilder:
+        return BigtableSinkBuilder()
+
+    @property
+    def writer_factory(self) -> BigtableWriterFactory:
+        factory = self._config.factory
+        assert isinstance(factory, BigtableWriterFactory)
+        return factory
+
+
+class BigtableSinkBuilder:
+    """Builder of :class:`BigtableSink`; :meth:`build` validates everything."""
+
+    def __init__(self) -> None:
+        self._resolver: Any = None
+        self._serializer: Any = None
+        self._options = BigtableWriterOptions()
+        self._create_options: TableCreateOptions | None = None
+        self._failure_handler = FailureHandler.fail_job()
+        self._endpoint: str | None = None
+        self._admin_endpoint: str | None = None
+        self._name = DEFAULT_SINK_NAME
+
+    def set_destination_resolver(self, resolver: Any) -> BigtableSinkBuilder:
+        """``(record, WriterContext) -> TableDestination``, or an object with ``resolve``.
+
+        Called once per record; must be picklable, deterministic and cheap.
+        """
+        self._resolver = resolver
+        return self
+
+    def set_serializer(self, serializer: Any) -> BigtableSinkBuilder:
+        """``(record, WriterContext) -> RowMutationEntry | None`` (None skips the record), or an
+        object with ``serialize``."""
+        self._serializer = serializer
+        return self
+
+    def set_writer_options(self, options: BigtableWriterOptions) -> BigtableSinkBuilder:
+        if not isinstance(options, BigtableWriterOptions):
+            raise ConfigurationError(
+                "set_writer_options() takes BigtableWriterOptions "
+                f"(BigtableWriterOptions.builder()...build()), got {type(options).__name__}"
+            )
+        self._options = options
+        return self
+
+    def set_table_create_options(self, options: TableCreateOptions | None) -> BigtableSinkBuilder:
+        """Let the sink create missing tables with these column families (None: never create)."""
+        if options is not None and not isinstance(options, TableCreateOptions):
+            raise ConfigurationError(
+                "set_table_create_options() takes TableCreateOptions(column_families={...}), "
+                f"got {type(options).__name__}"
+            )
+        self._create_options = options
+        return self
+
+    def set_failure_handler(self, handler: FailureHandler) -> BigtableSinkBuilder:
+        """What happens to entries Bigtable rejects for their content (default: fail the job)."""
+        if not isinstance(handler, FailureHandler):
+            raise ConfigurationError(
+                "set_failure_handler() takes FailureHandler.fail_job(), .log_and_drop() or "
+                f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
+            )
+        self._failure_handler = handler
+        return self
+
+    def set_endpoint(self, endpoint: str, admin_endpoint: str | None = None) -> BigtableSinkBuilder:
+        """Connect to ``host:port`` instead of ``BIGTABLE_EMULATOR_HOST`` or Google's endpoint.
+
+        ``http://host:port`` means plain text without credentials (an emulator); anything else
+        uses TLS with Application Default Credentials. Table admin calls (existence check,
+        creation) go to ``admin_endpoint``, by default the same plain-text endpoint, or Google's
+        default admin endpoint when ``endpoint`` is a TLS data endpoint.
+        """
+        if not endpoint or not isinstance(endpoint, str):
+            raise ConfigurationError("set_endpoint() needs 'host:port' or a URL")
+        self._endpoint = endpoint
+        self._admin_endpoint = admin_endpoint
+        return self
+
+    def set_sink_name(self, name: str) -> BigtableSinkBuilder:
+        """The name used in the operator name, every error message, log line and metric."""
+        if not name or not isinstance(name, str):
+            raise ConfigurationError("set_sink_name() needs a non-empty string")
+        self._name = name
+        return self
+
+    def build(self) -> BigtableSink:
+        name = self._name
+        if self._resolver is None:
+            raise ConfigurationError(
+                f"sink '{name}': set_destination_resolver() is required (a callable "
+                "(record, context) -> TableDestination)"
+            )
+        as_resolver(self._resolver, name)
+        if self._serializer is None:
+            raise ConfigurationError(
+                f"sink '{name}': set_serializer() is required (a callable "
+                "(record, context) -> RowMutationEntry or None)"
+            )
+        serialize = getattr(self._serializer, "serialize", self._serializer)
+        if not callable(serialize):
+            raise ConfigurationError(
+                f"sink '{name}': the serializer must be a callable (record, context) or an "
+                f"object with serialize(record, context); got {type(self._serializer).__name__}"
+            )
+        ensure_picklable(self._resolver, "destination resolver", name)
+        ensure_picklable(self._serializer, "serializer", name)
+        dlq = self._failure_handler.dead_letter_queue
+        if dlq is not None:
+            ensure_picklable(dlq, "dead-letter queue", name)
+        options = self._options
+        factory = BigtableWriterFactory(
+            sink_name=name,
+            options=options,
+            create_options=self._create_options,
+            endpoint=self._endpoint,
+            admin_endpoint=self._admin_endpoint,
+            resolver_name=describe_callable(self._resolver),
+        )
+        idle = options.destination_idle_timeout
+        config = SinkConfig(
+            sink_name=name,
+            factory=factory,
+            resolver=self._resolver,
+            serializer=self._serializer,
+            failure_handler=self._failure_handler,
+            idle_timeout_s=None if idle is None else idle.total_seconds(),
+            max_buffered_records=options.flush_max_records,
+            max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
+            per_destination_metrics=options.per_table_metrics,
+        )
+        return BigtableSink(config)
