@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyflink_gcp.bigquery.options import (
     BigQueryWriterOptions,
     CreateDisposition,
@@ -12,9 +10,9 @@ from pyflink_gcp.bigquery.options import (
 )
 from pyflink_gcp.bigquery.serialization import BigQuerySerializer, has_schema
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
+from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.failure import FailureHandler
-from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -45,36 +43,23 @@ class BigQuerySink(DynamicSink):
         return BigQuerySinkBuilder()
 
 
-class BigQuerySinkBuilder:
-    """Builder of :class:`BigQuerySink`. Only the resolver and the serializer are required."""
+class BigQuerySinkBuilder(SinkBuilder):
+    """Builder of :class:`BigQuerySink`. Only the resolver and the serializer are required.
+
+    The resolver returns a ``TableDestination`` or an ``UnroutableRecord``; the serializer is a
+    :class:`BigQuerySerializer`, or a callable ``(record, context) -> row dict``.
+    """
+
+    default_name = "bigquery-sink"
 
     def __init__(self) -> None:
-        self._name = "bigquery-sink"
-        self._resolver: Any = None
-        self._serializer: Any = None
+        super().__init__()
         self._method = WriteMethod.STORAGE_API_AT_LEAST_ONCE
         self._ordering = OrderingMode.NONE
         self._disposition = CreateDisposition.CREATE_NEVER
-        self._failure_handler = FailureHandler.fail_job()
         self._options = BigQueryWriterOptions()
         self._storage_endpoint: str | None = None
         self._rest_endpoint: str | None = None
-
-    def set_sink_name(self, name: str) -> BigQuerySinkBuilder:
-        """The name used in errors, logs and metrics (default ``bigquery-sink``)."""
-        self._name = name
-        return self
-
-    def set_destination_resolver(self, resolver: Any) -> BigQuerySinkBuilder:
-        """``(record, WriterContext) -> TableDestination | UnroutableRecord``, or an object with
-        ``resolve``."""
-        self._resolver = resolver
-        return self
-
-    def set_serializer(self, serializer: Any) -> BigQuerySinkBuilder:
-        """A :class:`BigQuerySerializer`, or a callable ``(record, context) -> row dict``."""
-        self._serializer = serializer
-        return self
 
     def set_write_method(self, method: WriteMethod) -> BigQuerySinkBuilder:
         """How rows are written. Only ``STORAGE_API_AT_LEAST_ONCE`` is available so far."""
@@ -111,11 +96,6 @@ class BigQuerySinkBuilder:
         self._disposition = disposition
         return self
 
-    def set_failure_handler(self, handler: FailureHandler) -> BigQuerySinkBuilder:
-        """What happens to unroutable records and rows BigQuery rejects (default: fail)."""
-        self._failure_handler = handler
-        return self
-
     def set_writer_options(self, options: BigQueryWriterOptions) -> BigQuerySinkBuilder:
         self._options = options
         return self
@@ -133,11 +113,8 @@ class BigQuerySinkBuilder:
         return self
 
     def build(self) -> BigQuerySink:
-        name = self._name
-        as_resolver(self._resolver, name)
+        name = self._validate_common("BigQuerySerializer.of(to_row, schema=...)")
         serializer = self._serializer
-        if serializer is None:
-            raise ConfigurationError(f"sink '{name}': set_serializer() is required")
         if not isinstance(serializer, BigQuerySerializer):
             method = getattr(serializer, "serialize", None)
             if not callable(method) and not callable(serializer):
@@ -151,17 +128,11 @@ class BigQuerySinkBuilder:
                 "schema(destination); use a BigQuerySerializer with a schema "
                 "(BigQuerySerializer.of(to_row, schema=TableSchema.of(...))) or CREATE_NEVER"
             )
-        if not isinstance(self._failure_handler, FailureHandler):
-            raise ConfigurationError(f"sink '{name}': set_failure_handler() takes a FailureHandler")
         if not isinstance(self._options, BigQueryWriterOptions):
             raise ConfigurationError(
                 f"sink '{name}': set_writer_options() takes BigQueryWriterOptions"
             )
-        ensure_picklable(self._resolver, "destination resolver", name)
         ensure_picklable(serializer, "serializer", name)
-        dlq = self._failure_handler.dead_letter_queue
-        if dlq is not None:
-            ensure_picklable(dlq, "dead-letter queue", name)
         options = self._options
         factory = BigQueryWriterFactory(
             sink_name=name,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
+from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
-from pyflink_gcp.core.functions import as_resolver, describe_callable, ensure_picklable
+from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
 
@@ -43,32 +42,20 @@ class BigtableSink(DynamicSink):
         return factory
 
 
-class BigtableSinkBuilder:
-    """Builder of :class:`BigtableSink`; :meth:`build` validates everything."""
+class BigtableSinkBuilder(SinkBuilder):
+    """Builder of :class:`BigtableSink`; :meth:`build` validates everything.
+
+    The serializer is ``(record, WriterContext) -> RowMutationEntry | None`` (None skips the
+    record), or an object with ``serialize``.
+    """
+
+    default_name = DEFAULT_SINK_NAME
 
     def __init__(self) -> None:
-        self._resolver: Any = None
-        self._serializer: Any = None
+        super().__init__()
         self._options = BigtableWriterOptions()
         self._create_options: TableCreateOptions | None = None
-        self._failure_handler = FailureHandler.fail_job()
-        self._endpoint: str | None = None
         self._admin_endpoint: str | None = None
-        self._name = DEFAULT_SINK_NAME
-
-    def set_destination_resolver(self, resolver: Any) -> BigtableSinkBuilder:
-        """``(record, WriterContext) -> TableDestination``, or an object with ``resolve``.
-
-        Called once per record; must be picklable, deterministic and cheap.
-        """
-        self._resolver = resolver
-        return self
-
-    def set_serializer(self, serializer: Any) -> BigtableSinkBuilder:
-        """``(record, WriterContext) -> RowMutationEntry | None`` (None skips the record), or an
-        object with ``serialize``."""
-        self._serializer = serializer
-        return self
 
     def set_writer_options(self, options: BigtableWriterOptions) -> BigtableSinkBuilder:
         if not isinstance(options, BigtableWriterOptions):
@@ -113,37 +100,15 @@ class BigtableSinkBuilder:
         self._admin_endpoint = admin_endpoint
         return self
 
-    def set_sink_name(self, name: str) -> BigtableSinkBuilder:
-        """The name used in the operator name, every error message, log line and metric."""
-        if not name or not isinstance(name, str):
-            raise ConfigurationError("set_sink_name() needs a non-empty string")
-        self._name = name
-        return self
-
     def build(self) -> BigtableSink:
-        name = self._name
-        if self._resolver is None:
-            raise ConfigurationError(
-                f"sink '{name}': set_destination_resolver() is required (a callable "
-                "(record, context) -> TableDestination)"
-            )
-        as_resolver(self._resolver, name)
-        if self._serializer is None:
-            raise ConfigurationError(
-                f"sink '{name}': set_serializer() is required (a callable "
-                "(record, context) -> RowMutationEntry or None)"
-            )
+        name = self._validate_common("a callable (record, context) -> RowMutationEntry or None")
         serialize = getattr(self._serializer, "serialize", self._serializer)
         if not callable(serialize):
             raise ConfigurationError(
                 f"sink '{name}': the serializer must be a callable (record, context) or an "
                 f"object with serialize(record, context); got {type(self._serializer).__name__}"
             )
-        ensure_picklable(self._resolver, "destination resolver", name)
         ensure_picklable(self._serializer, "serializer", name)
-        dlq = self._failure_handler.dead_letter_queue
-        if dlq is not None:
-            ensure_picklable(dlq, "dead-letter queue", name)
         options = self._options
         factory = BigtableWriterFactory(
             sink_name=name,

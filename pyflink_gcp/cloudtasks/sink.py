@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
 from pyflink_gcp.cloudtasks.serialization import CloudTasksSerializationSchema, TaskSerializer
 from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory
+from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.failure import FailureHandler
-from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -42,60 +40,27 @@ class CloudTasksSink(DynamicSink):
         return CloudTasksSinkBuilder()
 
 
-class CloudTasksSinkBuilder:
-    """Builder of :class:`CloudTasksSink`. Only the resolver and the serializer are required."""
+class CloudTasksSinkBuilder(SinkBuilder):
+    """Builder of :class:`CloudTasksSink`. Only the resolver and the serializer are required.
+
+    The serializer is a :class:`CloudTasksSerializationSchema`, or a callable
+    ``record -> tasks_v2.Task`` (for App Engine targets, OIDC tokens ...; None skips the record).
+    """
+
+    default_name = "cloudtasks-sink"
 
     def __init__(self) -> None:
-        self._name = "cloudtasks-sink"
-        self._resolver: Any = None
-        self._serializer: Any = None
+        super().__init__()
         self._options = CloudTasksWriterOptions()
-        self._failure_handler = FailureHandler.fail_job()
-        self._endpoint: str | None = None
-
-    def set_sink_name(self, name: str) -> CloudTasksSinkBuilder:
-        """The name used in errors, logs and metrics (default ``cloudtasks-sink``)."""
-        self._name = name
-        return self
-
-    def set_destination_resolver(self, resolver: Any) -> CloudTasksSinkBuilder:
-        """``(record, WriterContext) -> QueueDestination``, or an object with ``resolve``."""
-        self._resolver = resolver
-        return self
-
-    def set_serializer(self, serializer: Any) -> CloudTasksSinkBuilder:
-        """A :class:`CloudTasksSerializationSchema`, or a callable ``record -> tasks_v2.Task``
-        (for App Engine targets, OIDC tokens ...; None skips the record)."""
-        self._serializer = serializer
-        return self
 
     def set_writer_options(self, options: CloudTasksWriterOptions) -> CloudTasksSinkBuilder:
         """Calls in flight, channels, retry deadline, task size limit."""
         self._options = options
         return self
 
-    def set_failure_handler(self, handler: FailureHandler) -> CloudTasksSinkBuilder:
-        """What happens to oversized or refused tasks (default: fail the job)."""
-        self._failure_handler = handler
-        return self
-
-    def set_endpoint(self, endpoint: str) -> CloudTasksSinkBuilder:
-        """``host:port`` of the service (TLS, ADC); an ``http://host:port`` URL means an
-        emulator. Default: ``CLOUD_TASKS_EMULATOR_HOST`` if set, else the service."""
-        self._endpoint = endpoint
-        return self
-
     def build(self) -> CloudTasksSink:
-        name = self._name
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError("set_sink_name() takes a non-empty string")
-        as_resolver(self._resolver, name)
+        name = self._validate_common("CloudTasksSerializationSchema.http_target(url).with_body(fn)")
         serializer = self._serializer
-        if serializer is None:
-            raise ConfigurationError(
-                f"sink '{name}': set_serializer() is required, e.g. "
-                "CloudTasksSerializationSchema.http_target(url).with_body(fn)"
-            )
         if not isinstance(serializer, CloudTasksSerializationSchema | TaskSerializer):
             if not callable(serializer):
                 raise ConfigurationError(
@@ -107,17 +72,7 @@ class CloudTasksSinkBuilder:
             raise ConfigurationError(
                 f"sink '{name}': set_writer_options() takes CloudTasksWriterOptions"
             )
-        if not isinstance(self._failure_handler, FailureHandler):
-            raise ConfigurationError(f"sink '{name}': set_failure_handler() takes a FailureHandler")
-        if self._endpoint is not None and (
-            not isinstance(self._endpoint, str) or not self._endpoint
-        ):
-            raise ConfigurationError(f"sink '{name}': set_endpoint() takes 'host:port' or a URL")
-        ensure_picklable(self._resolver, "destination resolver", name)
         ensure_picklable(serializer, "serializer", name)
-        dlq = self._failure_handler.dead_letter_queue
-        if dlq is not None:
-            ensure_picklable(dlq, "dead-letter queue", name)
         options = self._options
         factory = CloudTasksWriterFactory(
             sink_name=name,
