@@ -1,0 +1,288 @@
+"""Spanner sink throughput against its two ceilings, measured in one run on the same input.
+
+    python bench/spanner.py [--records 30000] [--index]
+
+Measured against the same emulator, with the same rows, each run into a fresh table:
+
+- **raw client**: google-cloud-spanner's own ``database.batch()`` committing the same
+  insert-or-update mutations from a plain Python loop, outside Flink, in commits of the same
+  size as the sink's: what the emulator allows without Flink. Measured first and last; the
+  baseline is the mean of the two.
+- **PyFlink ceiling**: the same source and record map into a Python process function that does
+  nothing: what a Python operator allows on this machine (parallelism 2).
+- **sink**: the same job with ``SpannerSink`` (checkpoints every second), at parallelism 1 and
+  2. The emulator runs one transaction at a time and aborts the others, so at parallelism 2
+  the subtasks' commits take turns (each abort is retried).
+
+Job throughput is timed inside the job (each subtask's first record to its final flush), so
+job start-up is not counted. Ratios are against the lower of the two ceilings; the target is
+0.8. Starts a Spanner emulator unless ``SPANNER_EMULATOR_HOST`` is set. Figures from a machine
+shared with other work vary from run to run: compare ratios from the same run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyflink.datastream.functions import ProcessFunction  # noqa: E402
+
+from pyflink_gcp.core import SubtaskInfo  # noqa: E402
+from pyflink_gcp.spanner import (  # noqa: E402
+    DatabaseDestination,
+    Mutation,
+    SpannerSink,
+    SpannerWriterOptions,
+)
+from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory  # noqa: E402
+from tests.support.jobs import make_env, record_stream  # noqa: E402
+
+PROJECT = "test-project"
+TARGET = 0.8
+KINDS = ("click", "view", "buy", "share")
+COLUMNS = ("id", "kind", "score", "customer")
+MAX_MUTATIONS = 20_000  # the sink's default budget
+
+
+def to_record(i: int) -> dict[str, Any]:
+    return {"id": i, "kind": KINDS[i % 4], "score": i * 0.5, "customer": f"c{i % 1000:04d}"}
+
+
+class ToMutation:
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def serialize(self, record: dict[str, Any], context: Any) -> Mutation:
+        return Mutation.insert_or_update(self.table, record)
+
+
+def _log_span(path: str, start: float, end: float) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"start": start, "end": end}) + "\n")
+
+
+def _rate(path: str, records: int) -> float:
+    with open(path) as f:
+        spans = [json.loads(line) for line in f]
+    return records / (max(s["end"] for s in spans) - min(s["start"] for s in spans))
+
+
+class TimedWriter(SpannerWriter):
+    """Notes the first record and the end of each flush that committed something."""
+
+    spans_path = ""
+    first: float | None = None
+    last: float | None = None
+
+    def write(self, element: Any, record: Any) -> None:
+        if self.first is None:
+            self.first = time.time()
+        super().write(element, record)
+
+    def flush(self) -> list[Any]:
+        failures = super().flush()
+        self.last = time.time()
+        return failures
+
+    def close(self) -> None:
+        if self.first is not None and self.last is not None:
+            _log_span(self.spans_path, self.first, self.last)
+        super().close()
+
+
+class TimedFactory(SpannerWriterFactory):
+    spans_path = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "spans_path": self.spans_path}
+
+    def create_writer(self, destination: DatabaseDestination) -> SpannerWriter:
+        writer = TimedWriter(destination, self)
+        writer.spans_path = self.spans_path
+        return writer
+
+
+class Discard(ProcessFunction):
+    """The PyFlink ceiling: a Python operator that receives every record and does nothing."""
+
+    def __init__(self, spans_path: str) -> None:
+        self.spans_path = spans_path
+        self.first: float | None = None
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        if self.first is None:
+            self.first = time.time()
+
+    def close(self) -> None:
+        if self.first is not None:
+            _log_span(self.spans_path, self.first, time.time())
+
+
+@contextlib.contextmanager
+def spanner_emulator() -> Iterator[None]:
+    if os.environ.get("SPANNER_EMULATOR_HOST"):
+        yield
+        return
+    from pyflink_gcp.emulators import EmulatorStack
+
+    with EmulatorStack(services=("spanner",), project=PROJECT, keep_logs=False) as stack:
+        os.environ.update(stack.env)
+        yield
+
+
+def destination() -> DatabaseDestination:
+    return DatabaseDestination.of(
+        PROJECT,
+        os.environ.get("SPANNER_INSTANCE", "test-instance"),
+        os.environ.get("SPANNER_DATABASE", "test-db"),
+    )
+
+
+def database() -> Any:
+    from google.cloud import spanner
+
+    d = destination()
+    client = spanner.Client(project=PROJECT, disable_builtin_metrics=True)
+    return client.instance(d.instance).database(d.database)
+
+
+def create_table(index: bool) -> str:
+    name = f"Bench_{uuid.uuid4().hex[:8]}"
+    ddl = [
+        f"CREATE TABLE {name} (id INT64 NOT NULL, kind STRING(16), score FLOAT64, "
+        "customer STRING(16)) PRIMARY KEY (id)"
+    ]
+    if index:
+        ddl.append(f"CREATE INDEX {name}_ByCustomer ON {name}(customer)")
+    database().update_ddl(ddl).result(120)
+    return name
+
+
+def rows_per_commit(table: str) -> int:
+    """The sink's commit size for this table, from its own counting rule."""
+    factory = SpannerWriterFactory(
+        sink_name="bench", database=destination(), options=SpannerWriterOptions()
+    )
+    factory.open(SubtaskInfo("bench"))
+    try:
+        schema = factory.schema.table(table)
+        assert schema is not None
+        return MAX_MUTATIONS // schema.write_cost("insert_or_update", COLUMNS)
+    finally:
+        factory.close()
+
+
+def count_rows(table: str) -> int:
+    with database().snapshot() as snapshot:
+        return int(list(snapshot.execute_sql(f"SELECT COUNT(*) FROM {table}"))[0][0])
+
+
+def raw_client(records: int, index: bool) -> float:
+    """google-cloud-spanner's batch commits of the same rows, from a plain loop."""
+    table = create_table(index)
+    chunk = rows_per_commit(table)
+    db = database()
+    start = time.perf_counter()
+    rows: list[tuple[Any, ...]] = []
+    for i in range(records):
+        r = to_record(i)
+        rows.append((r["id"], r["kind"], r["score"], r["customer"]))
+        if len(rows) == chunk:
+            with db.batch() as batch:
+                batch.insert_or_update(table, COLUMNS, rows)
+            rows = []
+    if rows:
+        with db.batch() as batch:
+            batch.insert_or_update(table, COLUMNS, rows)
+    elapsed = time.perf_counter() - start
+    assert count_rows(table) == records
+    return records / elapsed
+
+
+def pyflink_ceiling(records: int, workdir: str) -> float:
+    spans = os.path.join(workdir, "ceiling.jsonl")
+    env = make_env(parallelism=2, checkpoint_ms=1_000, process_workers=True)
+    record_stream(env, records, to_record).process(Discard(spans))
+    env.execute("bench-pyflink-ceiling")
+    return _rate(spans, records)
+
+
+def sink_job(records: int, parallelism: int, index: bool, workdir: str) -> float:
+    table = create_table(index)
+    spans = os.path.join(workdir, f"sink{parallelism}.jsonl")
+    sink = (
+        SpannerSink.builder()
+        .set_database(destination())
+        .set_serializer(ToMutation(table))
+        .set_writer_options(
+            SpannerWriterOptions.builder().max_mutations_per_commit(MAX_MUTATIONS).build()
+        )
+        .build()
+    )
+    timed = TimedFactory.__new__(TimedFactory)
+    timed.__setstate__({**sink.writer_factory.__getstate__(), "spans_path": spans})
+    sink._config.factory = timed
+    env = make_env(parallelism=parallelism, checkpoint_ms=1_000, process_workers=True)
+    record_stream(env, records, to_record).sink_to(sink)
+    env.execute(f"bench-spanner-sink-p{parallelism}")
+    assert count_rows(table) == records
+    return _rate(spans, records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Spanner sink benchmark")
+    parser.add_argument("--records", type=int, default=30_000)
+    parser.add_argument("--index", action="store_true", help="give the table a secondary index")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    results: dict[str, float] = {}
+    with spanner_emulator(), tempfile.TemporaryDirectory() as workdir:
+        results["raw client (before)"] = raw_client(args.records, args.index)
+        print(f"raw client: {results['raw client (before)']:,.0f}/s", flush=True)
+        results["pyflink ceiling"] = pyflink_ceiling(args.records, workdir)
+        print(f"pyflink ceiling: {results['pyflink ceiling']:,.0f}/s", flush=True)
+        for p in (1, 2):
+            results[f"sink p={p}"] = sink_job(args.records, p, args.index, workdir)
+            print(f"sink p={p}: {results[f'sink p={p}']:,.0f}/s", flush=True)
+        # Once more at the end: on a machine shared with other work the emulator's speed
+        # drifts, and the baseline is the mean of the two.
+        results["raw client (after)"] = raw_client(args.records, args.index)
+        print(f"raw client: {results['raw client (after)']:,.0f}/s", flush=True)
+
+    raw = (results["raw client (before)"] + results["raw client (after)"]) / 2
+    ceiling = results["pyflink ceiling"]
+    lower = min(raw, ceiling)
+    print(
+        f"\n{args.records:,} records per run{', indexed table' if args.index else ''} "
+        "(records/s, ratios to the ceilings)"
+    )
+    print(
+        f"{'variant':<10}{'records/s':>11}{'raw':>10}{'pyflink':>10}{'/raw':>7}{'/pyflink':>10}"
+        f"{'/lower':>8}  target"
+    )
+    ok = True
+    for p in (1, 2):
+        sink = results[f"sink p={p}"]
+        met = sink / lower >= TARGET
+        ok = ok and met
+        print(
+            f"{'sink p=' + str(p):<10}{sink:>11,.0f}{raw:>10,.0f}{ceiling:>10,.0f}"
+            f"{sink / raw:>7.2f}{sink / ceiling:>10.2f}{sink / lower:>8.2f}  "
+            f"{'met' if met else 'MISSED'} (>= {TARGET})"
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

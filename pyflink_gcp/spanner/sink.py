@@ -1,0 +1,184 @@
+"""``SpannerSink``: what ``ds.sink_to(...)`` accepts, and its builder."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from pyflink_gcp.core.builder import SinkBuilder
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.functions import ensure_picklable
+from pyflink_gcp.core.runtime import DynamicSink
+from pyflink_gcp.core.sink_writer import SinkConfig
+from pyflink_gcp.spanner.destinations import DatabaseDestination
+from pyflink_gcp.spanner.options import SpannerWriterOptions
+from pyflink_gcp.spanner.writer import SpannerWriterFactory
+
+DEFAULT_SINK_NAME = "spanner-sink"
+
+
+class SpannerSink(DynamicSink):
+    """Writes the :class:`~pyflink_gcp.spanner.Mutation` s a serializer makes to one database.
+
+    There is no resolver: the database is fixed, and each mutation names its table, so one
+    sink can write audit records to ``AuditEvents`` and everything else to ``Events``. The
+    mutations of all tables are batched into the same commits, in arrival order, each commit
+    under Spanner's mutation limit as Spanner counts it (columns plus index entries, from the
+    schema read when each subtask opens). Every table must exist already.
+
+    At least once: every record a subtask received before a checkpoint barrier is committed
+    (or handed to the failure handler) before the checkpoint completes, and at the end of
+    input. A replay re-applies mutations, so use idempotent ones (``insert_or_update``,
+    ``replace``, ``delete``): a replayed ``insert`` fails with ALREADY_EXISTS.
+
+    Build it with :meth:`builder`::
+
+        sink = (SpannerSink.builder()
+                .set_database(DatabaseDestination.of("my-project", "my-instance", "my-db"))
+                .set_serializer(lambda e, ctx: Mutation.insert_or_update(
+                    "AuditEvents" if e["audit"] else "Events", {"id": e["id"], "kind": e["kind"]}))
+                .build())
+        ds.sink_to(sink)
+    """
+
+    @staticmethod
+    def builder() -> SpannerSinkBuilder:
+        return SpannerSinkBuilder()
+
+    @property
+    def writer_factory(self) -> SpannerWriterFactory:
+        factory = self._config.factory
+        assert isinstance(factory, SpannerWriterFactory)
+        return factory
+
+    @property
+    def database(self) -> DatabaseDestination:
+        return self.writer_factory.database
+
+
+class SpannerSinkBuilder(SinkBuilder):
+    """Builder of :class:`SpannerSink`; :meth:`build` validates everything.
+
+    Spanner has no resolver: every record goes to the one database, and each Mutation names its
+    table. The serializer is ``(record, WriterContext) -> Mutation | list[Mutation] | None``, or
+    an object with ``serialize(record, context)``; a one-argument callable ``(record) -> ...``
+    is accepted too. None skips the record; a list is committed in one commit (and fails
+    together).
+    """
+
+    default_name = DEFAULT_SINK_NAME
+    uses_resolver = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._database: DatabaseDestination | None = None
+        self._options = SpannerWriterOptions()
+
+    def set_destination_resolver(self, resolver: Any) -> SpannerSinkBuilder:
+        """Not available: the sink writes to the one database given to :meth:`set_database`."""
+        raise ConfigurationError(
+            "SpannerSink has no destination resolver: set_database() names the database and "
+            "each Mutation names its table"
+        )
+
+    def set_database(self, database: DatabaseDestination) -> SpannerSinkBuilder:
+        """The database every record is written to: ``DatabaseDestination.of(p, i, db)``."""
+        if not isinstance(database, DatabaseDestination):
+            raise ConfigurationError(
+                "set_database() takes DatabaseDestination.of(project, instance, database), "
+                f"got {type(database).__name__}"
+            )
+        self._database = database
+        return self
+
+    def set_writer_options(self, options: SpannerWriterOptions) -> SpannerSinkBuilder:
+        """Commit budget, flush interval and retries: ``SpannerWriterOptions.builder()...``."""
+        if not isinstance(options, SpannerWriterOptions):
+            raise ConfigurationError(
+                "set_writer_options() takes SpannerWriterOptions "
+                f"(SpannerWriterOptions.builder()...build()), got {type(options).__name__}"
+            )
+        self._options = options
+        return self
+
+    def set_failure_handler(self, handler: FailureHandler) -> SpannerSinkBuilder:
+        """What happens to mutations Spanner rejects for their content (default: fail the job).
+
+        Record-shaped: a constraint violation (NOT NULL, CHECK, foreign key, unique index), a
+        value of the wrong type or too large, an insert of an existing row, an update of a
+        missing row.
+        """
+        if not isinstance(handler, FailureHandler):
+            raise ConfigurationError(
+                "set_failure_handler() takes FailureHandler.fail_job(), .log_and_drop() or "
+                f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
+            )
+        self._failure_handler = handler
+        return self
+
+    def build(self) -> SpannerSink:
+        name = self._name
+        if self._database is None:
+            raise ConfigurationError(
+                f"sink '{name}': set_database() is required "
+                "(DatabaseDestination.of(project, instance, database))"
+            )
+        self._validate_common("a callable (record, context) -> Mutation or None")
+        serializer = _adapt_serializer(self._serializer, name)
+        ensure_picklable(self._serializer, "serializer", name)
+        options = self._options
+        factory = SpannerWriterFactory(
+            sink_name=name,
+            database=self._database,
+            options=options,
+            endpoint=self._endpoint,
+            fail_fast=self._failure_handler.mode == "fail_job",
+        )
+        config = SinkConfig(
+            sink_name=name,
+            factory=factory,
+            resolver=None,
+            serializer=serializer,
+            failure_handler=self._failure_handler,
+            idle_timeout_s=None,
+            max_buffered_records=options.flush_max_records,
+            max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
+            fixed_destination=self._database,
+        )
+        return SpannerSink(config)
+
+
+class _RecordOnly:
+    """Adapts a one-argument serializer ``(record) -> ...`` to ``(record, context)``.
+
+    Carries the wrapped function's name so that error messages name the user's function.
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, record: Any, context: Any) -> Any:
+        return self.fn(record)
+
+
+def _adapt_serializer(serializer: Any, name: str) -> Any:
+    method = getattr(serializer, "serialize", None)
+    if callable(method):
+        return serializer
+    if not callable(serializer):
+        raise ConfigurationError(
+            f"sink '{name}': the serializer must be a callable (record, context) or an object "
+            f"with serialize(record, context); got {type(serializer).__name__}"
+        )
+    try:
+        params = inspect.signature(serializer).parameters.values()
+    except (TypeError, ValueError):
+        return serializer  # a builtin or C callable: assume (record, context)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if len(positional) == 1 and not variadic:
+        return _RecordOnly(serializer)
+    return serializer
