@@ -6,7 +6,6 @@ from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptio
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -74,16 +73,6 @@ class BigtableSinkBuilder(SinkBuilder):
                 f"got {type(options).__name__}"
             )
         self._create_options = options
-        return self
-
-    def set_failure_handler(self, handler: FailureHandler) -> BigtableSinkBuilder:
-        """What happens to entries Bigtable rejects for their content (default: fail the job)."""
-        if not isinstance(handler, FailureHandler):
-            raise ConfigurationError(
-                "set_failure_handler() takes FailureHandler.fail_job(), .log_and_drop() or "
-                f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
-            )
-        self._failure_handler = handler
         return self
 
     def set_endpoint(self, endpoint: str, admin_endpoint: str | None = None) -> BigtableSinkBuilder:

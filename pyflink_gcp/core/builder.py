@@ -51,6 +51,11 @@ class SinkBuilder:
 
     def set_failure_handler(self, handler: FailureHandler) -> Self:
         """What happens to records the service rejects for their content (default: fail)."""
+        if not isinstance(handler, FailureHandler):
+            raise ConfigurationError(
+                "set_failure_handler() takes FailureHandler.fail_job(), .log_and_drop() or "
+                f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
+            )
         self._failure_handler = handler
         return self
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -101,21 +100,6 @@ class SpannerSinkBuilder(SinkBuilder):
                 f"(SpannerWriterOptions.builder()...build()), got {type(options).__name__}"
             )
         self._options = options
-        return self
-
-    def set_failure_handler(self, handler: FailureHandler) -> SpannerSinkBuilder:
-        """What happens to mutations Spanner rejects for their content (default: fail the job).
-
-        Record-shaped: a constraint violation (NOT NULL, CHECK, foreign key, unique index), a
-        value of the wrong type or too large, an insert of an existing row, an update of a
-        missing row.
-        """
-        if not isinstance(handler, FailureHandler):
-            raise ConfigurationError(
-                "set_failure_handler() takes FailureHandler.fail_job(), .log_and_drop() or "
-                f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
-            )
-        self._failure_handler = handler
         return self
 
     def build(self) -> SpannerSink:
