@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 import time
 from typing import Any
 
 from pyflink_gcp.bigtable import RowMutationEntry, SetCell, TableDestination
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory, TableBatcher
 from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
+from tests.support.jsonl import append_json, read_json_lines
 
 PROJECT = "test-project"
 DAY_MS = 86_400_000
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-_lock = threading.Lock()
-
-
-def _append(path: str, event: dict[str, Any]) -> None:
-    with _lock, open(path, "a") as f:
-        f.write(json.dumps(event) + "\n")
-
-
-def read_events(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+_append = append_json
+read_events = read_json_lines
 
 
 def day_of(ts_ms: int) -> str:

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from typing import Any
 
 from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
 from pyflink_gcp.spanner import Mutation
 from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory
+from tests.support.jsonl import append_json
 
 KINDS = ("click", "view", "buy", "share")
 #: Rows seeded before the job; records 100..199 delete SEED + i.
 SEED = 1_000_000
-_lock = threading.Lock()
-
-
-def append_json(path: str, event: dict[str, Any]) -> None:
-    with _lock, open(path, "a") as f:
-        f.write(json.dumps(event) + "\n")
-
-
-def read_json_lines(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f]
 
 
 def plan(i: int) -> str:
