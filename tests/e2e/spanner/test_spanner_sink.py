@@ -17,11 +17,11 @@ from tests.e2e.spanner.helpers import (
     FileDeadLetterQueue,
     RecordingFactory,
     plan,
-    read_json_lines,
     slow_record,
 )
 from tests.integration.spanner.support import create_tables, destination, query, unique
 from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jsonl import read_json_lines
 
 pytestmark = pytest.mark.e2e
 
