@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -69,3 +70,35 @@ def table(rows: list[tuple[str, float]], baseline_names: dict[str, str]) -> str:
         if a in rates and b in rates and rates[b] > 0:
             out.append(f"{label:<44}{rates[a] / rates[b]:>12.2f}")
     return "\n".join(out)
+
+
+def log_span(path: str, start: float, end: float) -> None:
+    """Append one subtask's (first record, close) wall-clock span to a JSON-lines file."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"start": start, "end": end}) + "\n")
+
+
+def span_rate(path: str, records: int) -> float:
+    """Records/s from the earliest start to the latest end over all subtasks' spans.
+
+    Spans start at each subtask's first record, so worker start-up is excluded.
+    """
+    with open(path) as f:
+        spans = [json.loads(line) for line in f]
+    return records / (max(s["end"] for s in spans) - min(s["start"] for s in spans))
+
+
+class SpanTimedNoOp(ProcessFunction):
+    """The PyFlink ceiling timed by spans: receives every record, does nothing, logs its span."""
+
+    def __init__(self, spans_path: str) -> None:
+        self.spans_path = spans_path
+        self.first: float | None = None
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        if self.first is None:
+            self.first = time.time()
+
+    def close(self) -> None:
+        if self.first is not None:
+            log_span(self.spans_path, self.first, time.time())

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -38,8 +37,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from google.cloud.bigquery import SchemaField  # noqa: E402
-from pyflink.datastream.functions import ProcessFunction  # noqa: E402
 
+from bench._common import SpanTimedNoOp, log_span, span_rate  # noqa: E402
 from pyflink_gcp.bigquery import (  # noqa: E402
     BigQuerySink,
     TableDestination,
@@ -83,17 +82,6 @@ class TableOf:
         return TableDestination.of(PROJECT, self.dataset, f"t{record['i'] % self.tables:03d}")
 
 
-def _log_span(path: str, start: float, end: float) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps({"start": start, "end": end}) + "\n")
-
-
-def _rate(path: str, records: int) -> float:
-    with open(path) as f:
-        spans = [json.loads(line) for line in f]
-    return records / (max(s["end"] for s in spans) - min(s["start"] for s in spans))
-
-
 class TimedFactory(BigQueryWriterFactory):
     """The sink's factory, noting when its subtask saw the first record and finished."""
 
@@ -111,24 +99,8 @@ class TimedFactory(BigQueryWriterFactory):
 
     def close(self) -> None:
         if self._first is not None:
-            _log_span(self.spans_path, self._first, time.time())
+            log_span(self.spans_path, self._first, time.time())
         super().close()
-
-
-class Discard(ProcessFunction):
-    """The PyFlink ceiling: a Python operator that receives every record and does nothing."""
-
-    def __init__(self, spans_path: str) -> None:
-        self.spans_path = spans_path
-        self.first: float | None = None
-
-    def process_element(self, value: Any, ctx: Any) -> None:
-        if self.first is None:
-            self.first = time.time()
-
-    def close(self) -> None:
-        if self.first is not None:
-            _log_span(self.spans_path, self.first, time.time())
 
 
 @contextlib.contextmanager
@@ -225,9 +197,9 @@ def raw_client(records: int, tables: int) -> float:
 def pyflink_ceiling(records: int, workdir: str) -> float:
     spans = os.path.join(workdir, "ceiling.jsonl")
     env = make_env(parallelism=2, checkpoint_ms=1_000, process_workers=True)
-    record_stream(env, records, to_record).process(Discard(spans))
+    record_stream(env, records, to_record).process(SpanTimedNoOp(spans))
     env.execute("bench-pyflink-ceiling")
-    return _rate(spans, records)
+    return span_rate(spans, records)
 
 
 def sink_job(records: int, tables: int, workdir: str) -> float:
@@ -256,7 +228,7 @@ def sink_job(records: int, tables: int, workdir: str) -> float:
     client.close()
     if landed < records:
         raise SystemExit(f"sink with {tables} tables: only {landed} of {records} rows landed")
-    return _rate(spans, records)
+    return span_rate(spans, records)
 
 
 def encoding_cost(rows: int = 100_000) -> tuple[float, float]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -36,8 +35,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pyflink.datastream.functions import ProcessFunction  # noqa: E402
 
+from bench._common import SpanTimedNoOp, log_span, span_rate  # noqa: E402
 from pyflink_gcp.core import SubtaskInfo  # noqa: E402
 from pyflink_gcp.spanner import (  # noqa: E402
     DatabaseDestination,
@@ -67,17 +66,6 @@ class ToMutation:
         return Mutation.insert_or_update(self.table, record)
 
 
-def _log_span(path: str, start: float, end: float) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps({"start": start, "end": end}) + "\n")
-
-
-def _rate(path: str, records: int) -> float:
-    with open(path) as f:
-        spans = [json.loads(line) for line in f]
-    return records / (max(s["end"] for s in spans) - min(s["start"] for s in spans))
-
-
 class TimedWriter(SpannerWriter):
     """Notes the first record and the end of each flush that committed something."""
 
@@ -97,7 +85,7 @@ class TimedWriter(SpannerWriter):
 
     def close(self) -> None:
         if self.first is not None and self.last is not None:
-            _log_span(self.spans_path, self.first, self.last)
+            log_span(self.spans_path, self.first, self.last)
         super().close()
 
 
@@ -111,22 +99,6 @@ class TimedFactory(SpannerWriterFactory):
         writer = TimedWriter(destination, self)
         writer.spans_path = self.spans_path
         return writer
-
-
-class Discard(ProcessFunction):
-    """The PyFlink ceiling: a Python operator that receives every record and does nothing."""
-
-    def __init__(self, spans_path: str) -> None:
-        self.spans_path = spans_path
-        self.first: float | None = None
-
-    def process_element(self, value: Any, ctx: Any) -> None:
-        if self.first is None:
-            self.first = time.time()
-
-    def close(self) -> None:
-        if self.first is not None:
-            _log_span(self.spans_path, self.first, time.time())
 
 
 @contextlib.contextmanager
@@ -213,9 +185,9 @@ def raw_client(records: int, index: bool) -> float:
 def pyflink_ceiling(records: int, workdir: str) -> float:
     spans = os.path.join(workdir, "ceiling.jsonl")
     env = make_env(parallelism=2, checkpoint_ms=1_000, process_workers=True)
-    record_stream(env, records, to_record).process(Discard(spans))
+    record_stream(env, records, to_record).process(SpanTimedNoOp(spans))
     env.execute("bench-pyflink-ceiling")
-    return _rate(spans, records)
+    return span_rate(spans, records)
 
 
 def sink_job(records: int, parallelism: int, index: bool, workdir: str) -> float:
@@ -237,7 +209,7 @@ def sink_job(records: int, parallelism: int, index: bool, workdir: str) -> float
     record_stream(env, records, to_record).sink_to(sink)
     env.execute(f"bench-spanner-sink-p{parallelism}")
     assert count_rows(table) == records
-    return _rate(spans, records)
+    return span_rate(spans, records)
 
 
 def main(argv: list[str] | None = None) -> int:
