@@ -64,7 +64,8 @@ class WriterRegistry(Generic[D]):
         writer = self._writers.get(destination)
         if writer is None:
             writer = self._open(destination)
-        else:
+        elif self._max_active is not None:
+            # Recency order only matters to the LRU cap; skip the reordering without one.
             self._writers.move_to_end(destination)
         self._last_used[destination] = self._clock()
         return writer
