@@ -81,8 +81,6 @@ class SinkBuilder:
         if self._serializer is None:
             hint = f", e.g. {serializer_hint}" if serializer_hint else ""
             raise ConfigurationError(f"sink '{name}': set_serializer() is required{hint}")
-        if not isinstance(self._failure_handler, FailureHandler):
-            raise ConfigurationError(f"sink '{name}': set_failure_handler() takes a FailureHandler")
         dlq = self._failure_handler.dead_letter_queue
         if dlq is not None:
             ensure_picklable(dlq, "dead-letter queue", name)
