@@ -468,10 +468,15 @@ class EmulatorStack:
     def _start_bigquery(self) -> dict[str, str]:
         assert self._tools is not None
         rest_port, grpc_port = free_port(), free_port()
+        # Started through a launcher that serialises the emulator's use of its single DuckDB
+        # connection (see bq_serialized.py), with the emulator's own interpreter.
+        python = Path(self._tools.bqemulator).parent / "python"
+        launcher = Path(__file__).with_name("bq_serialized.py")
         process = self._spawn(
             "bigquery",
             [
-                str(self._tools.bqemulator),
+                str(python),
+                str(launcher),
                 "start",
                 "--rest-host",
                 LOOPBACK,
