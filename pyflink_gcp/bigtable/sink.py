@@ -118,5 +118,6 @@ class BigtableSinkBuilder(SinkBuilder):
             max_buffered_records=options.flush_max_records,
             max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
             per_destination_metrics=options.per_table_metrics,
+            chain_with_upstream=self._chain_with_upstream,
         )
         return BigtableSink(config)

@@ -14,7 +14,9 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   Bundles also end every ``max_buffered_records`` records and ``max_buffer_time_ms``; those are
   set on the operator's own configuration copy, so they are the writer's size/time flush
   thresholds and do not affect other operators. The writer starts a chain of its own so that
-  PyFlink does not fuse it into a preceding Python operator (whose bundle settings would win).
+  PyFlink does not fuse it into a preceding Python operator (whose bundle settings would win),
+  unless the builder's ``set_chain_with_upstream()`` asks for the fusion (one JVM round trip
+  less per record; the flush thresholds are then the fused operator's bundle settings).
 - On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
   one key stays on one subtask (and in order).
 """
@@ -143,10 +145,13 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         else jvm.org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator
     )
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type)
+    out = DataStream(j_stream.transform(name, j_output_type, j_operator))
+    if config.chain_with_upstream:
+        return out
     # A chain of its own: PyFlink would otherwise fuse the writer into a preceding Python
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
-    return DataStream(j_stream.transform(name, j_output_type, j_operator)).start_new_chain()
+    return out.start_new_chain()
 
 
 class _WriterTransformer(StreamTransformer):

@@ -39,6 +39,9 @@ class SinkConfig:
         max_buffer_time_ms: Longest time a record waits for a flush (the operator's bundle time).
         per_destination_metrics: Register records/bytes/errors counters per destination.
         fixed_destination: The destination of a sink without resolver (Spanner).
+        chain_with_upstream: Let PyFlink fuse the writer into a preceding Python operator (one
+            serialization hop less per record); flushes then follow that operator's bundle
+            settings instead of ``max_buffered_records`` / ``max_buffer_time_ms``.
     """
 
     sink_name: str
@@ -52,6 +55,7 @@ class SinkConfig:
     max_buffer_time_ms: int = 1_000
     per_destination_metrics: bool = False
     fixed_destination: Destination | None = None
+    chain_with_upstream: bool = False
 
 
 class SinkWriter:

@@ -114,5 +114,6 @@ class PubSubSinkBuilder(SinkBuilder):
             max_buffered_records=self._publisher.max_buffered_messages,
             max_buffer_time_ms=max(1, int(self._publisher.max_latency.total_seconds() * 1000)),
             per_destination_metrics=w.per_destination_metrics,
+            chain_with_upstream=self._chain_with_upstream,
         )
         return PubSubSink(config)

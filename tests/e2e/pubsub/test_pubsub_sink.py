@@ -196,10 +196,12 @@ def test_sink_refuses_a_job_with_python_metrics_disabled(project):
     from pyflink_gcp.core import ConfigurationError
 
     env = make_env(parallelism=1, extra={"python.metric.enabled": "false"})
-    sink = (PubSubSink.builder()
-            .set_destination_resolver(lambda r, c: TopicDestination.of(project, "unused"))
-            .set_serializer(lambda r: b"x")
-            .build())
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(lambda r, c: TopicDestination.of(project, "unused"))
+        .set_serializer(lambda r: b"x")
+        .build()
+    )
     with pytest.raises(ConfigurationError) as err:
         record_stream(env, 10, lambda i: i).sink_to(sink)
     assert str(err.value) == (

@@ -61,7 +61,9 @@ def test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value():
             return TopicDestination.of("p", "orders")
 
     with pytest.raises(ConfigurationError) as err:
-        PubSubSink.builder().set_destination_resolver(resolver).set_serializer(lambda r: b"").build()
+        PubSubSink.builder().set_destination_resolver(resolver).set_serializer(
+            lambda r: b""
+        ).build()
     assert str(err.value).startswith(
         "sink 'pubsub-sink': the destination resolver "
         "tests.unit.core.test_contract."

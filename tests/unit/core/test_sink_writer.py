@@ -93,13 +93,18 @@ def test_serializer_errors_name_the_serializer(tmp_path):
 
 def test_unroutable_record_is_refused_by_sinks_that_do_not_accept_it(tmp_path):
     writer = open_writer(tmp_path, lambda r, c: UnroutableRecord.of(b"x", "unknown"))
-    with pytest.raises(ResolverError, match="returned an UnroutableRecord, which this sink does not accept"):
+    with pytest.raises(
+        ResolverError, match="returned an UnroutableRecord, which this sink does not accept"
+    ):
         writer.write({"id": 1})
 
 
 def test_unroutable_record_goes_to_the_failure_handler_when_accepted(tmp_path):
-    writer = open_writer(tmp_path, lambda r, c: UnroutableRecord.of(b"x", "unknown tenant"),
-                         failure_handler=FailureHandler.log_and_drop())
+    writer = open_writer(
+        tmp_path,
+        lambda r, c: UnroutableRecord.of(b"x", "unknown tenant"),
+        failure_handler=FailureHandler.log_and_drop(),
+    )
     writer._factory.accepts_unroutable = True
     writer.write({"id": 1})
     writer.flush()
@@ -198,8 +203,12 @@ class _Group:
 def test_per_destination_metrics_count_records_bytes_and_errors(tmp_path):
     from tests.support.fakes import FileSink
 
-    sink = FileSink(str(tmp_path), by_region, per_destination_metrics=True,
-                    failure_handler=FailureHandler.log_and_drop())
+    sink = FileSink(
+        str(tmp_path),
+        by_region,
+        per_destination_metrics=True,
+        failure_handler=FailureHandler.log_and_drop(),
+    )
     writer = SinkWriter(sink._sink_config())
     group = _Group()
     writer.open(SubtaskInfo("file-sink"), group)
@@ -209,5 +218,8 @@ def test_per_destination_metrics_count_records_bytes_and_errors(tmp_path):
     writer.flush()
     metrics = group.groups[("destination", "files/a")]
     assert metrics.counters["records"].value == 4
-    assert metrics.counters["bytes"].value == writer.registry.get(FileDestination.of("a")).bytes_accepted
+    assert (
+        metrics.counters["bytes"].value
+        == writer.registry.get(FileDestination.of("a")).bytes_accepted
+    )
     assert metrics.counters["errors"].value == 1
