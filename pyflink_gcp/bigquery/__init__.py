@@ -18,6 +18,7 @@ from pyflink_gcp.bigquery.options import (
     BigQueryWriterOptions,
     CreateDisposition,
     OrderingMode,
+    RowFormat,
     WriteMethod,
 )
 from pyflink_gcp.bigquery.serialization import BigQuerySerializer, TableSchema
@@ -30,6 +31,7 @@ __all__ = [
     "BigQueryWriterOptions",
     "CreateDisposition",
     "OrderingMode",
+    "RowFormat",
     "TableDestination",
     "TableSchema",
     "WriteMethod",

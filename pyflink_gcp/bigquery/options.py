@@ -37,6 +37,21 @@ class OrderingMode(enum.Enum):
     PER_TABLE = "PER_TABLE"
 
 
+class RowFormat(enum.Enum):
+    """How rows travel in an AppendRows request.
+
+    ``ARROW`` (the default) sends a request's plain rows as one Arrow record batch when every
+    column of the table has an Arrow form and every value already has its column's Python type;
+    any other request, and every change-data-capture row, goes as protobuf rows. The service
+    decodes Arrow a column at a time, which the emulator does about six times faster than
+    protobuf rows. ``PROTO`` always sends protobuf rows (for a project or endpoint that does not
+    accept Arrow: early versions of the API documented Arrow ingestion as allowlisted).
+    """
+
+    ARROW = "ARROW"
+    PROTO = "PROTO"
+
+
 class CreateDisposition(enum.Enum):
     """Whether the sink may create a table its resolver names."""
 
@@ -69,6 +84,12 @@ class BigQueryWriterOptions:
             rejecting the row.
         per_destination_metrics: Register Flink counters per table (Flink cannot unregister
             metrics, so this is off by default).
+        row_format: Arrow record batches where a table and its rows allow, else protobuf rows
+            (see :class:`RowFormat`).
+        metadata_threads: Threads per subtask fetching table metadata (and creating tables) off
+            the processing thread. Raise it for jobs that meet hundreds of new tables at once
+            against the real service (each lookup is a round trip); the local emulator gains
+            nothing from it and is fragile under concurrent table creation.
     """
 
     max_request_bytes: int = 8_000_000
@@ -82,14 +103,20 @@ class BigQueryWriterOptions:
     max_buffer_time: timedelta = timedelta(seconds=1)
     ignore_unknown_values: bool = False
     per_destination_metrics: bool = False
+    row_format: RowFormat = RowFormat.ARROW
+    metadata_threads: int = 1
 
     def __post_init__(self) -> None:
         if not 1_000 <= self.max_request_bytes <= MAX_APPEND_REQUEST_BYTES:
             raise ValueError(f"max_request_bytes must be in [1000, {MAX_APPEND_REQUEST_BYTES}]")
         if self.max_request_rows < 1:
             raise ValueError("max_request_rows must be >= 1")
-        if self.max_in_flight_requests < 1 or self.sender_threads < 1:
-            raise ValueError("max_in_flight_requests and sender_threads must be >= 1")
+        if self.max_in_flight_requests < 1 or self.sender_threads < 1 or self.metadata_threads < 1:
+            raise ValueError(
+                "max_in_flight_requests, sender_threads and metadata_threads must be >= 1"
+            )
+        if not isinstance(self.row_format, RowFormat):
+            raise ValueError("row_format must be a RowFormat")
         if self.max_created_tables < 0:
             raise ValueError("max_created_tables must be >= 0")
         if self.idle_timeout <= timedelta(0) or self.max_buffer_time <= timedelta(0):
@@ -146,6 +173,12 @@ class BigQueryWriterOptionsBuilder:
 
     def per_destination_metrics(self, enabled: bool = True) -> BigQueryWriterOptionsBuilder:
         return self._set("per_destination_metrics", enabled)
+
+    def row_format(self, row_format: RowFormat) -> BigQueryWriterOptionsBuilder:
+        return self._set("row_format", row_format)
+
+    def metadata_threads(self, n: int) -> BigQueryWriterOptionsBuilder:
+        return self._set("metadata_threads", n)
 
     def build(self) -> BigQueryWriterOptions:
         return replace(BigQueryWriterOptions(), **self._values)  # type: ignore[arg-type]

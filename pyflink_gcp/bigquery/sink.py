@@ -156,5 +156,6 @@ class BigQuerySinkBuilder(SinkBuilder):
             max_buffered_records=options.max_buffered_rows,
             max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
             per_destination_metrics=options.per_destination_metrics,
+            chain_with_upstream=self._chain_with_upstream,
         )
         return BigQuerySink(config)

@@ -1,13 +1,21 @@
 """The BigQuery writer: rows of each table appended to its Storage Write API default stream.
 
-This file is the hot path. Per record (:meth:`TableWriter.write`, on the processing thread): one
-protobuf encoding against the table's schema (:mod:`pyflink_gcp.bigquery.rows`) and a list
-append. A table's rows are cut into AppendRows requests of at most ``max_request_bytes`` (and,
-for change data capture, before a row whose primary key the request already holds); each cut
-request is handed to the table's *sender*, which runs on a shared thread pool and pipelines up to
-``max_in_flight_requests`` requests on one AppendRows connection (one with
+This file is the hot path. Per record (:meth:`TableWriter.write`, on the processing thread): a
+type check and a list append. A table's rows are cut into requests of ``max_request_rows``; each
+cut request is handed to the table's *sender*, which runs on a shared thread pool, encodes the
+request (one Arrow record batch, :mod:`pyflink_gcp.bigquery.arrow_rows`, or protobuf rows,
+:mod:`pyflink_gcp.bigquery.rows`, split further to stay under ``max_request_bytes``) and
+pipelines up to ``max_in_flight_requests`` requests on one AppendRows connection (one with
 ``OrderingMode.PER_TABLE``). :meth:`TableWriter.flush`, called before every checkpoint barrier,
 waits until every request was answered.
+
+Change-data-capture rows are the exception: they are encoded on arrival, because a request must
+end before a row whose primary key it already holds (compared by value), and the key needs the
+table's schema.
+
+The table's schema is fetched (or the table created) on a metadata thread as soon as the writer
+is created, so a subtask meeting many new tables keeps processing records meanwhile; the sender
+waits for it before its first request.
 
 Why a connection per sending burst rather than a request per call or a connection per table for
 ever: every AppendRows request names its stream (the emulator needs it), responses come back in
@@ -35,7 +43,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -44,8 +52,14 @@ import grpc
 from google.api_core import exceptions as gexc
 from google.cloud.bigquery_storage_v1 import types as storage_types
 
+from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
 from pyflink_gcp.bigquery.destinations import TableDestination
-from pyflink_gcp.bigquery.options import BigQueryWriterOptions, CreateDisposition, OrderingMode
+from pyflink_gcp.bigquery.options import (
+    BigQueryWriterOptions,
+    CreateDisposition,
+    OrderingMode,
+    RowFormat,
+)
 from pyflink_gcp.bigquery.rows import RowEncoder, RowError, SchemaNotSupportedError
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, TableSchema, has_schema
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
@@ -118,30 +132,79 @@ def row_payload(element: Any) -> bytes:
         return repr(element).encode("utf-8", "replace")
 
 
+class TableLayout:
+    """How one table's rows are encoded: its protobuf encoder, and its Arrow encoder if any."""
+
+    __slots__ = ("encoder", "arrow")
+
+    def __init__(self, encoder: RowEncoder, arrow: ArrowEncoder | None) -> None:
+        self.encoder = encoder
+        self.arrow = arrow
+
+    @staticmethod
+    def of(
+        fields: Any,
+        primary_key: tuple[str, ...] = (),
+        *,
+        row_format: RowFormat = RowFormat.ARROW,
+        ignore_unknown_values: bool = False,
+    ) -> TableLayout:
+        """The layout of a table with these columns. Raises SchemaNotSupportedError."""
+        encoder = RowEncoder(fields, primary_key, ignore_unknown_values=ignore_unknown_values)
+        arrow = None
+        if row_format is RowFormat.ARROW:
+            arrow = ArrowEncoder.for_schema(fields, ignore_unknown_values=ignore_unknown_values)
+        return TableLayout(encoder, arrow)
+
+
 class _Batch:
-    """The rows of one AppendRows request, with what is needed to reject them one by one."""
+    """The rows of one AppendRows request, with what is needed to reject them one by one.
 
-    __slots__ = ("rows", "elements", "records", "cdc")
+    A batch is *pending* until the sender encodes it (``rows`` and ``arrow`` both None), then
+    carries either serialized protobuf rows or one serialized Arrow record batch.
+    """
 
-    def __init__(self, rows: list[bytes], elements: list[Any], records: list[Any], cdc: bool):
+    __slots__ = ("rows", "arrow", "elements", "records", "cdc")
+
+    def __init__(
+        self,
+        rows: list[bytes] | None,
+        elements: list[Any],
+        records: list[Any],
+        cdc: bool,
+        arrow: bytes | None = None,
+    ):
         self.rows = rows
+        self.arrow = arrow
         self.elements = elements
         self.records = records
         self.cdc = cdc
 
     def subset(self, indexes: list[int]) -> _Batch:
+        rows = self.rows
         return _Batch(
-            [self.rows[i] for i in indexes],
+            None if rows is None else [rows[i] for i in indexes],
             [self.elements[i] for i in indexes],
             [self.records[i] for i in indexes],
             self.cdc,
         )
 
     def halves(self) -> tuple[_Batch, _Batch]:
-        mid = len(self.rows) // 2
+        mid = len(self.elements) // 2
+        rows = self.rows
         return (
-            _Batch(self.rows[:mid], self.elements[:mid], self.records[:mid], self.cdc),
-            _Batch(self.rows[mid:], self.elements[mid:], self.records[mid:], self.cdc),
+            _Batch(
+                None if rows is None else rows[:mid],
+                self.elements[:mid],
+                self.records[:mid],
+                self.cdc,
+            ),
+            _Batch(
+                None if rows is None else rows[mid:],
+                self.elements[mid:],
+                self.records[mid:],
+                self.cdc,
+            ),
         )
 
 
@@ -187,25 +250,29 @@ class TableWriter(DestinationWriter[TableDestination]):
     """Buffers, cuts and appends the rows of one table; see the module docstring."""
 
     def __init__(
-        self, destination: TableDestination, factory: BigQueryWriterFactory, encoder: RowEncoder
+        self,
+        destination: TableDestination,
+        factory: BigQueryWriterFactory,
+        layout: TableLayout | Future[TableLayout],
     ) -> None:
         super().__init__(destination)
         self._factory = factory
         self._sink = factory.sink_name
         self._name = str(destination)
         self._stream = destination.default_stream
-        self.encoder = encoder
-        self._encode = encoder.encode
-        self._primary_key = encoder.primary_key
-        self._plain_schema = _ProtoSchema(proto_descriptor=encoder.descriptor)
-        self._cdc_schema = _ProtoSchema(proto_descriptor=encoder.cdc_descriptor)
-        overhead = len(encoder.cdc_descriptor.SerializeToString()) + len(self._stream) + 64
-        self._max_bytes = factory.options.max_request_bytes - overhead
+        self._layout_source = layout
+        self._layout: TableLayout | None = None
+        self._plain_schema: Any = None
+        self._cdc_schema: Any = None
+        self._max_request_bytes = factory.options.max_request_bytes
+        self._max_bytes = self._max_request_bytes
         self._max_rows = factory.options.max_request_rows
         ordered = factory.ordering is OrderingMode.PER_TABLE
         self._depth = 1 if ordered else factory.options.max_in_flight_requests
         self._what = f"sink '{self._sink}': append to {destination.table_id}"
-        # The open request (processing thread only).
+        # The open request (processing thread only). Until the table's first change-data-capture
+        # row, rows stay pending (encoded by the sender); after it, they are encoded on arrival.
+        self._encoding = False
         self._rows: list[bytes] = []
         self._elements: list[Any] = []
         self._records: list[Any] = []
@@ -225,6 +292,33 @@ class TableWriter(DestinationWriter[TableDestination]):
         # Counters (read by tests and metrics).
         self.rows_appended = 0
         self.requests_sent = 0
+        self.arrow_requests_sent = 0
+        self.arrow_rejections = 0
+
+    # -- table layout (either thread) ----------------------------------------------------------
+
+    def layout(self) -> TableLayout:
+        """The table's encoders, waiting for its metadata lookup if it is still running.
+
+        Raises the lookup's error (table missing, creation refused...) to every caller.
+        """
+        layout = self._layout
+        if layout is None:
+            source = self._layout_source
+            layout = source if isinstance(source, TableLayout) else source.result()
+            encoder = layout.encoder
+            self._plain_schema = _ProtoSchema(proto_descriptor=encoder.descriptor)
+            self._cdc_schema = _ProtoSchema(proto_descriptor=encoder.cdc_descriptor)
+            overhead = len(encoder.cdc_descriptor.SerializeToString()) + len(self._stream) + 64
+            if layout.arrow is not None:
+                overhead = max(overhead, len(layout.arrow.serialized_schema) + len(self._stream))
+            self._max_bytes = self._max_request_bytes - overhead
+            self._layout = layout
+        return layout
+
+    @property
+    def encoder(self) -> RowEncoder:
+        return self.layout().encoder
 
     # -- processing thread ---------------------------------------------------------------------
 
@@ -235,8 +329,23 @@ class TableWriter(DestinationWriter[TableDestination]):
                 f"table {self.destination.table_id}; a BigQuery row is a dict keyed by column "
                 f"name (or None to skip). Record: {short_repr(record)}"
             )
+        if not self._encoding:
+            if CHANGE_TYPE not in element:
+                elements = self._elements
+                elements.append(element)
+                self._records.append(record)
+                if len(elements) >= self._max_rows:
+                    self._cut()
+                return
+            # The first change-data-capture row: from now on rows are encoded on arrival.
+            self._cut()
+            self._encoding = True
+        self._write_encoded(element, record)
+
+    def _write_encoded(self, element: Any, record: Any) -> None:
+        encoder = self.layout().encoder
         try:
-            data = self._encode(element)
+            data = encoder.encode(element)
         except RowError as exc:
             self._rejected.append(self._failure(element, record, str(exc)))
             return
@@ -254,8 +363,8 @@ class TableWriter(DestinationWriter[TableDestination]):
         cdc = CHANGE_TYPE in element
         key = None
         if cdc:
-            if self._primary_key:
-                key = self.encoder.key(element)
+            if encoder.primary_key:
+                key = encoder.key(element)
             elif not self._warned_no_key:
                 self._warned_no_key = True
                 _LOG.warning(
@@ -279,9 +388,10 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     def _cut(self) -> None:
         """Hand the open request to the sender and start a new one."""
-        if not self._rows:
+        if not self._elements:
             return
-        batch = _Batch(self._rows, self._elements, self._records, self._cdc)
+        rows = self._rows if self._encoding else None
+        batch = _Batch(rows, self._elements, self._records, self._cdc)
         self._rows, self._elements, self._records = [], [], []
         self._bytes = 0
         self._cdc = False
@@ -316,7 +426,9 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     @property
     def is_clean(self) -> bool:
-        return not (self._rows or self._rejected or self._queue or self._draining or self._failed)
+        return not (
+            self._elements or self._rejected or self._queue or self._draining or self._failed
+        )
 
     def close(self) -> None:
         with self._cond:
@@ -357,9 +469,23 @@ class TableWriter(DestinationWriter[TableDestination]):
                         return
                     if to_send:
                         self._cond.notify_all()
+                ready: list[_Batch] = []
                 for batch in to_send:
+                    if batch.rows is None and batch.arrow is None:
+                        ready.extend(self._encode_batch(batch))
+                    else:
+                        ready.append(batch)
+                room = self._depth - len(in_flight)
+                if len(ready) > room:
+                    # Encoding split a request by size: the rest waits its turn in the window.
+                    with self._cond:
+                        self._queue.extendleft(reversed(ready[room:]))
+                    del ready[room:]
+                for batch in ready:
                     self._send(batch)
                     in_flight.append(batch)
+                if not in_flight:
+                    continue
                 try:
                     response = self._receive()
                 except Exception as exc:
@@ -383,6 +509,68 @@ class TableWriter(DestinationWriter[TableDestination]):
         finally:
             self._disconnect()
 
+    def _encode_batch(self, batch: _Batch) -> list[_Batch]:
+        """Encode a pending batch: one Arrow record batch if possible, else protobuf rows.
+
+        Rows that cannot be encoded go to the failure handler; protobuf rows are cut into
+        requests of at most ``max_request_bytes``. Returns the requests to send.
+        """
+        layout = self.layout()
+        elements = batch.elements
+        if layout.arrow is not None:
+            data = layout.arrow.encode(elements)
+            if data is not None:
+                if len(data) <= self._max_bytes:
+                    batch.arrow = data
+                    return [batch]
+                if len(elements) > 1:
+                    left, right = batch.halves()
+                    return self._encode_batch(left) + self._encode_batch(right)
+                # A single row over the limit: the protobuf path below rejects it by size.
+        return self._encode_proto(batch)
+
+    def _encode_proto(self, batch: _Batch) -> list[_Batch]:
+        """Encode a batch as protobuf rows (see :meth:`_encode_batch`)."""
+        elements = batch.elements
+        encode = self.layout().encoder.encode
+        max_bytes = self._max_bytes
+        out: list[_Batch] = []
+        rows: list[bytes] = []
+        kept_elements: list[Any] = []
+        kept_records: list[Any] = []
+        size = 0
+        failed: list[FailedRecord] = []
+        for element, record in zip(elements, batch.records, strict=True):
+            try:
+                data = encode(element)
+            except RowError as exc:
+                failed.append(self._failure(element, record, str(exc)))
+                continue
+            row_size = len(data) + _ROW_OVERHEAD
+            if row_size > max_bytes:
+                failed.append(
+                    self._failure(
+                        element,
+                        record,
+                        f"row of {row_size} bytes is larger than an append request may be "
+                        f"({max_bytes} bytes)",
+                    )
+                )
+                continue
+            if rows and size + row_size > max_bytes:
+                out.append(_Batch(rows, kept_elements, kept_records, False))
+                rows, kept_elements, kept_records, size = [], [], [], 0
+            rows.append(data)
+            kept_elements.append(element)
+            kept_records.append(record)
+            size += row_size
+        if rows:
+            out.append(_Batch(rows, kept_elements, kept_records, False))
+        if failed:
+            with self._cond:
+                self._failed.extend(failed)
+        return out
+
     def _send(self, batch: _Batch) -> None:
         connection = self._connection
         if connection is None:
@@ -396,10 +584,18 @@ class TableWriter(DestinationWriter[TableDestination]):
         # and a request that fails for that reason must never be mistaken for bad rows.
         request = _AppendRowsRequest()
         request.write_stream = self._stream
-        request.proto_rows.writer_schema.CopyFrom(
-            self._cdc_schema if batch.cdc else self._plain_schema
-        )
-        request.proto_rows.rows.serialized_rows.extend(batch.rows)
+        layout = self.layout()
+        if batch.arrow is not None:
+            assert layout.arrow is not None
+            arrow_rows = request.arrow_rows
+            arrow_rows.writer_schema.serialized_schema = layout.arrow.serialized_schema
+            arrow_rows.rows.serialized_record_batch = batch.arrow
+            self.arrow_requests_sent += 1
+        else:
+            request.proto_rows.writer_schema.CopyFrom(
+                self._cdc_schema if batch.cdc else self._plain_schema
+            )
+            request.proto_rows.rows.serialized_rows.extend(batch.rows or ())
         connection.send(request)
         self.requests_sent += 1
 
@@ -421,9 +617,9 @@ class TableWriter(DestinationWriter[TableDestination]):
             failed = [
                 self._failure(batch.elements[i], batch.records[i], message)
                 for i, message in sorted(bad.items())
-                if 0 <= i < len(batch.rows)
+                if 0 <= i < len(batch.elements)
             ]
-            rest = [i for i in range(len(batch.rows)) if i not in bad]
+            rest = [i for i in range(len(batch.elements)) if i not in bad]
             with self._cond:
                 self._failed.extend(failed)
                 if rest:
@@ -431,14 +627,22 @@ class TableWriter(DestinationWriter[TableDestination]):
             return backoff
         code = response.error.code if response.HasField("error") else 0
         if code == 0:
-            self.rows_appended += len(batch.rows)
+            self.rows_appended += len(batch.elements)
             return None
         status = _STATUS_BY_CODE.get(code, grpc.StatusCode.UNKNOWN)
         message = response.error.message
         if status is grpc.StatusCode.INVALID_ARGUMENT:
+            if batch.arrow is not None:
+                # Before blaming the rows, send them again as protobuf rows: an endpoint that
+                # does not take Arrow must not make every row a failed record.
+                self._note_arrow_rejected(message)
+                retry = self._encode_proto(batch)
+                with self._cond:
+                    self._queue.extendleft(reversed(retry))
+                return backoff
             # Rejected whole for its content: isolate the bad rows by halving the request.
             with self._cond:
-                if len(batch.rows) == 1:
+                if len(batch.elements) == 1:
                     self._failed.append(self._failure(batch.elements[0], batch.records[0], message))
                 else:
                     left, right = batch.halves()
@@ -448,6 +652,18 @@ class TableWriter(DestinationWriter[TableDestination]):
         with self._cond:
             self._queue.appendleft(batch)
         return self._retry_or_raise(AppendError(status, message), backoff)
+
+    def _note_arrow_rejected(self, message: str) -> None:
+        self.arrow_rejections += 1
+        if self.arrow_rejections == 1:
+            _LOG.warning(
+                "%s: an Arrow request to %s was rejected (%s); its rows are sent again as "
+                "protobuf rows. If every Arrow request fails, set "
+                "BigQueryWriterOptions.row_format=RowFormat.PROTO.",
+                self._sink,
+                self.destination.table_id,
+                message,
+            )
 
     def _retry_or_raise(self, exc: Exception, backoff: BackoffSequence | None) -> BackoffSequence:
         status = status_name(exc)
@@ -508,12 +724,22 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
         self._channel: Any = None
         self.stub: Any = None
         self.executor: Any = None
+        self.metadata_executor: Any = None
+        self._lock = threading.Lock()
         self._rest: Any = None
         self._rest_endpoint: Endpoint | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_channel=None, stub=None, executor=None, _rest=None, tables_created=0)
+        state.update(
+            _channel=None,
+            stub=None,
+            executor=None,
+            metadata_executor=None,
+            _lock=None,
+            _rest=None,
+            tables_created=0,
+        )
         return state
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -545,12 +771,22 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
             max_workers=self.options.sender_threads,
             thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-send",
         )
+        # Separate from the senders: a sender waits for its table's metadata, which must not
+        # queue behind it.
+        self.metadata_executor = ThreadPoolExecutor(
+            max_workers=self.options.metadata_threads,
+            thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-meta",
+        )
+        self._lock = threading.Lock()
         self._rest_endpoint = resolve_rest_endpoint(self.rest_endpoint)
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
             self.executor = None
+        if self.metadata_executor is not None:
+            self.metadata_executor.shutdown(wait=False, cancel_futures=True)
+            self.metadata_executor = None
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -561,8 +797,15 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
     # -- tables --------------------------------------------------------------------------------
 
     def create_writer(self, destination: TableDestination) -> TableWriter:
-        if self.stub is None:
+        """A writer for the table; its metadata is looked up on a metadata thread meanwhile."""
+        if self.stub is None or self.metadata_executor is None:
             raise WriteError(f"sink '{self.sink_name}': the writer factory is not open")
+        return TableWriter(
+            destination, self, self.metadata_executor.submit(self.layout, destination)
+        )
+
+    def layout(self, destination: TableDestination) -> TableLayout:
+        """Fetch (or create) the table and build its encoders. Runs on a metadata thread."""
         table = self._get_or_create_table(destination)
         primary_key: tuple[str, ...] = ()
         constraints = table.table_constraints
@@ -575,19 +818,23 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
             if schema is not None:
                 primary_key = schema.primary_key
         try:
-            encoder = RowEncoder(
+            return TableLayout.of(
                 table.schema,
                 primary_key,
+                row_format=self.options.row_format,
                 ignore_unknown_values=self.options.ignore_unknown_values,
             )
         except SchemaNotSupportedError as exc:
             raise ConfigurationError(
                 f"sink '{self.sink_name}': table {destination.table_id}: {exc}"
             ) from exc
-        return TableWriter(destination, self, encoder)
 
     def rest_client(self, project: str) -> Any:
         """The REST client (table metadata and creation), created on first use."""
+        with self._lock:
+            return self._rest_client(project)
+
+    def _rest_client(self, project: str) -> Any:
         if self._rest is None:
             from google.api_core.client_options import ClientOptions
             from google.cloud import bigquery
@@ -645,19 +892,32 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
         return schema
 
     def _create_table(self, destination: TableDestination) -> Any:
+        table_id = destination.table_id
+        limit = self.options.max_created_tables
+        with self._lock:
+            # Counted when attempted (metadata threads create concurrently); given back below
+            # when another subtask created the table first.
+            if self.tables_created >= limit:
+                raise CreationLimitExceededError(
+                    f"sink '{self.sink_name}': creating table {table_id} would exceed "
+                    f"max_created_tables={limit} for this subtask ({self.tables_created} tables "
+                    f"created so far). The destination resolver {self.resolver_name} names more "
+                    "new tables than expected; raise BigQueryWriterOptions.max_created_tables "
+                    "if that is intended."
+                )
+            self.tables_created += 1
+        try:
+            return self._create_table_counted(destination)
+        except BaseException:
+            with self._lock:
+                self.tables_created -= 1
+            raise
+
+    def _create_table_counted(self, destination: TableDestination) -> Any:
         from google.cloud import bigquery
         from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 
         table_id = destination.table_id
-        limit = self.options.max_created_tables
-        if self.tables_created >= limit:
-            raise CreationLimitExceededError(
-                f"sink '{self.sink_name}': creating table {table_id} would exceed "
-                f"max_created_tables={limit} for this subtask ({self.tables_created} tables "
-                f"created so far). The destination resolver {self.resolver_name} names more "
-                "new tables than expected; raise BigQueryWriterOptions.max_created_tables if "
-                "that is intended."
-            )
         schema = self._serializer_schema(destination)
         if schema is None:
             raise DestinationNotFoundError(
@@ -678,10 +938,13 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
             try:
                 created = client.create_table(table, retry=None, timeout=60)
             except gexc.Conflict:
-                # Another subtask created it first.
-                return self.retry.call(
+                # Another subtask created it first: not counted against this subtask.
+                existing = self.retry.call(
                     lambda: client.get_table(table_id, retry=None, timeout=60), what
                 )
+                with self._lock:
+                    self.tables_created -= 1
+                return existing
             except gexc.NotFound:
                 raise self._no_dataset(destination) from None
             except Exception as exc:
@@ -692,7 +955,6 @@ class BigQueryWriterFactory(WriterFactory[TableDestination]):
                     raise self._no_dataset(destination) from exc
                 backoff.wait_or_raise(exc, what)
                 continue
-            self.tables_created += 1
             _LOG.info("%s: created table %s", self.sink_name, table_id)
             return created
 

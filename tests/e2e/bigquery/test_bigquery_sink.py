@@ -310,3 +310,72 @@ def test_per_table_cdc_job_one_request_in_flight_and_keys_unique_per_request(
         total += len(rows)
     # The emulator ignores CDC semantics and appends every change.
     assert total >= n - n // 50
+
+
+PLAIN = TableSchema.of(
+    [
+        SchemaField("id", "INT64", mode="REQUIRED"),
+        SchemaField("tenant", "STRING"),
+        SchemaField("amount", "FLOAT64"),
+        SchemaField("at", "TIMESTAMP"),
+    ]
+)
+
+
+class ByTenant:
+    def __init__(self, project: str, dataset: str) -> None:
+        self.project = project
+        self.dataset = dataset
+
+    def resolve(self, record: dict[str, Any], context: Any) -> TableDestination:
+        return TableDestination.of(self.project, self.dataset, f"t_{record['tenant']}")
+
+
+def plain_record(i: int) -> dict[str, Any]:
+    time.sleep(0.001)  # slow enough that checkpoints complete before the injected failure
+    return {"id": i, "tenant": TENANTS[i % len(TENANTS)], "amount": i / 2, "at": i * 1000}
+
+
+def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_dies(
+    project: str, tmp_path: Any
+) -> None:
+    """``set_chain_with_upstream()``: the writer runs inside the preceding Python map, and
+    flushes at that operator's bundle ends and checkpoint barriers. Killing the worker process
+    (no close, no flush) after checkpoints must lose nothing. The rows are plain scalars, so
+    they travel as Arrow record batches."""
+    dataset = make_dataset(project, "fused")
+    marker = str(tmp_path / "killed")
+    log = str(tmp_path / "appends.jsonl")
+    n = 3000
+    sink = (
+        BigQuerySink.builder()
+        .set_sink_name("fused-sink")
+        .set_destination_resolver(ByTenant(project, dataset))
+        .set_serializer(BigQuerySerializer.of(lambda r, ctx: dict(r), schema=PLAIN))
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_chain_with_upstream()
+        .build()
+    )
+    sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
+    env = make_env(
+        parallelism=2,
+        checkpoint_ms=300,
+        process_workers=True,
+        extra={"python.fn-execution.bundle.size": "400"},
+    )
+    record_stream(env, n, plain_record).map(
+        FailOnce(marker, lambda r: r["id"] == 2000, hard=True)
+    ).sink_to(sink)
+    env.execute("bigquery-fused-writer")
+    assert os.path.exists(marker), "the worker was not killed"
+
+    seen: Counter[int] = Counter()
+    for tenant in TENANTS:
+        for row in query(project, f"SELECT id, tenant FROM `{project}.{dataset}.t_{tenant}`"):
+            assert row["tenant"] == tenant
+            seen[row["id"]] += 1
+    assert set(seen) == set(range(n)), f"lost {sorted(set(range(n)) - set(seen))[:10]}"
+    sends = [e for e in read_events(log) if e["kind"] == "send"]
+    assert sends and all(e["format"] == "arrow" for e in sends)
+    # Flushed by the fused operator's bundles of 400 records (per subtask), not in one piece.
+    assert len(sends) >= n / 400

@@ -117,7 +117,7 @@ def decoder(descriptor_proto: Any) -> Any:
 class Event:
     """One request sent or one response received on an AppendRows connection."""
 
-    __slots__ = ("kind", "connection", "table", "rows", "error", "seq")
+    __slots__ = ("kind", "connection", "table", "rows", "error", "seq", "format")
 
     def __init__(
         self,
@@ -127,7 +127,9 @@ class Event:
         rows: list[dict[str, Any]],
         error: int,
         seq: int,
+        format: str = "",
     ):
+        self.format = format
         self.kind = kind
         self.connection = connection
         self.table = table
@@ -173,17 +175,32 @@ class AppendRecorder(grpc.StreamStreamClientInterceptor):
         def requests() -> Any:
             for request in request_iterator:
                 pb = type(request).FromString(request.SerializeToString())
-                if pb.proto_rows.HasField("writer_schema"):
-                    state["cls"] = decoder(pb.proto_rows.writer_schema.proto_descriptor)
-                cls = state["cls"]
-                rows = [_as_dict(cls.FromString(r)) for r in pb.proto_rows.rows.serialized_rows]
+                if pb.HasField("arrow_rows"):
+                    rows = _arrow_rows(pb.arrow_rows)
+                    form = "arrow"
+                else:
+                    if pb.proto_rows.HasField("writer_schema"):
+                        state["cls"] = decoder(pb.proto_rows.writer_schema.proto_descriptor)
+                    cls = state["cls"]
+                    rows = [_as_dict(cls.FromString(r)) for r in pb.proto_rows.rows.serialized_rows]
+                    form = "proto"
                 table = pb.write_stream.split("/")[5]
                 state["pending"].append(table)
-                recorder._log(Event("send", connection, table, rows, 0, 0))
+                recorder._log(Event("send", connection, table, rows, 0, 0, form))
                 yield request
 
         call = continuation(details, requests())
         return _RecordingCall(call, connection, state, recorder)
+
+
+def _arrow_rows(data: Any) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    stream = data.writer_schema.serialized_schema + data.rows.serialized_record_batch
+    return [
+        {k: v for k, v in row.items() if v is not None}
+        for row in pa.ipc.open_stream(stream).read_all().to_pylist()
+    ]
 
 
 def _as_dict(message: Any) -> dict[str, Any]:
@@ -248,6 +265,7 @@ class FileAppendRecorder(AppendRecorder):
                 "rows": event.rows,
                 "error": event.error,
                 "seq": event.seq,
+                "format": event.format,
             }
             with open(self.path, "a") as f:
                 f.write(json.dumps(line, default=str) + "\n")

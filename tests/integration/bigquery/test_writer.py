@@ -16,6 +16,7 @@ from pyflink_gcp.bigquery import (
     BigQueryWriterOptions,
     CreateDisposition,
     OrderingMode,
+    RowFormat,
     TableDestination,
     TableSchema,
 )
@@ -180,10 +181,12 @@ def test_unroutable_records_reach_the_failure_handler_without_table_state(projec
 def test_create_never_on_a_missing_table_names_the_table(project: str) -> None:
     dataset = make_dataset(project)
     writer = open_writer(_sink(project, dataset, disposition=CreateDisposition.CREATE_NEVER))
+    # The table is looked up in the background; its error fails the flush (the bundle end).
+    writer.write({"table": "missing", "id": 1})
     with pytest.raises(
         DestinationNotFoundError, match=rf"{project}\.{dataset}\.missing .*CREATE_NEVER"
     ):
-        writer.write({"table": "missing", "id": 1})
+        writer.flush()
     writer.close()
 
 
@@ -211,19 +214,22 @@ def test_created_tables_are_bounded(project: str) -> None:
     writer = open_writer(_sink(project, dataset, options=options))
     for i in range(3):
         writer.write({"table": f"t{i}", "id": i})
+    writer.flush()
+    writer.write({"table": "t3", "id": 3})
     with pytest.raises(
-        CreationLimitExceededError, match=r"max_created_tables=3.*3 tables.*ByTable"
+        CreationLimitExceededError, match=r"t3 would exceed max_created_tables=3.*3 tables.*ByTable"
     ):
-        writer.write({"table": "t3", "id": 3})
+        writer.flush()
     writer.close()
 
 
 def test_missing_dataset_is_a_clear_error(project: str) -> None:
     writer = open_writer(_sink(project, "no_such_dataset_here"))
+    writer.write({"table": "t", "id": 1})
     with pytest.raises(
         DestinationNotFoundError, match="dataset .*no_such_dataset_here does not exist"
     ):
-        writer.write({"table": "t", "id": 1})
+        writer.flush()
     writer.close()
 
 
@@ -391,3 +397,60 @@ def test_log_and_drop_drops_and_counts(project: str) -> None:
     assert writer.router.dropped == 2
     assert query(project, f"SELECT id FROM `{project}.{dataset}.t`") == [{"id": 3}]
     writer.close()
+
+
+SCALARS = [
+    SchemaField("id", "INT64", mode="REQUIRED"),
+    SchemaField("name", "STRING"),
+    SchemaField("score", "FLOAT64"),
+    SchemaField("ok", "BOOL"),
+    SchemaField("raw", "BYTES"),
+    SchemaField("ts", "TIMESTAMP"),
+    SchemaField("day", "DATE"),
+    SchemaField("amount", "NUMERIC"),
+]
+
+
+def test_arrow_and_protobuf_rows_land_as_the_same_values(project: str) -> None:
+    from datetime import date
+
+    dataset = make_dataset(project)
+    base = datetime(2024, 3, 1, 8, tzinfo=UTC)
+    rows = [
+        {
+            "id": i,
+            "name": None if i % 5 == 0 else f"n{i}",
+            "score": i / 4,
+            "ok": i % 2 == 0,
+            "raw": bytes([i % 256, 1]),
+            "ts": [base + timedelta(seconds=i), 1_709_280_000_000_000 + i][i % 2],
+            "day": date(2024, 3, 1 + i % 28),
+            "amount": [Decimal(i) / 8, i][i % 2],
+        }
+        for i in range(200)
+    ]
+    writers = {}
+    for row_format in RowFormat:
+        writer = open_writer(
+            _sink(
+                project,
+                dataset,
+                schema=TableSchema.of(SCALARS),
+                options=BigQueryWriterOptions.builder().row_format(row_format).build(),
+            )
+        )
+        for row in rows:
+            writer.write({"table": row_format.value.lower(), **row})
+        writer.flush()
+        writers[row_format] = next(iter(writer.registry))
+        writer.close()
+
+    assert writers[RowFormat.ARROW].arrow_requests_sent >= 1
+    assert writers[RowFormat.PROTO].arrow_requests_sent == 0
+    tables = {
+        t: query(project, f"SELECT * FROM `{project}.{dataset}.{t}` ORDER BY id")
+        for t in ("arrow", "proto")
+    }
+    assert len(tables["arrow"]) == 200
+    assert tables["arrow"] == tables["proto"]
+    assert tables["arrow"][2]["amount"] == Decimal("0.25")

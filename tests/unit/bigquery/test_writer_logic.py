@@ -9,13 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
+import pyarrow as pa
 import pytest
 from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 
-from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, TableDestination
-from pyflink_gcp.bigquery.rows import RowEncoder
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, RowFormat, TableDestination
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableLayout, TableWriter
 from pyflink_gcp.core import SerializerError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy
 
@@ -37,11 +37,16 @@ class FakeService:
 
     ``mode``: "whole" rejects the whole request (as the emulator does), "rows" answers with
     per-row errors (as BigQuery does). ``outages`` transport failures and ``busy`` transient
-    error responses come first.
+    error responses come first. ``refuse_arrow`` rejects every Arrow request, as an endpoint
+    without Arrow support would. ``formats`` lists the format of every request.
     """
 
-    def __init__(self, mode: str = "whole", outages: int = 0, busy: int = 0) -> None:
+    def __init__(
+        self, mode: str = "whole", outages: int = 0, busy: int = 0, refuse_arrow: bool = False
+    ) -> None:
         self.mode = mode
+        self.refuse_arrow = refuse_arrow
+        self.formats: list[str] = []
         self.outages = outages
         self.busy = busy
         self.committed: list[int] = []
@@ -57,14 +62,29 @@ class FakeService:
         return _FakeCall(self, requests)
 
     def answer(self, request: Any) -> Any:
-        if self._decode is None:
-            from tests.unit.bigquery.test_rows import decode
-
-            descriptor = request.proto_rows.writer_schema.proto_descriptor
-            self._decode = lambda data: decode(descriptor, data)
         assert request.write_stream == DEST.default_stream
-        assert request.proto_rows.HasField("writer_schema")
-        rows = [self._decode(r) for r in request.proto_rows.rows.serialized_rows]
+        if request.HasField("arrow_rows"):
+            data = request.arrow_rows
+            assert data.writer_schema.serialized_schema
+            stream = data.writer_schema.serialized_schema + data.rows.serialized_record_batch
+            rows = [
+                {k: v for k, v in row.items() if v is not None}
+                for row in pa.ipc.open_stream(stream).read_all().to_pylist()
+            ]
+            with self._lock:
+                self.formats.append("arrow")
+                if self.refuse_arrow:
+                    return Response(error={"code": 3, "message": "Arrow is not supported"})
+        else:
+            if self._decode is None:
+                from tests.unit.bigquery.test_rows import decode
+
+                descriptor = request.proto_rows.writer_schema.proto_descriptor
+                self._decode = lambda data: decode(descriptor, data)
+            assert request.proto_rows.HasField("writer_schema")
+            rows = [self._decode(r) for r in request.proto_rows.rows.serialized_rows]
+            with self._lock:
+                self.formats.append("proto")
         with self._lock:
             self.requests.append([r.get("id", -1) for r in rows])
             if self.busy:
@@ -104,7 +124,10 @@ class _FakeCall:
 
 
 def writer(
-    service: FakeService, ordering: OrderingMode = OrderingMode.NONE, **options: Any
+    service: FakeService,
+    ordering: OrderingMode = OrderingMode.NONE,
+    row_format: RowFormat = RowFormat.ARROW,
+    **options: Any,
 ) -> TableWriter:
     factory = BigQueryWriterFactory(
         sink_name="test-sink",
@@ -116,12 +139,16 @@ def writer(
     )
     factory.stub = service
     factory.executor = ThreadPoolExecutor(2)
-    return TableWriter(DEST, factory, RowEncoder(ENCODER_SCHEMA))
+    return TableWriter(DEST, factory, TableLayout.of(ENCODER_SCHEMA, row_format=row_format))
 
 
-def test_whole_request_rejections_are_narrowed_to_the_bad_rows() -> None:
+FORMATS = pytest.mark.parametrize("row_format", [RowFormat.ARROW, RowFormat.PROTO])
+
+
+@FORMATS
+def test_whole_request_rejections_are_narrowed_to_the_bad_rows(row_format: RowFormat) -> None:
     service = FakeService("whole")
-    w = writer(service, OrderingMode.PER_TABLE)
+    w = writer(service, OrderingMode.PER_TABLE, row_format)
     for i in range(100):
         w.write({"id": i, "bad": i in (13, 77)}, f"record-{i}")
     failed = w.flush()
@@ -129,13 +156,16 @@ def test_whole_request_rejections_are_narrowed_to_the_bad_rows() -> None:
     assert all(f.destination == str(DEST) and "bad value" in f.reason for f in failed)
     # Per table ordering: what committed is the input order without the bad rows.
     assert service.committed == [i for i in range(100) if i not in (13, 77)]
-    assert len(service.requests) <= 1 + 2 * 2 * 7
+    # An Arrow request rejected whole is first sent again as protobuf rows.
+    assert len(service.requests) <= 1 + (row_format is RowFormat.ARROW) + 2 * 2 * 7
+    assert service.formats[0] == row_format.value.lower()
     assert w.is_clean
 
 
-def test_per_row_errors_fail_only_those_rows_and_resend_the_rest() -> None:
+@FORMATS
+def test_per_row_errors_fail_only_those_rows_and_resend_the_rest(row_format: RowFormat) -> None:
     service = FakeService("rows")
-    w = writer(service)
+    w = writer(service, row_format=row_format)
     for i in range(10):
         w.write({"id": i, "bad": i == 4}, i)
     failed = w.flush()
@@ -165,9 +195,10 @@ def test_persistent_transport_errors_fail_after_the_retry_deadline() -> None:
         w.flush()
 
 
-def test_requests_are_cut_by_size() -> None:
+@FORMATS
+def test_requests_are_cut_by_size(row_format: RowFormat) -> None:
     service = FakeService()
-    w = writer(service, max_request_bytes=1_000)
+    w = writer(service, row_format=row_format, max_request_bytes=1_000)
     for i in range(500):
         w.write({"id": i}, i)
     assert w.flush() == []
@@ -181,7 +212,7 @@ def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
     # A NULL for a key that is no column is nothing to write.
     w.write({"id": 1, "bad": False, "zzz": None}, "small")
     w2 = TableWriter(
-        DEST, w._factory, RowEncoder([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
+        DEST, w._factory, TableLayout.of([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
     )
     w2.write({"id": 2, "s": "x" * 5_000}, "huge")
     failed = w2.flush()
@@ -202,3 +233,28 @@ def test_options_are_validated() -> None:
         BigQueryWriterOptions.builder().max_request_bytes(20_000_000).build()
     with pytest.raises(ValueError, match="idle_timeout"):
         BigQueryWriterOptions.builder().idle_timeout(timedelta(0)).build()
+
+
+def test_plain_rows_go_as_arrow_and_rows_arrow_cannot_take_as_given_go_as_protobuf() -> None:
+    service = FakeService()
+    w = writer(service, max_request_rows=10)
+    for i in range(10):
+        w.write({"id": i, "bad": False}, i)
+    # A string for an INT64 and a misspelt key are the protobuf encoder's business: it converts
+    # the first and matches the second case-insensitively.
+    for i in range(10, 20):
+        w.write({"id": str(i)} if i % 2 else {"ID": i}, i)
+    assert w.flush() == []
+    assert service.formats == ["arrow", "proto"]
+    assert sorted(service.committed) == list(range(20))
+
+
+def test_an_endpoint_refusing_arrow_gets_every_row_as_protobuf_and_nothing_fails() -> None:
+    service = FakeService(refuse_arrow=True)
+    w = writer(service, max_request_rows=25)
+    for i in range(100):
+        w.write({"id": i}, i)
+    assert w.flush() == []
+    assert sorted(service.committed) == list(range(100))
+    assert service.formats.count("arrow") == 4
+    assert w.arrow_rejections == 4
