@@ -59,7 +59,16 @@ class CloudTasksSerializationSchema:
             .with_task_id(lambda e: e["event_id"])
     """
 
-    __slots__ = ("_url", "_method", "_body", "_content_type", "_headers", "_task_id", "_schedule")
+    __slots__ = (
+        "_url",
+        "_method",
+        "_body",
+        "_content_type",
+        "_headers",
+        "_task_id",
+        "_schedule",
+        "_prototype",
+    )
 
     def __init__(
         self,
@@ -96,6 +105,20 @@ class CloudTasksSerializationSchema:
         self._headers = headers
         self._task_id = task_id
         self._schedule = schedule
+        self._prototype = self._encode_prototype()
+
+    def _encode_prototype(self) -> bytes:
+        """The encoded task of what is the same for every record (fixed URL, method, fixed
+        headers): parsing it is the cheapest way to start a record's task (cheaper than
+        building the messages field by field), and bytes travel to the workers by pickle."""
+        http = HttpRequestPb(http_method=self._method)
+        if type(self._url) is str:
+            http.url = self._url
+        if self._content_type is not None:
+            http.headers["Content-Type"] = self._content_type
+        if type(self._headers) is dict:
+            http.headers.update(self._headers)
+        return TaskPb(http_request=http).SerializeToString()
 
     # -- building ------------------------------------------------------------------------------
 
@@ -157,19 +180,19 @@ class CloudTasksSerializationSchema:
 
     def serialize(self, record: Any, context: Any = None) -> Any:
         """The ``Task`` protobuf of ``record`` (its name, if any, is the bare task id)."""
-        url = self._url if type(self._url) is str else self._call_url(record)
-        http = HttpRequestPb(url=url, http_method=self._method)
+        task = TaskPb.FromString(self._prototype)
+        http = task.http_request
+        if type(self._url) is not str:
+            http.url = self._call_url(record)
         if self._body is not None:
             body = self._body(record)
             if body is not None:
                 if type(body) is not bytes:
                     body = self._coerce_body(body, record)
                 http.body = body
-        if self._content_type is not None:
-            http.headers["Content-Type"] = self._content_type
         spec = self._headers
-        if spec is not None:
-            headers = spec if type(spec) is dict else spec(record)  # type: ignore[operator]
+        if spec is not None and type(spec) is not dict:
+            headers = spec(record)  # type: ignore[operator]
             if headers:
                 try:
                     http.headers.update(headers)
@@ -179,7 +202,6 @@ class CloudTasksSerializationSchema:
                         f"{short_repr(headers)} for record {short_repr(record)}; expected a "
                         "dict[str, str]"
                     ) from exc
-        task = TaskPb(http_request=http)
         if self._task_id is not None:
             task_id = self._task_id(record)
             if task_id is not None:

@@ -300,3 +300,51 @@ def test_queue_check_without_permission_is_skipped(caplog: pytest.LogCaptureFixt
     factory.create_writer(QUEUE)
     assert admin.calls == [str(QUEUE)]
     assert "skipping the existence check" in caplog.text
+
+
+@pytest.mark.parametrize("body_size", [0, 100, 127, 128, 16_383, 16_384, 90_000])
+def test_request_bytes_equal_the_generated_encoding(body_size: int) -> None:
+    """The request is assembled from bytes (parent once, then each task): the exact encoding
+    of the generated CreateTaskRequest, across every length-prefix width."""
+    factory = FakeFactory()
+    factory.open(SubtaskInfo("hooks-sink"))
+    sent: list[bytes] = []
+    start = factory.start
+
+    def recording_start(request: bytes, metadata: Any) -> Any:
+        sent.append(request)
+        return start(request, metadata)
+
+    factory.start = recording_start  # type: ignore[method-assign]
+    writer = factory.create_writer(QUEUE)
+    writer.write(_task("t-1", body=b"b" * body_size), "record")
+    assert writer.flush() == []
+    # The writer completed the name in place before encoding.
+    expected = CreateTaskRequestPb(
+        parent=str(QUEUE), task=factory.channel.requests[0].task
+    ).SerializeToString()
+    assert sent == [expected]
+    assert factory.channel.requests[0].task.http_request.body == b"b" * body_size
+
+
+def test_schema_fixed_parts_and_per_record_parts() -> None:
+    """Fixed URL, method and headers come from the encoded prototype; per-record functions
+    and an explicit Content-Type header still override it."""
+    schema = (
+        CloudTasksSerializationSchema.http_target(lambda r: f"https://h.example/{r}")
+        .with_http_method("PUT")
+        .with_body(lambda r: r, content_type="text/plain")
+        .with_headers({"Content-Type": "application/x-custom", "X-A": "1"})
+    )
+    first, second = schema.serialize("a"), schema.serialize("b")
+    assert first.http_request.url == "https://h.example/a"
+    assert second.http_request.url == "https://h.example/b"
+    assert second.http_request.body == b"b"
+    assert second.http_request.http_method == tasks_v2.HttpMethod.PUT
+    assert dict(second.http_request.headers) == {
+        "Content-Type": "application/x-custom",
+        "X-A": "1",
+    }
+    dynamic = CloudTasksSerializationSchema.http_target(URL).with_headers(lambda r: {"X-R": r})
+    assert dict(dynamic.serialize("z").http_request.headers) == {"X-R": "z"}
+    assert dict(dynamic.serialize("y").http_request.headers) == {"X-R": "y"}
