@@ -73,7 +73,7 @@ class SpannerWriterOptions:
     max_commit_bytes: int = 8 * _MIB
     max_pending_commits: int = 2
     flush_interval: timedelta = timedelta(seconds=1)
-    flush_max_records: int = 10_000
+    flush_max_records: int = 100_000
     retry_deadline: timedelta = timedelta(minutes=2)
     commit_timeout: timedelta = timedelta(seconds=60)
 

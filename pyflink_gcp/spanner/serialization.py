@@ -275,6 +275,9 @@ class Mutation:
 
 
 def _write(operation: str, table: str, row: Mapping[str, Any]) -> Mutation:
+    if type(row) is dict and row and type(table) is str and table:
+        # The common case, without the ABC instance check a Mapping costs.
+        return Mutation(operation, table, tuple(row), tuple(row.values()))
     if not isinstance(table, str) or not table:
         raise ValueError(f"Mutation.{operation} needs a table name, got {table!r}")
     if not isinstance(row, Mapping) or not row:

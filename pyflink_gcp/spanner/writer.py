@@ -17,7 +17,8 @@ A commit that fails:
 
 - transiently (ABORTED, UNAVAILABLE, ...): retried with backoff until the retry deadline, then
   the job fails. The emulator runs one transaction at a time and aborts the others, so under
-  parallelism this path is exercised constantly there.
+  parallelism this path is exercised constantly there; an aborted commit first waits about as
+  long as a commit takes, since an earlier retry would only be aborted again.
 - because its session expired: a new session is created and the commit retried.
 - for a record-shaped reason (a constraint, a value Spanner rejects, a row that already exists
   or is missing, too many mutations): the batch is split in two halves committed in order,
@@ -29,6 +30,7 @@ A commit that fails:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import decimal
 import json
@@ -64,7 +66,7 @@ from pyflink_gcp.core.errors import (
 )
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
-from pyflink_gcp.core.retry import RetryPolicy, status_name
+from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
 from pyflink_gcp.spanner.destinations import DatabaseDestination
@@ -90,6 +92,9 @@ _REQUEST_OVERHEAD = 256
 _EAGER_FRACTION = 8
 #: Retries of a commit whose session was deleted under it.
 _SESSION_RENEWALS = 3
+#: Bounds of the first wait after ABORTED (see ``SpannerWriterFactory._aborted_backoffs``).
+_ABORTED_MIN_BACKOFF_S = 0.01
+_ABORTED_MAX_BACKOFF_S = 0.25
 
 
 # -- value encoders: one per Spanner column type, ``(values, python_value) -> None`` ------------
@@ -301,7 +306,16 @@ class _Shape:
     ``encoders`` are the primary key's and ``cost`` the count of one key or range.
     """
 
-    __slots__ = ("operation", "table", "columns", "encoders", "cost", "header_bytes", "schema")
+    __slots__ = (
+        "operation",
+        "is_delete",
+        "table",
+        "columns",
+        "encoders",
+        "cost",
+        "header_bytes",
+        "schema",
+    )
 
     def __init__(
         self,
@@ -312,6 +326,7 @@ class _Shape:
         cost: int,
     ) -> None:
         self.operation = operation
+        self.is_delete = operation == DELETE
         self.table = schema.name
         self.schema = schema
         self.columns = columns
@@ -491,8 +506,13 @@ class SpannerWriterFactory(WriterFactory[DatabaseDestination]):
         # An aborted commit is retried sooner: another transaction won a race (on the emulator,
         # simply ran at the same time), and its commit is not going to take seconds.
         self.retry_aborted = RetryPolicy(
-            initial_backoff_s=0.01, max_backoff_s=0.25, deadline_s=deadline
+            initial_backoff_s=_ABORTED_MIN_BACKOFF_S,
+            max_backoff_s=_ABORTED_MAX_BACKOFF_S,
+            deadline_s=deadline,
         )
+        #: Moving average of a successful commit's duration: how long the transaction that
+        #: aborted ours is likely to hold on (see ``_aborted_backoffs``).
+        self.commit_seconds = 0.0
         self._session: str | None = None
         self._session_used = 0.0
         self._session_lock = threading.Lock()
@@ -684,19 +704,41 @@ class SpannerWriterFactory(WriterFactory[DatabaseDestination]):
 
     def _retrying(self, attempt: Callable[[], Any], what: str) -> Any:
         """Call ``attempt`` until it succeeds; ABORTED and other transient errors back off
-        separately (see ``retry_aborted``), each up to the retry deadline."""
-        aborted = self.retry_aborted.backoffs()
-        other = self.retry.backoffs()
+        separately (see ``_aborted_backoffs``), each up to the retry deadline."""
+        aborted: BackoffSequence | None = None
+        other: BackoffSequence | None = None
         while True:
+            start = time.monotonic()
             try:
-                return attempt()
+                result = attempt()
             except Exception as exc:
                 if status_name(exc) == "ABORTED":
+                    aborted = aborted or self._aborted_backoffs()
                     aborted.wait_or_raise(exc, what)
                 elif self.retry.is_transient(exc):
+                    other = other or self.retry.backoffs()
                     other.wait_or_raise(exc, what)
                 else:
                     raise
+            else:
+                self.commit_seconds += 0.25 * (time.monotonic() - start - self.commit_seconds)
+                return result
+
+    def _aborted_backoffs(self) -> BackoffSequence:
+        """The waits of an aborted commit, starting near the length of a typical commit.
+
+        The emulator runs one transaction at a time and aborts any other at its first write,
+        after it has decoded the whole request: a retry that comes back before the running
+        commit is done costs the emulator that work again for nothing. So the first wait is
+        drawn up to the duration of this writer's recent commits (the other subtasks send
+        commits of the same kind), within the bounds of ``retry_aborted``. On Spanner a blind
+        write is rarely aborted, and then it waits about one commit.
+        """
+        policy = self.retry_aborted
+        first = min(max(self.commit_seconds, policy.initial_backoff_s), policy.max_backoff_s)
+        if first == policy.initial_backoff_s:
+            return policy.backoffs()
+        return dataclasses.replace(policy, initial_backoff_s=first).backoffs()
 
 
 def _py(value: struct_pb2.Value) -> Any:
@@ -739,8 +781,31 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
             shape = self._shapes.get((element.operation, element.table, element.columns))
             if shape is None:
                 shape = self._compile(element, record)
-            cost = shape.cost if element.columns is not None else shape.cost * len(element.values)
             batch = self._batch
+            if shape is batch.last_shape and not shape.is_delete:
+                # The common case: one more row of the run being filled. It is encoded in
+                # place; undoing it (a wrong type, the byte budget) only drops the last row.
+                cost = shape.cost
+                if batch.mutations + cost <= self._max_mutations:
+                    rows = batch.last_rows
+                    row = rows.add()
+                    values = row.values
+                    try:
+                        for encode, value in zip(shape.encoders, element.values, strict=True):
+                            encode(values, value)
+                    except _WrongType:
+                        del rows[-1]
+                        self._reject(element, record)
+                        return
+                    size = row.ByteSize() + 4
+                    if batch.bytes + size <= self._max_bytes:
+                        self._accept(batch, element, record, cost, size)
+                        return
+                    del rows[-1]
+                    batch = self._seal()
+                    self._accept(batch, element, record, cost, batch.add(shape, element))
+                    return
+            cost = shape.cost if element.columns is not None else shape.cost * len(element.values)
             if batch.mutations + cost > self._max_mutations and batch.entries:
                 batch = self._seal()
             snap = batch.snapshot()
@@ -759,10 +824,15 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
             batch.rollback(snap)
             batch = self._seal()
             size = self._add_entry_parts(batch, element)
-        batch.entries.append((element, record))
+        self._accept(batch, element, record, cost, size)
+
+    def _accept(self, batch: _Batch, element: Any, record: Any, cost: int, size: int) -> None:
+        """Account for a record encoded into ``batch``; start a group commit when it is time."""
+        entries = batch.entries
+        entries.append((element, record))
         batch.mutations += cost
         batch.bytes += size
-        if batch.mutations >= self._eager_mutations and not len(batch.entries) & 31:
+        if batch.mutations >= self._eager_mutations and not len(entries) & 31:
             self._seal_if_idle()
 
     def _seal_if_idle(self) -> None:

@@ -399,6 +399,40 @@ def test_wrong_values_and_keys_go_to_the_failure_handler() -> None:
     assert ids(api) == [4]  # the partly encoded record left nothing behind
 
 
+def test_a_wrong_value_inside_a_run_of_rows_drops_only_that_row() -> None:
+    # Rows of one shape share a Mutation message; a rejected one must leave no row behind and
+    # the next rows must still join the same message.
+    _, writer, api = make()
+    writer.write(event(1, n=1), 1)
+    writer.write(event(2, n="x" * 3), "str parses as INT64 on Spanner's side")
+    writer.write(event(3, n=2.5), "float in INT64")
+    writer.write(event(4, n=4), 4)
+    failures = writer.flush()
+    assert [f.record_repr for f in failures] == ["'float in INT64'"]
+    assert ids(api) == [1, 2, 4]
+    assert len(api.commits) == 1 and len(api.commits[0].mutations) == 1
+
+
+def test_a_run_of_rows_over_the_byte_budget_moves_the_row_to_the_next_commit() -> None:
+    _, writer, api = make(max_commit_bytes=600)
+    for i in range(30):
+        writer.write(event(i, kind="y" * 12), i)
+    assert writer.flush() == []
+    assert len(api.commits) > 1
+    assert all(c.ByteSize() <= 600 for c in api.commits)
+    assert ids(api) == list(range(30))
+
+
+def test_an_aborted_commit_first_waits_about_one_commit() -> None:
+    factory, _, _ = make()
+    policy = factory.retry_aborted
+    assert factory._aborted_backoffs()._next == policy.initial_backoff_s  # nothing measured yet
+    factory.commit_seconds = 0.04
+    assert factory._aborted_backoffs()._next == 0.04
+    factory.commit_seconds = 30.0  # bounded: a slow commit does not stall the retry
+    assert factory._aborted_backoffs()._next == policy.max_backoff_s
+
+
 def test_the_factory_travels_without_clients() -> None:
     factory, _, _ = make()
     copy = pickle.loads(cloudpickle.dumps(factory))
