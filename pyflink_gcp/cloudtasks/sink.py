@@ -87,5 +87,6 @@ class CloudTasksSinkBuilder(SinkBuilder):
             serializer=serializer,
             failure_handler=self._failure_handler,
             idle_timeout_s=options.idle_timeout.total_seconds(),
+            chain_with_upstream=self._chain_with_upstream,
         )
         return CloudTasksSink(config)

@@ -130,6 +130,7 @@ class SpannerSinkBuilder(SinkBuilder):
             max_buffered_records=options.flush_max_records,
             max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
             fixed_destination=self._database,
+            chain_with_upstream=self._chain_with_upstream,
         )
         return SpannerSink(config)
 
