@@ -14,7 +14,7 @@ from pyflink.common import Configuration
 from pyflink.common.watermark_strategy import WatermarkStrategy
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
-from pyflink.datastream.functions import ProcessFunction
+from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,6 +90,22 @@ def span_rate(path: str, records: int) -> float:
 
 class SpanTimedNoOp(ProcessFunction):
     """The PyFlink ceiling timed by spans: receives every record, does nothing, logs its span."""
+
+    def __init__(self, spans_path: str) -> None:
+        self.spans_path = spans_path
+        self.first: float | None = None
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        if self.first is None:
+            self.first = time.time()
+
+    def close(self) -> None:
+        if self.first is not None:
+            log_span(self.spans_path, self.first, time.time())
+
+
+class SpanTimedKeyedNoOp(KeyedProcessFunction):
+    """:class:`SpanTimedNoOp` on a keyed stream."""
 
     def __init__(self, spans_path: str) -> None:
         self.spans_path = spans_path
