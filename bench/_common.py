@@ -19,7 +19,9 @@ from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def flink_env(parallelism: int, checkpoint_ms: int | None = 2000) -> StreamExecutionEnvironment:
+def flink_env(
+    parallelism: int, checkpoint_ms: int | None = 2000, extra: dict[str, str] | None = None
+) -> StreamExecutionEnvironment:
     """An environment whose Python workers are real processes (honest throughput)."""
     os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112
     paths = [ROOT, sysconfig.get_paths()["purelib"], os.environ.get("PYTHONPATH", "")]
@@ -27,6 +29,8 @@ def flink_env(parallelism: int, checkpoint_ms: int | None = 2000) -> StreamExecu
     conf = Configuration()
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
+    for key, value in (extra or {}).items():
+        conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     if checkpoint_ms:
