@@ -92,8 +92,8 @@ def span_rate(path: str, records: int) -> float:
     return records / (max(s["end"] for s in spans) - min(s["start"] for s in spans))
 
 
-class SpanTimedNoOp(ProcessFunction):
-    """The PyFlink ceiling timed by spans: receives every record, does nothing, logs its span."""
+class _SpanTimer:
+    """Receives every record, does nothing, logs its subtask's span at close."""
 
     def __init__(self, spans_path: str) -> None:
         self.spans_path = spans_path
@@ -108,17 +108,9 @@ class SpanTimedNoOp(ProcessFunction):
             log_span(self.spans_path, self.first, time.time())
 
 
-class SpanTimedKeyedNoOp(KeyedProcessFunction):
-    """:class:`SpanTimedNoOp` on a keyed stream."""
+class SpanTimedNoOp(_SpanTimer, ProcessFunction):
+    """The PyFlink ceiling timed by spans (a plain stream)."""
 
-    def __init__(self, spans_path: str) -> None:
-        self.spans_path = spans_path
-        self.first: float | None = None
 
-    def process_element(self, value: Any, ctx: Any) -> None:
-        if self.first is None:
-            self.first = time.time()
-
-    def close(self) -> None:
-        if self.first is not None:
-            log_span(self.spans_path, self.first, time.time())
+class SpanTimedKeyedNoOp(_SpanTimer, KeyedProcessFunction):
+    """The PyFlink ceiling timed by spans, on a keyed stream."""

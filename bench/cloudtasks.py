@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -388,16 +389,30 @@ def raw_asyncio(host: str, url: str, records: int) -> Callable[[], None]:
     return lambda: asyncio.run(run())
 
 
+@functools.cache
+def _raw_classes() -> tuple[Any, Any, Any]:
+    from google.cloud import tasks_v2
+
+    return tasks_v2.CreateTaskRequest.pb(), tasks_v2.Task.pb(), tasks_v2.HttpRequest.pb()
+
+
+def raw_request(r: dict, url: str) -> tuple[str, bytes]:
+    """The queue and the serialized ``CreateTaskRequest`` of record ``r``, from raw protobufs."""
+    request_pb, task_pb, http_pb = _raw_classes()
+    parent = queue_path(r)
+    http = http_pb(
+        url=url, http_method=1, headers={"Content-Type": "application/json"}, body=body(r)
+    )
+    return parent, request_pb(parent=parent, task=task_pb(http_request=http)).SerializeToString()
+
+
 def raw_futures(host: str, url: str, records: int) -> Callable[[], None]:
     """Raw protobuf requests on the synchronous channel's gRPC futures (the sink's former
     transport: more than twice the CPU per call of ``grpc.aio``)."""
     from collections import deque
 
     import grpc
-    from google.cloud import tasks_v2
 
-    request_pb = tasks_v2.CreateTaskRequest.pb()
-    task_pb, http_pb = tasks_v2.Task.pb(), tasks_v2.HttpRequest.pb()
     items = [make_record(i) for i in range(records)]
     channel = grpc.insecure_channel(host)
     call = channel.unary_unary(
@@ -410,16 +425,7 @@ def raw_futures(host: str, url: str, records: int) -> Callable[[], None]:
         window: deque = deque()
         calls = []
         for r in items:
-            parent = queue_path(r)
-            task = task_pb(
-                http_request=http_pb(
-                    url=url,
-                    http_method=1,
-                    headers={"Content-Type": "application/json"},
-                    body=body(r),
-                )
-            )
-            request = request_pb(parent=parent, task=task).SerializeToString()
+            parent, request = raw_request(r, url)
             if len(window) >= IN_FLIGHT:
                 window.popleft().exception()
             future = call.future(
@@ -438,10 +444,7 @@ def raw_futures(host: str, url: str, records: int) -> Callable[[], None]:
 def raw_aio(host: str, url: str, records: int) -> Callable[[], None]:
     """The sink's transport without Flink: raw protobuf requests on ``grpc.aio`` calls."""
     import grpc
-    from google.cloud import tasks_v2
 
-    request_pb = tasks_v2.CreateTaskRequest.pb()
-    task_pb, http_pb = tasks_v2.Task.pb(), tasks_v2.HttpRequest.pb()
     items = [make_record(i) for i in range(records)]
 
     async def run() -> None:
@@ -454,16 +457,7 @@ def raw_aio(host: str, url: str, records: int) -> Callable[[], None]:
         gate = asyncio.Semaphore(IN_FLIGHT)
 
         async def one(r: dict) -> None:
-            parent = queue_path(r)
-            task = task_pb(
-                http_request=http_pb(
-                    url=url,
-                    http_method=1,
-                    headers={"Content-Type": "application/json"},
-                    body=body(r),
-                )
-            )
-            request = request_pb(parent=parent, task=task).SerializeToString()
+            parent, request = raw_request(r, url)
             async with gate:
                 await call(
                     request, timeout=30, metadata=(("x-goog-request-params", f"parent={parent}"),)

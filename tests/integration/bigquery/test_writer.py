@@ -399,20 +399,10 @@ def test_log_and_drop_drops_and_counts(project: str) -> None:
     writer.close()
 
 
-SCALARS = [
-    SchemaField("id", "INT64", mode="REQUIRED"),
-    SchemaField("name", "STRING"),
-    SchemaField("score", "FLOAT64"),
-    SchemaField("ok", "BOOL"),
-    SchemaField("raw", "BYTES"),
-    SchemaField("ts", "TIMESTAMP"),
-    SchemaField("day", "DATE"),
-    SchemaField("amount", "NUMERIC"),
-]
-
-
 def test_arrow_and_protobuf_rows_land_as_the_same_values(project: str) -> None:
     from datetime import date
+
+    from tests.unit.bigquery.test_arrow_rows import SCALARS
 
     dataset = make_dataset(project)
     base = datetime(2024, 3, 1, 8, tzinfo=UTC)

@@ -13,17 +13,15 @@ from google.cloud.bigquery import SchemaField
 
 from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
 from pyflink_gcp.bigquery.rows import RowEncoder
-from tests.unit.bigquery.test_rows import MICROS, decode
+from tests.unit.bigquery.test_rows import MICROS, SCHEMA, decode
 
+#: The columns Arrow is used for, from the encoder tests' schema.
 SCALARS = [
-    SchemaField("id", "INTEGER", mode="REQUIRED"),
-    SchemaField("name", "STRING"),
-    SchemaField("score", "FLOAT"),
-    SchemaField("ok", "BOOLEAN"),
-    SchemaField("raw", "BYTES"),
-    SchemaField("ts", "TIMESTAMP"),
-    SchemaField("day", "DATE"),
-    SchemaField("amount", "NUMERIC"),
+    f
+    for f in SCHEMA
+    if f.field_type
+    in ("INTEGER", "STRING", "FLOAT", "BOOLEAN", "BYTES", "TIMESTAMP", "DATE", "NUMERIC")
+    and f.mode != "REPEATED"
 ]
 
 
