@@ -10,10 +10,10 @@ requests of 5,000: protobuf rows cost the emulator about 14-17 µs of CPU per ro
 Arrow's converter is more forgiving than a column type allows (it truncates ``1.5`` to an INT64,
 reads a ``str`` as BYTES), so an :class:`ArrowEncoder` only takes a batch whose every value has
 exactly the Python type the column's Arrow type stores without conversion, whose keys are all
-columns and whose REQUIRED columns have no nulls. Anything else (a TIMESTAMP as text, a NUMERIC
-as a string, a misspelt key) returns None, and the writer encodes that batch as protobuf rows,
-whose lenient per-row conversion and per-row errors decide. So Arrow changes how valid rows
-travel, never which rows are valid.
+columns in their exact spelling, and whose REQUIRED columns have no nulls. Anything else (a
+TIMESTAMP as text, a NUMERIC as a string, a column name in another case, an unknown key) returns
+None, and the writer encodes that batch as protobuf rows, whose lenient per-row conversion and
+per-row errors decide. So Arrow changes how valid rows travel, never which rows are valid.
 
 Tables with a column Arrow is not used for (RECORD, REPEATED, JSON, DATETIME, TIME, GEOGRAPHY,
 BIGNUMERIC, INTERVAL, RANGE) are written as protobuf rows throughout.
@@ -75,6 +75,7 @@ class ArrowEncoder:
         self._columns = tuple(columns)
         self._required = tuple(required)
         self._names = frozenset(name for name, _, _ in columns)
+        self._lower_names = frozenset(name.lower() for name in self._names)
         self._ignore_unknown = ignore_unknown_values
         self.serialized_schema: bytes = self._schema.serialize().to_pybytes()
 
@@ -94,10 +95,16 @@ class ArrowEncoder:
 
     def encode(self, rows: Sequence[Mapping[str, Any]]) -> bytes | None:
         """The serialized record batch of ``rows``, or None if a row needs the protobuf path."""
-        if not self._ignore_unknown:
-            names = self._names
-            for row in rows:
-                if not names.issuperset(row):
+        names = self._names
+        for row in rows:
+            if not names.issuperset(row):
+                # A key in another case is a column to the protobuf encoder (which matches names
+                # case-insensitively); with ignore_unknown_values only truly unknown keys may be
+                # left out here.
+                if not self._ignore_unknown:
+                    return None
+                lower = self._lower_names
+                if any(str(key).lower() in lower for key in row if key not in names):
                     return None
         arrays = []
         try:
