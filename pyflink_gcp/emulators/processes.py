@@ -15,6 +15,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -171,6 +173,80 @@ def group_members(pgid: int) -> list[int]:
         if info is not None and info[0] == pgid and info[1] not in ("Z", "X"):
             members.append(int(entry.name))
     return members
+
+
+_REAPER_CODE = """
+import os, signal, sys, time
+groups = set()
+for line in sys.stdin:
+    word = line.strip()
+    if word == "done":
+        sys.exit(0)
+    if word.startswith("+"):
+        groups.add(int(word[1:]))
+    elif word.startswith("-"):
+        groups.discard(int(word[1:]))
+# End of input without "done": the owner died without stopping its groups.
+for sig, pause in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            pass
+    time.sleep(pause)
+"""
+
+
+class GroupReaper:
+    """A watchdog process that stops the registered process groups if their owner dies.
+
+    The stack's atexit and SIGTERM handlers cannot run when the owning process is killed
+    with SIGKILL or leaves through ``os._exit``; its emulators, leaders of their own sessions,
+    would then run on. The reaper reads registrations from a pipe whose write end only the
+    owner holds: when the pipe ends without the owner's "done", the kernel has closed it
+    because the owner is gone, and the reaper sends SIGTERM, then SIGKILL, to every group
+    still registered.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        read_end, write_end = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _REAPER_CODE],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read_end)
+        self._pipe: Any = os.fdopen(write_end, "w", buffering=1)
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._pipe is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._pipe.write(line + "\n")
+
+    def watch(self, pgid: int) -> None:
+        """Stop this group should the owner die."""
+        self._send(f"+{pgid}")
+
+    def forget(self, pgid: int) -> None:
+        """The group was stopped by its owner."""
+        self._send(f"-{pgid}")
+
+    def close(self) -> None:
+        """The owner stopped everything itself: the reaper exits without killing."""
+        self._send("done")
+        with self._lock:
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)
 
 
 class ManagedProcess:

@@ -27,6 +27,7 @@ from pyflink_gcp.emulators.processes import (
     LOOPBACK,
     EmulatorError,
     EmulatorStartError,
+    GroupReaper,
     ManagedProcess,
     free_port,
     grpc_unary_probe,
@@ -154,6 +155,7 @@ class EmulatorStack:
         self.processes: dict[str, ManagedProcess] = {}
         self._env: dict[str, str] = {}
         self._receiver: Receiver | None = None
+        self._reaper: GroupReaper | None = None
         self._lock = threading.Lock()
         self._stopping = False
         self._started = False
@@ -226,6 +228,8 @@ class EmulatorStack:
             raise
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._data.mkdir(parents=True, exist_ok=True)
+        # Stops the emulators even if this process is killed before it can.
+        self._reaper = GroupReaper()
         with _live_lock:
             _live_stacks.add(self)
         _install_hooks()
@@ -280,6 +284,11 @@ class EmulatorStack:
             thread.start()
         for thread in threads:
             thread.join(timeout=15)
+        reaper = self._reaper
+        if reaper is not None:
+            if all(not p.alive() for p in processes):
+                reaper.close()
+            self._reaper = None
         if self._receiver is not None:
             with contextlib.suppress(Exception):
                 self._receiver.stop()
@@ -308,6 +317,8 @@ class EmulatorStack:
             process = ManagedProcess(
                 name, argv, log_path=self.log_dir / f"{name}.log", env=env, cwd=workdir
             )
+            if self._reaper is not None:
+                self._reaper.watch(process.pgid)
             self.processes[name] = process
         return process
 

@@ -329,3 +329,37 @@ def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
     # The log survives the stop, for post-mortems.
     assert (small.log_dir / "bigtable.log").read_text()
+
+
+def test_emulators_of_a_killed_process_are_stopped_by_the_reaper(tmp_path: Path) -> None:
+    """SIGKILL leaves no atexit or signal handler to run: the stack's reaper stops its groups."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from pyflink_gcp.emulators import EmulatorStack\n"
+        "stack = EmulatorStack(services=('bigtable',), keep_logs=False).start()\n"
+        "print(stack.processes['bigtable'].pgid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=str(tmp_path)
+    )
+    try:
+        assert owner.stdout is not None
+        pgid = int(owner.stdout.readline())
+        members = group_members(pgid)
+        assert len(members) >= 2, members
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert group_members(pgid) == []
+        assert not any(_live(pid) for pid in members)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
