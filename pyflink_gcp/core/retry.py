@@ -71,6 +71,9 @@ class RetryPolicy:
         multiplier: Growth of the wait per attempt.
         deadline_s: Total time spent retrying one call before the job fails.
         transient_codes: gRPC status names that are retried.
+        quiet_attempts: Retries logged at DEBUG before the first WARNING. 0 (the default)
+            warns at once; a policy for errors that are part of normal operation (Spanner's
+            ABORTED under contention) raises it so that only a persisting failure warns.
     """
 
     initial_backoff_s: float = 0.1
@@ -78,6 +81,7 @@ class RetryPolicy:
     multiplier: float = 2.0
     deadline_s: float = 120.0
     transient_codes: frozenset[str] = TRANSIENT_CODES
+    quiet_attempts: int = 0
 
     def __post_init__(self) -> None:
         if self.initial_backoff_s <= 0 or self.max_backoff_s < self.initial_backoff_s:
@@ -133,8 +137,16 @@ class BackoffSequence:
                 f"{what}: still failing after {self.attempts} attempts in {elapsed:.1f}s "
                 f"(retry deadline {self._policy.deadline_s:.0f}s): {status_name(exc)}: {exc}"
             ) from exc
-        if self.attempts == 1 or self.attempts % 10 == 0:
-            _LOG.warning(
+        quiet = self._policy.quiet_attempts
+        if self.attempts <= quiet:
+            level = logging.DEBUG
+        elif self.attempts == quiet + 1 or self.attempts % 10 == 0:
+            level = logging.WARNING
+        else:
+            level = 0
+        if level:
+            _LOG.log(
+                level,
                 "%s: transient %s, retrying (attempt %d): %s",
                 what,
                 status_name(exc),

@@ -509,6 +509,9 @@ class SpannerWriterFactory(WriterFactory[DatabaseDestination]):
             initial_backoff_s=_ABORTED_MIN_BACKOFF_S,
             max_backoff_s=_ABORTED_MAX_BACKOFF_S,
             deadline_s=deadline,
+            # Aborts are Spanner's concurrency control at work, not a fault: warn only when a
+            # commit keeps being aborted.
+            quiet_attempts=3,
         )
         #: Moving average of a successful commit's duration: how long the transaction that
         #: aborted ours is likely to hold on (see ``_aborted_backoffs``).
