@@ -15,7 +15,6 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.sink_writer import SinkConfig
 
 
 class BigQuerySink(DynamicSink):
@@ -145,17 +144,14 @@ class BigQuerySinkBuilder(SinkBuilder):
             rest_endpoint=self._rest_endpoint,
             retry=RetryPolicy(deadline_s=options.retry_deadline.total_seconds()),
         )
-        config = SinkConfig(
-            sink_name=name,
-            factory=factory,
-            resolver=self._resolver,
-            serializer=serializer,
-            failure_handler=self._failure_handler,
+        config = self._sink_config(
+            name,
+            factory,
+            serializer,
             idle_timeout_s=options.idle_timeout.total_seconds(),
             max_active=None,
             max_buffered_records=options.max_buffered_rows,
-            max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
+            max_buffer_time=options.max_buffer_time,
             per_destination_metrics=options.per_destination_metrics,
-            chain_with_upstream=self._chain_with_upstream,
         )
         return BigQuerySink(config)

@@ -316,10 +316,6 @@ class TableWriter(DestinationWriter[TableDestination]):
             self._layout = layout
         return layout
 
-    @property
-    def encoder(self) -> RowEncoder:
-        return self.layout().encoder
-
     # -- processing thread ---------------------------------------------------------------------
 
     def write(self, element: Any, record: Any) -> None:

@@ -8,7 +8,6 @@ from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.sink_writer import SinkConfig
 
 DEFAULT_SINK_NAME = "bigtable-sink"
 
@@ -108,16 +107,13 @@ class BigtableSinkBuilder(SinkBuilder):
             resolver_name=describe_callable(self._resolver),
         )
         idle = options.destination_idle_timeout
-        config = SinkConfig(
-            sink_name=name,
-            factory=factory,
-            resolver=self._resolver,
-            serializer=self._serializer,
-            failure_handler=self._failure_handler,
+        config = self._sink_config(
+            name,
+            factory,
+            self._serializer,
             idle_timeout_s=None if idle is None else idle.total_seconds(),
             max_buffered_records=options.flush_max_records,
-            max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
+            max_buffer_time=options.flush_interval,
             per_destination_metrics=options.per_table_metrics,
-            chain_with_upstream=self._chain_with_upstream,
         )
         return BigtableSink(config)

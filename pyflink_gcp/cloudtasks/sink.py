@@ -10,7 +10,6 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.sink_writer import SinkConfig
 
 
 class CloudTasksSink(DynamicSink):
@@ -80,13 +79,7 @@ class CloudTasksSinkBuilder(SinkBuilder):
             endpoint=self._endpoint,
             retry=RetryPolicy(deadline_s=options.retry_deadline.total_seconds()),
         )
-        config = SinkConfig(
-            sink_name=name,
-            factory=factory,
-            resolver=self._resolver,
-            serializer=serializer,
-            failure_handler=self._failure_handler,
-            idle_timeout_s=options.idle_timeout.total_seconds(),
-            chain_with_upstream=self._chain_with_upstream,
+        config = self._sink_config(
+            name, factory, serializer, idle_timeout_s=options.idle_timeout.total_seconds()
         )
         return CloudTasksSink(config)

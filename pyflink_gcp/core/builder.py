@@ -8,11 +8,14 @@ mistake surfaces where the job is written, not on a worker minutes later.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Self
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+from pyflink_gcp.core.sink_writer import SinkConfig
+from pyflink_gcp.core.writer import WriterFactory
 
 
 class SinkBuilder:
@@ -81,6 +84,34 @@ class SinkBuilder:
         """
         self._chain_with_upstream = bool(enabled)
         return self
+
+    def _sink_config(
+        self,
+        name: str,
+        factory: WriterFactory[Any],
+        serializer: Any,
+        *,
+        max_buffer_time: timedelta | None = None,
+        **service_fields: Any,
+    ) -> SinkConfig:
+        """The :class:`SinkConfig` of the sink being built: the fields every builder owns
+        (resolver, failure handler, chaining) from here, the service's from ``service_fields``.
+
+        ``max_buffer_time`` is converted to the config's whole milliseconds (at least 1).
+        """
+        if max_buffer_time is not None:
+            service_fields["max_buffer_time_ms"] = max(
+                1, int(max_buffer_time.total_seconds() * 1000)
+            )
+        return SinkConfig(
+            sink_name=name,
+            factory=factory,
+            resolver=self._resolver if self.uses_resolver else None,
+            serializer=serializer,
+            failure_handler=self._failure_handler,
+            chain_with_upstream=self._chain_with_upstream,
+            **service_fields,
+        )
 
     def _validate_common(self, serializer_hint: str = "") -> str:
         """Check what every sink needs; return the sink name.

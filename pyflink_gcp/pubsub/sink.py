@@ -8,7 +8,6 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.pubsub.options import (
     CreateDisposition,
     PubSubPublisherOptions,
@@ -103,17 +102,14 @@ class PubSubSinkBuilder(SinkBuilder):
             endpoint=self._endpoint,
             retry=RetryPolicy(deadline_s=w.retry_deadline.total_seconds()),
         )
-        config = SinkConfig(
-            sink_name=name,
-            factory=factory,
-            resolver=self._resolver,
-            serializer=serializer,
-            failure_handler=self._failure_handler,
+        config = self._sink_config(
+            name,
+            factory,
+            serializer,
             idle_timeout_s=w.idle_timeout.total_seconds(),
             max_active=w.max_active_topics,
             max_buffered_records=self._publisher.max_buffered_messages,
-            max_buffer_time_ms=max(1, int(self._publisher.max_latency.total_seconds() * 1000)),
+            max_buffer_time=self._publisher.max_latency,
             per_destination_metrics=w.per_destination_metrics,
-            chain_with_upstream=self._chain_with_upstream,
         )
         return PubSubSink(config)

@@ -10,7 +10,6 @@ from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.spanner.destinations import DatabaseDestination
 from pyflink_gcp.spanner.options import SpannerWriterOptions
 from pyflink_gcp.spanner.writer import SpannerWriterFactory
@@ -120,17 +119,14 @@ class SpannerSinkBuilder(SinkBuilder):
             endpoint=self._endpoint,
             fail_fast=self._failure_handler.mode == "fail_job",
         )
-        config = SinkConfig(
-            sink_name=name,
-            factory=factory,
-            resolver=None,
-            serializer=serializer,
-            failure_handler=self._failure_handler,
+        config = self._sink_config(
+            name,
+            factory,
+            serializer,
             idle_timeout_s=None,
             max_buffered_records=options.flush_max_records,
-            max_buffer_time_ms=max(1, int(options.flush_interval.total_seconds() * 1000)),
+            max_buffer_time=options.flush_interval,
             fixed_destination=self._database,
-            chain_with_upstream=self._chain_with_upstream,
         )
         return SpannerSink(config)
 
