@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyflink.common import Configuration
 from pyflink.common.watermark_strategy import WatermarkStrategy
-from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 
@@ -114,3 +115,86 @@ class SpanTimedNoOp(_SpanTimer, ProcessFunction):
 
 class SpanTimedKeyedNoOp(_SpanTimer, KeyedProcessFunction):
     """The PyFlink ceiling timed by spans, on a keyed stream."""
+
+
+@contextlib.contextmanager
+def emulator(service: str, *variables: str, **stack_options: Any) -> Iterator[None]:
+    """The emulator the environment ``variables`` name if all are set, else one for this run."""
+    if all(os.environ.get(v) for v in variables):
+        yield
+        return
+    from pyflink_gcp.emulators import EmulatorStack
+
+    with EmulatorStack(services=(service,), keep_logs=False, **stack_options) as stack:
+        os.environ.update(stack.env)
+        yield
+
+
+class SpanTimedFactory:
+    """Mixin for a sink's writer factory: logs its subtask's span, from the first writer it
+    creates (the first record) to its close. Build one with :func:`timed_factory`."""
+
+    spans_path: str = ""
+    _first: float | None = None
+
+    def create_writer(self, destination: Any) -> Any:
+        if self._first is None:
+            self._first = time.time()
+        return super().create_writer(destination)  # type: ignore[misc]
+
+    def open(self, info: Any) -> None:
+        self._first = None
+        super().open(info)  # type: ignore[misc]
+
+    def close(self) -> None:
+        if self._first is not None:
+            log_span(self.spans_path, self._first, time.time())
+        super().close()  # type: ignore[misc]
+
+
+def timed_factory(cls: type, factory: Any, spans_path: str) -> Any:
+    """A copy of a built sink's (unopened) ``factory`` as ``cls``, a :class:`SpanTimedFactory`
+    subclass of the factory's type, logging to ``spans_path``."""
+    timed = cls.__new__(cls)
+    state = factory.__getstate__()
+    if hasattr(cls, "__setstate__"):
+        timed.__setstate__(state)
+    else:
+        timed.__dict__.update(state)
+    timed.spans_path = spans_path
+    return timed
+
+
+def shaped_env(shape: str, parallelism: int, fused_bundle_size: int) -> StreamExecutionEnvironment:
+    """A benchmark job environment for a sink job shape.
+
+    Fused (``set_chain_with_upstream()``), the writer flushes at the upstream map's bundle ends,
+    so the job's bundle size is raised to the sink's own buffered-records default
+    (``fused_bundle_size``): PyFlink's default of 1,000 would flush, and wait for the service,
+    every 1,000 records.
+    """
+    from tests.support.jobs import make_env
+
+    extra = None
+    if shape == "fused":
+        extra = {"python.fn-execution.bundle.size": str(fused_bundle_size)}
+    return make_env(parallelism=parallelism, checkpoint_ms=1_000, process_workers=True, extra=extra)
+
+
+def noop_ceiling(
+    env: StreamExecutionEnvironment, stream: DataStream, spans_path: str, shape: str, records: int
+) -> float:
+    """Records/s of a no-op Python operator on ``stream`` in a sink job shape.
+
+    ``own chain``: the no-op starts its own operator chain, as the sink's writer does by
+    default, so records cross from the map's Python worker through the JVM to the no-op's.
+    ``fused``: PyFlink fuses it into the map. On a keyed stream the no-op is keyed too.
+    """
+    if isinstance(stream, KeyedStream):
+        stream.process(SpanTimedKeyedNoOp(spans_path))
+    else:
+        out = stream.process(SpanTimedNoOp(spans_path))
+        if shape == "own chain":
+            out.start_new_chain()
+    env.execute(f"bench-pyflink-ceiling-{shape}")
+    return span_rate(spans_path, records)

@@ -27,14 +27,12 @@ Run: ``python bench/bigquery.py [--records N] [--tables 1,30,300]``. Uses the em
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,15 +40,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from google.cloud.bigquery import SchemaField  # noqa: E402
 
-from bench._common import SpanTimedKeyedNoOp, SpanTimedNoOp, log_span, span_rate  # noqa: E402
+from bench._common import (  # noqa: E402
+    SpanTimedFactory,
+    emulator,
+    noop_ceiling,
+    shaped_env,
+    span_rate,
+    timed_factory,
+)
 from pyflink_gcp.bigquery import (  # noqa: E402
     BigQuerySink,
     TableDestination,
 )
 from pyflink_gcp.bigquery.rows import RowEncoder  # noqa: E402
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter  # noqa: E402
-from pyflink_gcp.core import SubtaskInfo  # noqa: E402
-from tests.support.jobs import make_env, record_stream  # noqa: E402
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory  # noqa: E402
+from tests.support.jobs import record_stream  # noqa: E402
 
 PROJECT = "test-project"
 TARGET = 0.8
@@ -86,39 +90,12 @@ class TableOf:
         return TableDestination.of(PROJECT, self.dataset, f"t{record['i'] % self.tables:03d}")
 
 
-class TimedFactory(BigQueryWriterFactory):
+class TimedFactory(SpanTimedFactory, BigQueryWriterFactory):
     """The sink's factory, noting when its subtask saw the first record and finished."""
 
-    spans_path: str
-    _first: float | None = None
 
-    def create_writer(self, destination: TableDestination) -> TableWriter:
-        if self._first is None:
-            self._first = time.time()
-        return super().create_writer(destination)
-
-    def open(self, info: SubtaskInfo) -> None:
-        self._first = None
-        super().open(info)
-
-    def close(self) -> None:
-        if self._first is not None:
-            log_span(self.spans_path, self._first, time.time())
-        super().close()
-
-
-@contextlib.contextmanager
-def bigquery_emulator() -> Iterator[None]:
-    if os.environ.get("BIGQUERY_EMULATOR_HOST") and os.environ.get(
-        "BIGQUERY_STORAGE_EMULATOR_HOST"
-    ):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=("bigquery",), keep_logs=False) as stack:
-        os.environ.update(stack.env)
-        yield
+def bigquery_emulator() -> Any:
+    return emulator("bigquery", "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST")
 
 
 def _rest() -> Any:
@@ -234,35 +211,22 @@ class TableKey:
         return int(record["i"] % self.tables)
 
 
-def shaped_env(shape: str) -> Any:
-    """The job environment of a shape. Fused, the writer flushes at the map's bundle ends, so
-    the job's bundle size is raised to the sink's default of 20,000 buffered rows (PyFlink's
-    default of 1,000 would flush, and wait for the service, every 1,000 records)."""
-    extra = {"python.fn-execution.bundle.size": "20000"} if shape == "fused" else None
-    return make_env(parallelism=2, checkpoint_ms=1_000, process_workers=True, extra=extra)
+#: The sink's default buffered rows: the job's bundle size in the fused shape.
+FUSED_BUNDLE = 20_000
 
 
 def pyflink_ceiling(records: int, workdir: str, shape: str, tables: int = 30) -> float:
-    """The no-op Python operator after the record map, in the sink's job shape.
-
-    ``own chain``: the no-op starts its own operator chain, as the sink's writer does by default,
-    so records cross from the map's Python worker through the JVM to the no-op's.
-    ``fused``: PyFlink fuses the no-op into the map (``set_chain_with_upstream()``).
-    ``keyed``: the stream is keyed by table first (``key_by``), so each table is written by one
-    subtask: a table's rows are not split over two writers' requests.
-    """
-    spans = os.path.join(workdir, f"ceiling-{shape}.jsonl")
-    env = shaped_env(shape)
+    """The no-op Python operator after the record map, in the sink's job shape (see
+    :func:`bench._common.noop_ceiling`). ``keyed``: the stream is keyed by table first
+    (``key_by``), so each table is written by one subtask: a table's rows are not split over
+    two writers' requests."""
+    env = shaped_env(shape, 2, FUSED_BUNDLE)
+    stream = record_stream(env, records, to_record)
     if shape == "keyed":
-        stream = record_stream(env, records, to_record).key_by(TableKey(tables))
-        stream.process(SpanTimedKeyedNoOp(spans))
-        env.execute("bench-pyflink-ceiling")
-        return span_rate(spans, records)
-    out = record_stream(env, records, to_record).process(SpanTimedNoOp(spans))
-    if shape == "own chain":
-        out.start_new_chain()
-    env.execute("bench-pyflink-ceiling")
-    return span_rate(spans, records)
+        stream = stream.key_by(TableKey(tables))
+    return noop_ceiling(
+        env, stream, os.path.join(workdir, f"ceiling-{shape}.jsonl"), shape, records
+    )
 
 
 def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
@@ -275,11 +239,8 @@ def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
         .set_chain_with_upstream(shape == "fused")
         .build()
     )
-    timed = TimedFactory.__new__(TimedFactory)
-    timed.__dict__.update(sink._config.factory.__getstate__())
-    timed.spans_path = spans
-    sink._config.factory = timed
-    env = shaped_env(shape)
+    sink._config.factory = timed_factory(TimedFactory, sink._config.factory, spans)
+    env = shaped_env(shape, 2, FUSED_BUNDLE)
     stream = record_stream(env, records, to_record)
     if shape == "keyed":
         stream = stream.key_by(TableKey(tables))

@@ -22,19 +22,23 @@ Run: ``python bench/bigtable.py [--records N] [--tables 1,100] [--rounds R]``. U
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-from bench._common import SpanTimedNoOp, log_span, span_rate  # noqa: E402
+from bench._common import (  # noqa: E402
+    SpanTimedFactory,
+    SpanTimedNoOp,
+    emulator,
+    span_rate,
+    timed_factory,
+)
 from pyflink_gcp.bigtable import (  # noqa: E402
     BigtableSink,
     BigtableWriterOptions,
@@ -42,8 +46,7 @@ from pyflink_gcp.bigtable import (  # noqa: E402
     SetCell,
     TableDestination,
 )
-from pyflink_gcp.bigtable.writer import BigtableWriterFactory, TableBatcher  # noqa: E402
-from pyflink_gcp.core import SubtaskInfo  # noqa: E402
+from pyflink_gcp.bigtable.writer import BigtableWriterFactory  # noqa: E402
 from tests.support.jobs import make_env, record_stream  # noqa: E402
 
 PROJECT = "test-project"
@@ -70,37 +73,12 @@ class TableOf:
         return TableDestination.of(PROJECT, self.instance, f"t{record['i'] % self.tables:03d}")
 
 
-class TimedFactory(BigtableWriterFactory):
+class TimedFactory(SpanTimedFactory, BigtableWriterFactory):
     """The sink's factory, noting when its subtask saw the first record and finished."""
 
-    spans_path: str
-    _first: float | None = None
 
-    def create_writer(self, destination: TableDestination) -> TableBatcher:
-        if self._first is None:
-            self._first = time.time()
-        return super().create_writer(destination)
-
-    def open(self, info: SubtaskInfo) -> None:
-        self._first = None
-        super().open(info)
-
-    def close(self) -> None:
-        if self._first is not None:
-            log_span(self.spans_path, self._first, time.time())
-        super().close()
-
-
-@contextlib.contextmanager
-def bigtable_emulator() -> Iterator[None]:
-    if os.environ.get("BIGTABLE_EMULATOR_HOST"):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=("bigtable",), keep_logs=False) as stack:
-        os.environ.update(stack.env)
-        yield
+def bigtable_emulator() -> Any:
+    return emulator("bigtable", "BIGTABLE_EMULATOR_HOST")
 
 
 def create_tables(instance: str, tables: int) -> None:
@@ -151,10 +129,7 @@ def sink_job(records: int, tables: int, workdir: str, bundle_size: int | None = 
         .set_writer_options(BigtableWriterOptions.builder().build())
         .build()
     )
-    timed = TimedFactory.__new__(TimedFactory)
-    timed.__setstate__(sink.writer_factory.__getstate__())
-    timed.spans_path = spans
-    sink._config.factory = timed
+    sink._config.factory = timed_factory(TimedFactory, sink.writer_factory, spans)
     # PyFlink fuses the record map and the sink's writer into one Python operator, which then
     # ends its bundles (and so flushes) by the job's bundle size, 1,000 records by default.
     extra = {"python.fn-execution.bundle.size": str(bundle_size)} if bundle_size else None

@@ -32,20 +32,18 @@ shared with other work vary from run to run: compare ratios from the same run on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-from bench._common import SpanTimedNoOp, log_span, span_rate  # noqa: E402
+from bench._common import emulator, log_span, noop_ceiling, shaped_env, span_rate  # noqa: E402
 from pyflink_gcp.core import SubtaskInfo  # noqa: E402
 from pyflink_gcp.spanner import (  # noqa: E402
     DatabaseDestination,
@@ -54,7 +52,7 @@ from pyflink_gcp.spanner import (  # noqa: E402
     SpannerWriterOptions,
 )
 from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory  # noqa: E402
-from tests.support.jobs import make_env, record_stream  # noqa: E402
+from tests.support.jobs import record_stream  # noqa: E402
 
 PROJECT = "test-project"
 TARGET = 0.8
@@ -120,16 +118,8 @@ class TimedFactory(SpannerWriterFactory):
         return writer
 
 
-@contextlib.contextmanager
-def spanner_emulator() -> Iterator[None]:
-    if os.environ.get("SPANNER_EMULATOR_HOST"):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=("spanner",), project=PROJECT, keep_logs=False) as stack:
-        os.environ.update(stack.env)
-        yield
+def spanner_emulator() -> Any:
+    return emulator("spanner", "SPANNER_EMULATOR_HOST", project=PROJECT)
 
 
 def destination() -> DatabaseDestination:
@@ -202,24 +192,14 @@ def raw_client(records: int, index: bool) -> float:
 
 
 SHAPES = ("own chain", "fused")
-
-
-def shaped_env(shape: str, parallelism: int) -> Any:
-    extra = None
-    if shape == "fused":
-        bundle = SpannerWriterOptions().flush_max_records
-        extra = {"python.fn-execution.bundle.size": str(bundle)}
-    return make_env(parallelism=parallelism, checkpoint_ms=1_000, process_workers=True, extra=extra)
+#: The sink's flush_max_records: the job's bundle size in the fused shape.
+FUSED_BUNDLE = SpannerWriterOptions().flush_max_records
 
 
 def pyflink_ceiling(records: int, workdir: str, shape: str, parallelism: int) -> float:
+    env = shaped_env(shape, parallelism, FUSED_BUNDLE)
     spans = os.path.join(workdir, f"ceiling-{shape}-{parallelism}.jsonl")
-    env = shaped_env(shape, parallelism)
-    out = record_stream(env, records, to_record).process(SpanTimedNoOp(spans))
-    if shape == "own chain":
-        out.start_new_chain()
-    env.execute("bench-pyflink-ceiling")
-    return span_rate(spans, records)
+    return noop_ceiling(env, record_stream(env, records, to_record), spans, shape, records)
 
 
 def sink_job(
@@ -249,7 +229,7 @@ def sink_job(
         {**sink.writer_factory.__getstate__(), "spans_path": spans, "skip_commits": skip_commits}
     )
     sink._config.factory = timed
-    env = shaped_env(shape, parallelism)
+    env = shaped_env(shape, parallelism, FUSED_BUNDLE)
     record_stream(env, records, to_record).sink_to(sink)
     env.execute(f"bench-spanner-sink-p{parallelism}")
     assert count_rows(table) == (0 if skip_commits else records)
