@@ -7,7 +7,7 @@ from typing import Any
 
 from pyflink_gcp.bigtable import RowMutationEntry, SetCell, TableDestination
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory, TableBatcher
-from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
+from pyflink_gcp.core import SubtaskInfo
 from tests.support.jsonl import append_json, read_json_lines
 
 PROJECT = "test-project"
@@ -89,30 +89,3 @@ class RecordingFactory(BigtableWriterFactory):
                 **extra,
             },
         )
-
-
-class FileDeadLetterQueue(DeadLetterQueue):
-    """Dead letters as JSON lines in a file the test reads back."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        _append(
-            self.path,
-            {
-                "destination": failed.destination,
-                "reason": failed.reason,
-                "attributes": failed.attributes,
-                "record": failed.record_repr,
-            },
-        )
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -24,7 +24,6 @@ from tests.e2e.bigtable.helpers import (
     DAY_MS,
     PROJECT,
     DayTableResolver,
-    FileDeadLetterQueue,
     RecordingFactory,
     day_of,
     event_entry,
@@ -37,6 +36,7 @@ from tests.integration.bigtable.support import (
     read_table,
     unique,
 )
+from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
 
 pytestmark = pytest.mark.e2e

@@ -25,12 +25,12 @@ from pyflink_gcp.core import FailureHandler
 from pyflink_gcp.emulators import EmulatorStack
 from tests.integration.cloudtasks.support import (
     LOCATION,
-    FileDeadLetterQueue,
     create_queues,
     received_under,
     suffix,
     wait_for_dispatches,
 )
+from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
 
 pytestmark = pytest.mark.e2e

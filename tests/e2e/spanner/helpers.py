@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
+from pyflink_gcp.core import FailedRecord
 from pyflink_gcp.spanner import Mutation
 from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory
 from tests.support.jsonl import append_json
@@ -116,30 +115,3 @@ class RecordingFactory(SpannerWriterFactory):
         writer = RecordingWriter(destination, self)
         writer.log_path = self.log_path
         return writer
-
-
-class FileDeadLetterQueue(DeadLetterQueue):
-    """Appends every dead letter to a JSON-lines file (what a Pub/Sub DLQ would publish)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        append_json(
-            self.path,
-            {
-                "record": failed.record_repr,
-                "reason": failed.reason,
-                "payload": json.loads(failed.payload),
-                "attributes": failed.attributes,
-            },
-        )
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

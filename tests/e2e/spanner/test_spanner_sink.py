@@ -14,12 +14,12 @@ from tests.e2e.spanner.helpers import (
     KINDS,
     SEED,
     EventSerializer,
-    FileDeadLetterQueue,
     RecordingFactory,
     plan,
     slow_record,
 )
 from tests.integration.spanner.support import create_tables, destination, query, unique
+from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.jsonl import read_json_lines
 

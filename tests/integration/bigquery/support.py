@@ -16,7 +16,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
+from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkWriter
 
 
@@ -76,25 +76,6 @@ def open_writer(sink: Any, subtask: int = 0, parallelism: int = 1) -> SinkWriter
     writer = SinkWriter(config)
     writer.open(SubtaskInfo(config.sink_name, subtask, parallelism))
     return writer
-
-
-class CapturingDeadLetterQueue(DeadLetterQueue):
-    """Keeps dead letters in memory (for tests that run the writer in this process)."""
-
-    def __init__(self) -> None:
-        self.sent: list[FailedRecord] = []
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        self.sent.append(failed)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 # -- observing the Storage Write API --------------------------------------------------------

@@ -27,13 +27,13 @@ from pyflink_gcp.core import (
 )
 from tests.integration.bigquery.support import (
     AppendRecorder,
-    CapturingDeadLetterQueue,
     make_dataset,
     make_table,
     open_writer,
     query,
     table_names,
 )
+from tests.support.dead_letters import MemoryDeadLetterQueue
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +129,7 @@ def test_rows_land_in_their_tables_with_natural_python_values(project: str) -> N
 
 def test_a_bad_value_is_isolated_and_good_rows_land(project: str) -> None:
     dataset = make_dataset(project)
-    dlq = CapturingDeadLetterQueue()
+    dlq = MemoryDeadLetterQueue()
     sink = _sink(project, dataset, handler=FailureHandler.send_to_dead_letter_queue(dlq))
     writer = open_writer(sink)
     for i in range(64):
@@ -167,7 +167,7 @@ def test_rejected_rows_fail_the_job_by_default(project: str) -> None:
 
 def test_unroutable_records_reach_the_failure_handler_without_table_state(project: str) -> None:
     dataset = make_dataset(project)
-    dlq = CapturingDeadLetterQueue()
+    dlq = MemoryDeadLetterQueue()
     writer = open_writer(
         _sink(project, dataset, handler=FailureHandler.send_to_dead_letter_queue(dlq))
     )
@@ -273,7 +273,7 @@ def test_per_table_ordering_one_request_in_flight_and_order_kept(project: str) -
     dataset = make_dataset(project)
     recorder = AppendRecorder(first_response_delay_s=0.05)
     small = BigQueryWriterOptions.builder().max_request_bytes(2_000).build()
-    dlq = CapturingDeadLetterQueue()
+    dlq = MemoryDeadLetterQueue()
     writer = open_writer(
         _recorded_sink(
             project,

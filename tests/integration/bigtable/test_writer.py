@@ -27,9 +27,7 @@ from pyflink_gcp.bigtable import (
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
 from pyflink_gcp.core import (
     CreationLimitExceededError,
-    DeadLetterQueue,
     DestinationNotFoundError,
-    FailedRecord,
     FailureHandler,
     SerializerError,
     SubtaskInfo,
@@ -45,28 +43,9 @@ from tests.integration.bigtable.support import (
     list_tables,
     read_table,
 )
+from tests.support.dead_letters import MemoryDeadLetterQueue
 
 pytestmark = pytest.mark.integration
-
-
-class ListDeadLetterQueue(DeadLetterQueue):
-    """Keeps dead letters in memory (the writer runs in this process here)."""
-
-    def __init__(self) -> None:
-        self.sent: list[FailedRecord] = []
-        self.flushes = 0
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        self.sent.append(failed)
-
-    def flush(self) -> None:
-        self.flushes += 1
-
-    def close(self) -> None:
-        pass
 
 
 def open_writer(sink: BigtableSink) -> SinkWriter:
@@ -188,7 +167,7 @@ def test_a_table_another_subtask_created_first_is_not_an_error(instance: str) ->
 
 def test_missing_family_goes_to_the_failure_handler_with_the_row_key(instance: str) -> None:
     create_table(instance, "t", {"cf": 1})
-    dlq = ListDeadLetterQueue()
+    dlq = MemoryDeadLetterQueue()
     sink = (
         builder(instance, "t", batch_max_entries=16)
         .set_failure_handler(FailureHandler.send_to_dead_letter_queue(dlq))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -13,7 +11,6 @@ import grpc
 from google.cloud import tasks_v2
 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
-from pyflink_gcp.core import DeadLetterQueue, FailedRecord, SubtaskInfo
 from pyflink_gcp.emulators import EmulatorStack
 
 LOCATION = "us-central1"
@@ -86,35 +83,3 @@ def wait_for_dispatches(
             return got
         time.sleep(0.1)
     return received_under(stack, prefix)
-
-
-class FileDeadLetterQueue(DeadLetterQueue):
-    """Appends dead letters to a JSON-lines file, so a test can read what a job dead-lettered."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        entry = {
-            "destination": failed.destination,
-            "reason": failed.reason,
-            "attributes": failed.attributes,
-            "payload_bytes": len(failed.payload),
-        }
-        with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def read(self) -> list[dict[str, Any]]:
-        if not os.path.exists(self.path):
-            return []
-        with open(self.path) as f:
-            return [json.loads(line) for line in f if line.strip()]

@@ -17,9 +17,7 @@ from pyflink_gcp.cloudtasks import (
     QueueDestination,
 )
 from pyflink_gcp.core import (
-    DeadLetterQueue,
     DestinationNotFoundError,
-    FailedRecord,
     FailureHandler,
     SubtaskInfo,
     WriteError,
@@ -32,27 +30,9 @@ from tests.integration.cloudtasks.support import (
     suffix,
     wait_for_dispatches,
 )
+from tests.support.dead_letters import MemoryDeadLetterQueue
 
 pytestmark = pytest.mark.integration
-
-
-class ListDeadLetterQueue(DeadLetterQueue):
-    """Keeps dead letters in memory (this test runs the writer in its own process)."""
-
-    def __init__(self) -> None:
-        self.sent: list[FailedRecord] = []
-
-    def open(self, info: SubtaskInfo) -> None:
-        pass
-
-    def send(self, failed: FailedRecord) -> None:
-        self.sent.append(failed)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _open(sink: CloudTasksSink) -> SinkWriter:
@@ -204,7 +184,7 @@ def test_oversized_and_invalid_tasks_go_to_the_failure_handler(
     run = suffix()
     queues = create_queues(stack, [f"it-{run}"])
     prefix = f"/it/{run}"
-    dlq = ListDeadLetterQueue()
+    dlq = MemoryDeadLetterQueue()
     schema = (
         CloudTasksSerializationSchema.http_target(stack.receiver_url + prefix)
         .with_body(lambda r: r["body"])
