@@ -54,20 +54,26 @@ _NONE = type(None)
 class ArrowEncoder:
     """Encodes a batch of one table's rows as a serialized Arrow record batch.
 
-    Build with :meth:`for_schema`, which returns None for a schema Arrow is not used for.
+    :meth:`for_schema` returns None for a schema Arrow is not used for; the constructor raises
+    ValueError for one.
 
     Attributes:
         serialized_schema: The Arrow IPC schema message sent as the request's writer schema.
     """
 
     def __init__(self, fields: Sequence[Any], *, ignore_unknown_values: bool = False) -> None:
+        if not fields:
+            raise ValueError("a table without columns")
         arrow_fields = []
         columns = []
         required = []
         for field in fields:
             bq_type = str(field.field_type).upper()
-            arrow_type, python_types = _TYPES[_ALIASES.get(bq_type, bq_type)]
             mode = (field.mode or "NULLABLE").upper()
+            known = _TYPES.get(_ALIASES.get(bq_type, bq_type))
+            if known is None or mode == "REPEATED":
+                raise ValueError(f"column {field.name!r} ({mode} {bq_type}) has no Arrow form here")
+            arrow_type, python_types = known
             arrow_fields.append(pa.field(field.name, arrow_type, nullable=mode != "REQUIRED"))
             columns.append((field.name, arrow_type, python_types | {_NONE}))
             if mode == "REQUIRED":
@@ -85,14 +91,10 @@ class ArrowEncoder:
         cls, fields: Sequence[Any], *, ignore_unknown_values: bool = False
     ) -> ArrowEncoder | None:
         """An encoder for a table of these columns, or None if a column is not Arrow-encoded."""
-        if not fields:
+        try:
+            return cls(fields, ignore_unknown_values=ignore_unknown_values)
+        except ValueError:
             return None
-        for field in fields:
-            bq_type = str(field.field_type).upper()
-            mode = (field.mode or "NULLABLE").upper()
-            if _ALIASES.get(bq_type, bq_type) not in _TYPES or mode == "REPEATED":
-                return None
-        return cls(fields, ignore_unknown_values=ignore_unknown_values)
 
     def encode(self, rows: Sequence[Mapping[str, Any]]) -> bytes | None:
         """The serialized record batch of ``rows``, or None if a row needs the protobuf path."""

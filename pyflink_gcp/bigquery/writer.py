@@ -347,14 +347,7 @@ class TableWriter(DestinationWriter[TableDestination]):
             return
         size = len(data) + _ROW_OVERHEAD
         if size > self._max_bytes:
-            self._rejected.append(
-                self._failure(
-                    element,
-                    record,
-                    f"row of {size} bytes is larger than an append request may be "
-                    f"({self._max_bytes} bytes)",
-                )
-            )
+            self._rejected.append(self._oversized(element, record, size))
             return
         cdc = CHANGE_TYPE in element
         key = None
@@ -433,6 +426,14 @@ class TableWriter(DestinationWriter[TableDestination]):
             connection = self._connection
         if connection is not None:
             connection.close()
+
+    def _oversized(self, element: Any, record: Any, size: int) -> FailedRecord:
+        return self._failure(
+            element,
+            record,
+            f"row of {size} bytes is larger than an append request may be "
+            f"({self._max_bytes} bytes)",
+        )
 
     def _failure(self, element: Any, record: Any, reason: str) -> FailedRecord:
         return FailedRecord(
@@ -544,14 +545,7 @@ class TableWriter(DestinationWriter[TableDestination]):
                 continue
             row_size = len(data) + _ROW_OVERHEAD
             if row_size > max_bytes:
-                failed.append(
-                    self._failure(
-                        element,
-                        record,
-                        f"row of {row_size} bytes is larger than an append request may be "
-                        f"({max_bytes} bytes)",
-                    )
-                )
+                failed.append(self._oversized(element, record, row_size))
                 continue
             if rows and size + row_size > max_bytes:
                 out.append(_Batch(rows, kept_elements, kept_records, False))
