@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup venv tools lint clean bench
+.PHONY: demo test setup venv tools bridge lint clean bench
 
 demo: setup
 	$(PY) examples/demo.py
@@ -14,7 +14,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-setup: venv tools
+setup: venv tools bridge
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ $(STAMP): pyproject.toml
 # the tree; this step is idempotent and takes seconds when warm.
 tools: venv
 	$(PY) -m pyflink_gcp.cli emulators setup
+
+# The Java bridge jar, compiled with javac against the installed Flink jars (seconds; skipped
+# when its sources and the Flink version are unchanged).
+bridge: venv
+	$(PY) -m pyflink_gcp.cli bridge build
 
 lint: venv
 	$(VENV)/bin/ruff check pyflink_gcp tests examples bench

@@ -1,7 +1,7 @@
 """The ``pyflink-gcp`` command line.
 
-``pyflink-gcp emulators setup`` installs the emulator tools once (``make test`` runs
-it); ``pyflink-gcp emulators up`` runs the whole local stack in the foreground and
+``pyflink-gcp emulators setup`` installs the emulator tools once and ``pyflink-gcp bridge
+build`` compiles the Java bridge jar (``make test`` runs both); ``pyflink-gcp emulators up`` runs the whole local stack in the foreground and
 prints the ``export`` lines that point another terminal's clients and jobs at it.
 """
 
@@ -55,7 +55,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--services", nargs="+", metavar="SERVICE", help=services_help)
     up.add_argument("--project", default="test-project", help="project id (default: %(default)s)")
+    bridge = commands.add_parser("bridge", help="the Java bridge jar")
+    bridge_actions = bridge.add_subparsers(dest="action", required=True)
+    build = bridge_actions.add_parser(
+        "build", help="compile the jar against the installed Flink (skipped when up to date)"
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even when up to date")
     return parser
+
+
+def _build_bridge(force: bool) -> int:
+    from pyflink_gcp.core.bridge import build
+    from pyflink_gcp.core.errors import ConfigurationError
+
+    started = time.monotonic()
+    try:
+        jar = build(force=force)
+    except ConfigurationError as err:
+        print(f"pyflink-gcp: {err}", file=sys.stderr)
+        return 1
+    print(f"Java bridge ready in {time.monotonic() - started:.1f} s: {jar.name}")
+    return 0
 
 
 def _setup(services: tuple[str, ...]) -> int:
@@ -123,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "emulators" and args.action == "setup":
             return _setup(_services(args.services))
+        if args.command == "bridge" and args.action == "build":
+            return _build_bridge(args.force)
         if args.command == "emulators" and args.action == "up":
             return _up(_services(args.services), args.project)
     except EmulatorError as err:

@@ -415,8 +415,15 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     @property
     def is_clean(self) -> bool:
+        # A sender that died is not clean: its error must reach the next flush, which the sink
+        # skips for clean writers (an ordinary bundle end may have handed the rows over already).
         return not (
-            self._elements or self._rejected or self._queue or self._draining or self._failed
+            self._elements
+            or self._rejected
+            or self._queue
+            or self._draining
+            or self._failed
+            or self._fatal is not None
         )
 
     def close(self) -> None:

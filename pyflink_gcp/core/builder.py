@@ -33,6 +33,7 @@ class SinkBuilder:
         self._failure_handler = FailureHandler.fail_job()
         self._endpoint: str | None = None
         self._chain_with_upstream = False
+        self._checkpoint_markers = True
 
     def set_sink_name(self, name: str) -> Self:
         """The name used in errors, logs and metrics."""
@@ -85,6 +86,22 @@ class SinkBuilder:
         self._chain_with_upstream = bool(enabled)
         return self
 
+    def set_checkpoint_markers(self, enabled: bool = True) -> Self:
+        """Wait for writes only before checkpoint barriers and at the end of input (default: on).
+
+        PyFlink ends the writer's bundles every buffered-records count and buffer time as well
+        as at each checkpoint barrier, and Python alone cannot tell them apart, so without
+        markers every bundle end waits until everything written is durable. With markers (the
+        Java bridge's operator puts one into the input before each barrier) an ordinary bundle
+        end only hands the buffered records to the senders, and the writer waits at the marker.
+        The guarantee is the same; the task thread stops waiting on the service between
+        checkpoints. Applies to a plain stream of Python objects with the writer in a chain of
+        its own; keyed streams, typed streams and ``set_chain_with_upstream()`` wait at every
+        bundle end.
+        """
+        self._checkpoint_markers = bool(enabled)
+        return self
+
     def _sink_config(
         self,
         name: str,
@@ -110,6 +127,7 @@ class SinkBuilder:
             serializer=serializer,
             failure_handler=self._failure_handler,
             chain_with_upstream=self._chain_with_upstream,
+            checkpoint_markers=self._checkpoint_markers,
             **service_fields,
         )
 

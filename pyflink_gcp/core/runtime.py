@@ -19,6 +19,16 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   less per record; the flush thresholds are then the fused operator's bundle settings).
 - On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
   one key stays on one subtask (and in order).
+- **Checkpoint markers.** Python alone cannot tell a checkpoint's bundle end from a size/time
+  one, so the hook above has to wait for every write at every bundle end. Where it can, the
+  writer runs instead as the Java bridge's ``CheckpointMarkerProcessOperator``
+  (:mod:`pyflink_gcp.core.bridge`), which puts a ``(MARKER_TAG, checkpoint_id)`` element into
+  the input just before each barrier's bundle end and one at the end of input. The writer then
+  waits for its writes at those markers only; an ordinary bundle end hands the buffered records
+  to the senders and goes on, so writes stay in flight while records keep coming. The barrier
+  still waits for the marker's flush, so the delivery guarantee is the same. Markers need the
+  pickled input of a plain (non-keyed) stream and a chain of the writer's own; otherwise, or
+  with ``set_checkpoint_markers(False)``, or without the bridge jar, every bundle end waits.
 """
 
 from __future__ import annotations
@@ -26,10 +36,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pyflink.common import Configuration
 from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
+from pyflink_gcp.core.bridge import MARKER_OPERATOR, bridge_jar
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
@@ -38,6 +50,11 @@ _LOG = logging.getLogger("pyflink_gcp.runtime")
 
 FLUSH_GAUGE = "pyflinkGcpFlushes"
 
+#: The first item of a marker element; the Java operator pickles ``(MARKER_TAG, id)``.
+MARKER_TAG = "\x00pyflink-gcp:checkpoint"
+#: The id of the marker sent at the end of input.
+END_OF_INPUT = -1
+
 
 class _WriterFunctionMixin:
     """Shared body of the keyed and non-keyed writer functions (they differ only in base class)."""
@@ -45,6 +62,9 @@ class _WriterFunctionMixin:
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
         self._writer: SinkWriter | None = None
+        #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
+        self._marked = False
+        self.markers = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
@@ -73,11 +93,26 @@ class _WriterFunctionMixin:
         sink_group.gauge("recordsDropped", lambda: writer.router.dropped)
         sink_group.gauge("recordsDeadLettered", lambda: writer.router.dead_lettered)
         sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
+        sink_group.gauge("checkpointMarkers", lambda: self.markers)
 
     def _on_bundle_end(self) -> int:
         assert self._writer is not None
-        self._writer.flush()
+        if self._marked:
+            self._writer.start_sends()
+        else:
+            self._writer.flush()
         return self._writer.flushes
+
+    def _on_marker(self, marker_id: int) -> None:
+        """A checkpoint barrier (or the end of input) follows: everything written must be durable."""
+        assert self._writer is not None
+        self.markers += 1
+        self._writer.flush()
+        _LOG.debug(
+            "%s: flushed for %s",
+            self._config.sink_name,
+            "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
+        )
 
     def _write(self, value: Any, ctx: Any) -> None:
         writer = self._writer
@@ -95,6 +130,20 @@ class WriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
     """The writer on a plain DataStream."""
 
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+        self._write(value, ctx)
+
+
+class MarkedWriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
+    """The writer under the marker operator: waits for its writes only at checkpoint markers."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        super().__init__(config)
+        self._marked = True
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
+            self._on_marker(value[1])
+            return
         self._write(value, ctx)
 
 
@@ -116,14 +165,6 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     gateway = get_gateway()
     jvm = gateway.jvm
     keyed = isinstance(ds, KeyedStream)
-    function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
-    if keyed:
-        func: Any = KeyedWriterProcessFunction(config)
-        func_type = function_types.KEYED_PROCESS
-    else:
-        func = WriterProcessFunction(config)
-        func_type = function_types.PROCESS
-
     j_stream = ds._j_data_stream
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
     if str(j_env_conf.toMap().get("python.metric.enabled")).lower() == "false":
@@ -138,13 +179,28 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
 
     j_input_type = j_stream.getTransformation().getOutputType()
     j_output_type = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
-    j_func_info = _create_j_data_stream_python_function_info(func, func_type)
-    operator_class = (
-        jvm.org.apache.flink.streaming.api.operators.python.process.ExternalPythonKeyedProcessOperator
-        if keyed
-        else jvm.org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator
-    )
-    j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type)
+    function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
+    process = jvm.org.apache.flink.streaming.api.operators.python.process
+    marker_class = _marker_operator_class(ds, config, j_input_type, j_env_conf)
+    if keyed:
+        j_func_info = _create_j_data_stream_python_function_info(
+            KeyedWriterProcessFunction(config), function_types.KEYED_PROCESS
+        )
+        j_operator = process.ExternalPythonKeyedProcessOperator(
+            j_conf, j_func_info, j_input_type, j_output_type
+        )
+    elif marker_class is not None:
+        j_func_info = _create_j_data_stream_python_function_info(
+            MarkedWriterProcessFunction(config), function_types.PROCESS
+        )
+        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
+    else:
+        j_func_info = _create_j_data_stream_python_function_info(
+            WriterProcessFunction(config), function_types.PROCESS
+        )
+        j_operator = process.ExternalPythonProcessOperator(
+            j_conf, j_func_info, j_input_type, j_output_type
+        )
     out = DataStream(j_stream.transform(name, j_output_type, j_operator))
     if config.chain_with_upstream:
         return out
@@ -152,6 +208,47 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
     return out.start_new_chain()
+
+
+def _marker_operator_class(
+    ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any
+) -> Any:
+    """The bridge's marker operator class when this writer can use it, else None."""
+    from pyflink.common.typeinfo import Types
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+    if not config.checkpoint_markers or config.chain_with_upstream or isinstance(ds, KeyedStream):
+        return None
+    if not j_input_type.equals(Types.PICKLED_BYTE_ARRAY().get_java_type_info()):
+        _LOG.info(
+            "%s: the input is typed (%s), not pickled; checkpoint markers are off and the "
+            "writer waits for its writes at every bundle end",
+            config.sink_name,
+            j_input_type.toString(),
+        )
+        return None
+    jar = bridge_jar()
+    if jar is None:
+        return None
+    url = jar.as_uri()
+    add_jars_to_context_class_loader([url])
+    # Ship the jar with the job, as StreamExecutionEnvironment.add_jars does.
+    jvm = get_gateway().jvm
+    key = jvm.org.apache.flink.configuration.PipelineOptions.JARS.key()
+    jars = Configuration.parse_list_value(j_env_conf.getString(key, None))
+    if url not in jars:
+        j_env_conf.setString(key, str([*jars, url]))
+    return _java_class(MARKER_OPERATOR)
+
+
+def _java_class(name: str) -> Any:
+    from pyflink.java_gateway import get_gateway
+
+    node: Any = get_gateway().jvm
+    for part in name.split("."):
+        node = getattr(node, part)
+    return node
 
 
 class _WriterTransformer(StreamTransformer):

@@ -42,6 +42,8 @@ class SinkConfig:
         chain_with_upstream: Let PyFlink fuse the writer into a preceding Python operator (one
             serialization hop less per record); flushes then follow that operator's bundle
             settings instead of ``max_buffered_records`` / ``max_buffer_time_ms``.
+        checkpoint_markers: Use the Java bridge's marker operator where possible, so that only
+            checkpoint barriers and the end of input wait for the writes.
     """
 
     sink_name: str
@@ -56,13 +58,15 @@ class SinkConfig:
     per_destination_metrics: bool = False
     fixed_destination: Destination | None = None
     chain_with_upstream: bool = False
+    checkpoint_markers: bool = True
 
 
 class SinkWriter:
     """One sink subtask's writer. Driven by the operator on the processing thread.
 
-    Lifecycle: ``open(info)`` → ``write(record)`` * → ``flush()`` at every bundle end (which
-    includes every checkpoint barrier and the end of input) → ``close()``.
+    Lifecycle: ``open(info)`` → ``write(record)`` * → ``flush()`` before every checkpoint
+    barrier and at the end of input → ``close()``. With checkpoint markers, the other bundle
+    ends call ``start_sends()``; without them every bundle end calls ``flush()``.
     """
 
     def __init__(self, config: SinkConfig) -> None:
@@ -227,6 +231,19 @@ class SinkWriter:
         self._registry.evict_idle()
         self.flushes += 1
         self.last_flush_s = time.monotonic() - start
+
+    def start_sends(self) -> None:
+        """Hand every destination's buffered records to its sender, without waiting.
+
+        An ordinary bundle end when checkpoints are marked: the size/time thresholds still bound
+        how long a record waits before it is sent, but the task goes on while the writes are in
+        flight. Their results (and failures) are collected by the next :meth:`flush`.
+        """
+        for writer in self._registry:
+            if not writer.is_clean:
+                starter = getattr(writer, "start_flush", None)
+                if starter is not None:
+                    starter()
 
     def _handle_failures(self, failures: list[FailedRecord]) -> None:
         for failed in failures:

@@ -53,6 +53,12 @@ class FileWriter(DestinationWriter[FileDestination]):
         self._buffer.append(element)
         self.bytes_accepted += len(json.dumps(element))
 
+    def start_flush(self) -> None:
+        """An ordinary bundle end under checkpoint markers: only logged (nothing is sent)."""
+        self._factory.log_event(
+            {"event": "start", "destination": self.destination.short, "count": len(self._buffer)}
+        )
+
     def flush(self) -> list[FailedRecord]:
         failures = []
         good = []

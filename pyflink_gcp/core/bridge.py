@@ -1,0 +1,143 @@
+"""The Java bridge: the jar holding the writer's checkpoint-marker operator.
+
+The operator (``java-bridge/``, class ``dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator``)
+is PyFlink's process-mode Python operator plus one thing: it puts a marker element into the
+writer's input just before each checkpoint barrier and at the end of input. The writer then
+waits for its writes only at those markers instead of at every bundle end (see
+:mod:`pyflink_gcp.core.runtime`).
+
+The jar is compiled with ``javac`` against the Flink jars inside the installed ``apache-flink``
+wheel, so it always matches the Flink classes that run it; no download is involved. In a source
+checkout ``make setup`` builds it (``pyflink-gcp bridge build``), and it is rebuilt when its
+sources or the Flink version change. An installed package uses the jar it ships. Without a jar
+and without a JDK the sinks still run, waiting at every bundle end as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pyflink_gcp.core.errors import ConfigurationError
+
+_LOG = logging.getLogger("pyflink_gcp.bridge")
+
+#: The operator class inside the jar.
+MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+JAR = _PACKAGE / "jars" / "pyflink-gcp-bridge.jar"
+_DIGEST = JAR.with_name(JAR.name + ".sha256")
+_SOURCES = _PACKAGE.parent / "java-bridge" / "src" / "main" / "java"
+
+
+def _flink_jars() -> list[Path]:
+    import pyflink
+
+    root = Path(pyflink.__file__).resolve().parent
+    jars = sorted((root / "opt").glob("flink-python-*.jar")) + sorted(
+        (root / "lib").glob("flink-dist-*.jar")
+    )
+    if len(jars) < 2:
+        raise ConfigurationError(
+            f"the apache-flink installation at {root} has no flink-python or flink-dist jar; "
+            "the Java bridge cannot be compiled against it"
+        )
+    return jars
+
+
+def _sources() -> list[Path]:
+    return sorted(_SOURCES.rglob("*.java")) if _SOURCES.is_dir() else []
+
+
+def _digest(sources: list[Path], flink_jars: list[Path]) -> str:
+    """What the jar was built from: its sources and the Flink jars' names (their versions)."""
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.relative_to(_SOURCES).as_posix().encode())
+        digest.update(path.read_bytes())
+    for jar in flink_jars:
+        digest.update(jar.name.encode())
+    return digest.hexdigest()
+
+
+def build(force: bool = False) -> Path:
+    """Compile the bridge jar from ``java-bridge/`` unless an up-to-date one exists.
+
+    Returns:
+        The jar's path.
+
+    Raises:
+        ConfigurationError: No sources (an installed package without a jar), no ``javac``, or
+            the compilation failed (its output is in the message).
+    """
+    sources = _sources()
+    if not sources:
+        if JAR.is_file():
+            return JAR
+        raise ConfigurationError(f"no Java bridge sources under {_SOURCES} and no jar at {JAR}")
+    flink_jars = _flink_jars()
+    digest = _digest(sources, flink_jars)
+    if not force and JAR.is_file() and _DIGEST.is_file() and _DIGEST.read_text() == digest:
+        return JAR
+    javac = shutil.which("javac", path=_java_path())
+    if javac is None:
+        raise ConfigurationError(
+            "javac was not found (JAVA_HOME/bin or PATH); a JDK 11 or newer builds the bridge"
+        )
+    with tempfile.TemporaryDirectory(prefix="pyflink-gcp-bridge-") as tmp:
+        classes = Path(tmp)
+        command = [
+            javac,
+            "--release",
+            "11",
+            "-nowarn",
+            "-cp",
+            os.pathsep.join(str(jar) for jar in flink_jars),
+            "-d",
+            str(classes),
+            *map(str, sources),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ConfigurationError(
+                f"compiling the Java bridge failed ({done.returncode}):\n{done.stderr.strip()}"
+            )
+        JAR.parent.mkdir(parents=True, exist_ok=True)
+        # A name of its own per process: two builds at once each replace the jar whole.
+        partial = JAR.with_name(f".{JAR.name}.{os.getpid()}.part")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for path in sorted(classes.rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+        partial.replace(JAR)
+    partial_digest = _DIGEST.with_name(f".{_DIGEST.name}.{os.getpid()}.part")
+    partial_digest.write_text(digest)
+    partial_digest.replace(_DIGEST)
+    _LOG.info("built the Java bridge %s", JAR)
+    return JAR
+
+
+def _java_path() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    path = os.environ.get("PATH", "")
+    return os.pathsep.join([str(Path(java_home) / "bin"), path]) if java_home else path
+
+
+def bridge_jar() -> Path | None:
+    """The bridge jar, built first if needed; None (with a warning) when it cannot be had."""
+    try:
+        return build()
+    except ConfigurationError as exc:
+        _LOG.warning(
+            "pyflink-gcp Java bridge unavailable (%s); writers wait for their writes at every "
+            "bundle end instead of only at checkpoints",
+            exc,
+        )
+        return None

@@ -1,0 +1,114 @@
+"""The Java bridge's checkpoint markers, in real PyFlink jobs over the file-backed test sink.
+
+The file writer appends a destination's records to its file only in ``flush()`` and logs every
+``start_flush()`` (an ordinary bundle end under markers) and ``flush()``. So the event log shows
+which bundle ends waited, and the files show what was durable when a worker died.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import pytest
+from pyflink.common.typeinfo import Types
+
+from pyflink_gcp.core import bridge
+from tests.support.fakes import FileDestination, FileSink
+from tests.support.jobs import FailOnce, make_env, record_stream
+
+pytestmark = pytest.mark.e2e
+
+RECORDS = 12_000
+
+
+def record(i: int) -> dict:
+    return {"i": i, "d": f"t{i % 3}"}
+
+
+def by_d(r: dict, ctx) -> FileDestination:
+    return FileDestination.of(r["d"])
+
+
+def events(directory) -> collections.Counter:
+    with open(os.path.join(directory, "_events.jsonl")) as f:
+        return collections.Counter(json.loads(line)["event"] for line in f)
+
+
+def written(directory) -> list[int]:
+    ids = []
+    for name in os.listdir(directory):
+        if not name.startswith("_"):
+            with open(os.path.join(directory, name)) as f:
+                ids.extend(json.loads(line)["i"] for line in f)
+    return ids
+
+
+def run(tmp_path, *, markers: bool, typed: bool = False) -> collections.Counter:
+    env = make_env(parallelism=2, checkpoint_ms=300)
+    ds = record_stream(env, RECORDS, record)
+    resolver, serializer = by_d, None
+    if typed:
+        ds = ds.map(lambda r: json.dumps(r), output_type=Types.STRING())
+        resolver = lambda s, ctx: by_d(json.loads(s), ctx)  # noqa: E731
+        serializer = lambda s, ctx: json.loads(s)  # noqa: E731
+    # Bundles of 100 records: many ordinary bundle ends per checkpoint.
+    ds.sink_to(
+        FileSink(
+            str(tmp_path),
+            resolver,
+            serializer,
+            max_buffered_records=100,
+            checkpoint_markers=markers,
+        )
+    )
+    env.execute("checkpoint markers")
+    return events(tmp_path)
+
+
+def test_the_bridge_jar_is_built_and_up_to_date():
+    jar = bridge.build()
+    assert jar.is_file() and jar == bridge.JAR
+    assert bridge.build() == jar  # the second call finds it up to date
+
+
+def test_with_markers_only_checkpoints_and_the_end_of_input_wait(tmp_path):
+    counts = run(tmp_path, markers=True)
+    assert sorted(written(tmp_path)) == list(range(RECORDS))
+    # 12,000 records in bundles of 100 per subtask: about 120 ordinary bundle ends, each only
+    # handing records over, against a few checkpoints (plus the end of input) that wait.
+    assert counts["start"] >= 50, counts
+    assert counts["flush"] * 3 < counts["start"], counts
+
+
+def test_without_markers_every_bundle_end_waits(tmp_path):
+    counts = run(tmp_path, markers=False)
+    assert sorted(written(tmp_path)) == list(range(RECORDS))
+    assert counts["flush"] >= 50, counts
+    assert counts["flush"] == counts["start"], counts  # each flush starts its sends itself
+
+
+def test_typed_input_falls_back_to_waiting_at_every_bundle_end(tmp_path):
+    counts = run(tmp_path, markers=True, typed=True)
+    assert sorted(written(tmp_path)) == list(range(RECORDS))
+    assert counts["flush"] == counts["start"], counts
+
+
+def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path):
+    """Between checkpoints nothing is durable; the checkpoint must wait for its marker's flush."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
+    (
+        record_stream(env, RECORDS, record)
+        .map(FailOnce(str(tmp_path / "failed"), lambda r: r["i"] == 9_000, hard=True))
+        .sink_to(FileSink(str(out), by_d, max_buffered_records=100))
+    )
+    env.execute("checkpoint markers, killed worker")
+    ids = written(out)
+    assert (tmp_path / "failed").exists()
+    assert set(ids) == set(range(RECORDS)), f"lost {len(set(range(RECORDS)) - set(ids))}"
+    counts = events(out)
+    assert counts["start"] > counts["flush"], counts
+    print(f"killed worker: {len(ids) - RECORDS} duplicates, 0 lost; events {dict(counts)}")
