@@ -223,3 +223,19 @@ def test_per_destination_metrics_count_records_bytes_and_errors(tmp_path):
         == writer.registry.get(FileDestination.of("a")).bytes_accepted
     )
     assert metrics.counters["errors"].value == 1
+
+
+def test_start_sends_hands_over_without_making_anything_durable(tmp_path):
+    """An ordinary bundle end under checkpoint markers: each dirty writer's start_flush, no wait."""
+    writer = open_writer(tmp_path, by_region)
+    for i in range(4):
+        writer.write({"region": f"r{i % 2}", "i": i})
+    writer.start_sends()
+    events = [json.loads(x) for x in (tmp_path / "_events.jsonl").read_text().splitlines()]
+    assert sorted(e["destination"] for e in events if e["event"] == "start") == ["r0", "r1"]
+    assert lines(tmp_path, "r0") == [] and writer.flushes == 0
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "r1")] == [1, 3]
+    writer.start_sends()  # clean writers are skipped
+    events = [json.loads(x) for x in (tmp_path / "_events.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "start" for e in events) == 4  # two here, two inside the flush
