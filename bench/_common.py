@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -77,10 +78,23 @@ def table(rows: list[tuple[str, float]], baseline_names: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def log_span(path: str, start: float, end: float) -> None:
-    """Append one subtask's (first record, close) wall-clock span to a JSON-lines file."""
+def log_span(path: str, start: float, end: float, **counts: int) -> None:
+    """Append one subtask's (first record, close) wall-clock span, and any counts it kept, to
+    a JSON-lines file."""
     with open(path, "a") as f:
-        f.write(json.dumps({"start": start, "end": end}) + "\n")
+        f.write(json.dumps({"start": start, "end": end, **counts}) + "\n")
+
+
+def new_spans(workdir: str, name: str) -> str:
+    """A spans file of its own for one job run: a file reused by a repeated run would time both
+    runs as one."""
+    return os.path.join(workdir, f"{name}-{time.monotonic_ns()}.jsonl")
+
+
+def span_total(path: str, key: str) -> int:
+    """The sum of one count over all subtasks' spans (0 where a span has none)."""
+    with open(path) as f:
+        return sum(json.loads(line).get(key, 0) for line in f)
 
 
 def span_rate(path: str, records: int) -> float:
@@ -127,7 +141,11 @@ def emulator(service: str, *variables: str, **stack_options: Any) -> Iterator[No
 
     with EmulatorStack(services=(service,), keep_logs=False, **stack_options) as stack:
         os.environ.update(stack.env)
-        yield
+        try:
+            yield
+        finally:
+            for name in stack.env:
+                os.environ.pop(name, None)
 
 
 class SpanTimedFactory:
@@ -146,9 +164,13 @@ class SpanTimedFactory:
         self._first = None
         super().open(info)  # type: ignore[misc]
 
+    def span_counts(self) -> dict[str, int]:
+        """Counts to log with the span (a subclass names what its factory counted)."""
+        return {}
+
     def close(self) -> None:
         if self._first is not None:
-            log_span(self.spans_path, self._first, time.time())
+            log_span(self.spans_path, self._first, time.time(), **self.span_counts())
         super().close()  # type: ignore[misc]
 
 
@@ -179,6 +201,33 @@ def shaped_env(shape: str, parallelism: int, fused_bundle_size: int) -> StreamEx
     if shape == "fused":
         extra = {"python.fn-execution.bundle.size": str(fused_bundle_size)}
     return make_env(parallelism=parallelism, checkpoint_ms=1_000, process_workers=True, extra=extra)
+
+
+_warm = False
+
+
+def warm_up(records: int = 30_000) -> None:
+    """Run one throw-away no-op job (once per process) before anything is measured.
+
+    The first Flink job of a client JVM runs at about half the speed of the later ones (class
+    loading and JIT compilation): measured first, a ceiling would come out too low and flatter
+    every ratio against it.
+    """
+    global _warm
+    if _warm:
+        return
+    from tests.support.jobs import record_stream
+
+    env = shaped_env("own chain", 2, 1_000)
+    with tempfile.TemporaryDirectory() as workdir:
+        noop_ceiling(
+            env,
+            record_stream(env, records, lambda i: {"i": i}),
+            os.path.join(workdir, "warm-up.jsonl"),
+            "own chain",
+            records,
+        )
+    _warm = True
 
 
 def noop_ceiling(

@@ -43,10 +43,13 @@ from google.cloud.bigquery import SchemaField  # noqa: E402
 from bench._common import (  # noqa: E402
     SpanTimedFactory,
     emulator,
+    new_spans,
     noop_ceiling,
     shaped_env,
     span_rate,
+    span_total,
     timed_factory,
+    warm_up,
 )
 from pyflink_gcp.bigquery import (  # noqa: E402
     BigQuerySink,
@@ -91,7 +94,16 @@ class TableOf:
 
 
 class TimedFactory(SpanTimedFactory, BigQueryWriterFactory):
-    """The sink's factory, noting when its subtask saw the first record and finished."""
+    """The sink's factory, noting when its subtask saw the first record and finished, and how
+    many append requests it sent."""
+
+    def create_writer(self, destination: Any) -> Any:
+        writer = super().create_writer(destination)
+        self.__dict__.setdefault("_writers", []).append(writer)
+        return writer
+
+    def span_counts(self) -> dict[str, int]:
+        return {"requests": sum(w.requests_sent for w in self.__dict__.get("_writers", ()))}
 
 
 def bigquery_emulator() -> Any:
@@ -224,19 +236,21 @@ def pyflink_ceiling(records: int, workdir: str, shape: str, tables: int = 30) ->
     stream = record_stream(env, records, to_record)
     if shape == "keyed":
         stream = stream.key_by(TableKey(tables))
-    return noop_ceiling(
-        env, stream, os.path.join(workdir, f"ceiling-{shape}.jsonl"), shape, records
-    )
+    return noop_ceiling(env, stream, new_spans(workdir, f"ceiling-{shape}"), shape, records)
 
 
 def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
     dataset = create_tables(tables)
-    spans = os.path.join(workdir, f"sink{tables}-{shape}.jsonl")
+    spans = new_spans(workdir, f"sink{tables}-{shape}")
     sink = (
         BigQuerySink.builder()
         .set_destination_resolver(TableOf(dataset, tables))
         .set_serializer(to_row)
         .set_chain_with_upstream(shape == "fused")
+        # Explicit endpoints: each cell may run against an emulator of its own (on new ports),
+        # and the Python workers keep the environment of the JVM that started them.
+        .set_storage_endpoint("http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"])
+        .set_rest_endpoint("http://" + os.environ["BIGQUERY_EMULATOR_HOST"])
         .build()
     )
     sink._config.factory = timed_factory(TimedFactory, sink._config.factory, spans)
@@ -256,7 +270,12 @@ def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
     client.close()
     if landed != records:
         raise SystemExit(f"sink with {tables} tables: {landed} of {records} rows landed")
-    return span_rate(spans, records)
+    rate = span_rate(spans, records)
+    print(
+        f"  sink {shape} {tables}: {span_total(spans, 'requests')} append requests, {rate:,.0f}/s",
+        flush=True,
+    )
+    return rate
 
 
 def encoding_cost(rows: int = 100_000) -> tuple[float, float, float]:
@@ -309,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key}: {results[key]:,.0f}/s", flush=True)
 
     with bigquery_emulator(), tempfile.TemporaryDirectory() as workdir:
+        warm_up()
         for tables in table_counts:
             for row_format in ("proto", "arrow"):
                 rate = raw_client(args.records, tables, row_format)

@@ -62,7 +62,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import flink_env, run_job, source, table  # noqa: E402
+from bench._common import flink_env, run_job, source, table, warm_up  # noqa: E402
 from pyflink_gcp.emulators import EmulatorStack  # noqa: E402
 
 PROJECT = "bench-project"
@@ -636,6 +636,7 @@ def measure(args: argparse.Namespace, latency_ms: float, full: bool) -> dict[str
             backend.verify(n)
         rows.append((name, rate))
         print(f"  {name}: {rate:,.0f}/s   {describe_cpu(cpu)}", flush=True)
+    warm_up()  # the naive map must not be measured in a cold client JVM
     sink_parallelisms = (1, 2) if full else (2,)
     jobs = [("naive create_task in map p=2", naive_rates, args.naive_records // scale, 2)]
     jobs += [(f"CloudTasksSink p={p}", sink_rates, args.records, p) for p in sink_parallelisms]

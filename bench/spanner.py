@@ -43,7 +43,15 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-from bench._common import emulator, log_span, noop_ceiling, shaped_env, span_rate  # noqa: E402
+from bench._common import (  # noqa: E402
+    emulator,
+    log_span,
+    new_spans,
+    noop_ceiling,
+    shaped_env,
+    span_rate,
+    warm_up,
+)
 from pyflink_gcp.core import SubtaskInfo  # noqa: E402
 from pyflink_gcp.spanner import (  # noqa: E402
     DatabaseDestination,
@@ -198,7 +206,7 @@ FUSED_BUNDLE = SpannerWriterOptions().flush_max_records
 
 def pyflink_ceiling(records: int, workdir: str, shape: str, parallelism: int) -> float:
     env = shaped_env(shape, parallelism, FUSED_BUNDLE)
-    spans = os.path.join(workdir, f"ceiling-{shape}-{parallelism}.jsonl")
+    spans = new_spans(workdir, f"ceiling-{shape}-{parallelism}")
     return noop_ceiling(env, record_stream(env, records, to_record), spans, shape, records)
 
 
@@ -211,9 +219,7 @@ def sink_job(
     shape: str = "own chain",
 ) -> float:
     table = create_table(index)
-    spans = os.path.join(
-        workdir, f"sink{parallelism}-{shape}{'-nocommit' if skip_commits else ''}.jsonl"
-    )
+    spans = new_spans(workdir, f"sink{parallelism}-{shape}{'-nocommit' if skip_commits else ''}")
     sink = (
         SpannerSink.builder()
         .set_database(destination())
@@ -249,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     results: dict[str, float] = {}
     with spanner_emulator(), tempfile.TemporaryDirectory() as workdir:
+        warm_up()
         results["raw client (before)"] = raw_client(args.records, args.index)
         print(f"raw client: {results['raw client (before)']:,.0f}/s", flush=True)
         for shape in SHAPES:
