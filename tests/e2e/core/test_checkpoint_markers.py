@@ -112,3 +112,20 @@ def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path):
     counts = events(out)
     assert counts["start"] > counts["flush"], counts
     print(f"killed worker: {len(ids) - RECORDS} duplicates, 0 lost; events {dict(counts)}")
+
+
+@pytest.mark.parametrize("checkpoint_id", [0, 7, 2**40 + 3, -1])
+def test_the_java_marker_unpickles_to_the_tag_and_the_id(checkpoint_id):
+    """The bytes the Java operator injects are what the Python writer looks for."""
+    import pickle
+
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+    from pyflink_gcp.core.runtime import MARKER_TAG, _java_class
+
+    add_jars_to_context_class_loader([bridge.build().as_uri()])
+    get_gateway()  # the gateway JVM loads the jar
+    operator = _java_class(bridge.MARKER_OPERATOR)
+    data = bytes(operator.marker(MARKER_TAG, checkpoint_id))
+    assert pickle.loads(data) == (MARKER_TAG, checkpoint_id)

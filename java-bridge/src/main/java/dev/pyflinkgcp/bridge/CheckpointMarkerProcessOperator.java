@@ -64,7 +64,7 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
     }
 
     /** Pickle protocol 2 of {@code (tag, id)}: BINUNICODE, LONG1 (8 bytes), TUPLE2, STOP. */
-    static byte[] marker(String tag, long id) {
+    public static byte[] marker(String tag, long id) {
         byte[] text = tag.getBytes(StandardCharsets.UTF_8);
         ByteArrayOutputStream out = new ByteArrayOutputStream(text.length + 20);
         out.write(0x80);
