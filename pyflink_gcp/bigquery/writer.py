@@ -376,7 +376,14 @@ class TableWriter(DestinationWriter[TableDestination]):
             self._cut()
 
     def _cut(self) -> None:
-        """Hand the open request to the sender and start a new one."""
+        """Hand the open request to the sender and start a new one.
+
+        Raises:
+            SinkError: The sender died; its error is raised here rather than rows queued for a
+                sender that no longer runs.
+        """
+        if self._fatal is not None:
+            raise self._fatal
         if not self._elements:
             return
         rows = self._rows if self._encoding else None

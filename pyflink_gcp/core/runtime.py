@@ -25,7 +25,8 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   (:mod:`pyflink_gcp.core.bridge`), which puts a ``(MARKER_TAG, checkpoint_id)`` element into
   the input just before each barrier's bundle end and one at the end of input. The writer then
   waits for its writes at those markers only; an ordinary bundle end hands the buffered records
-  to the senders and goes on, so writes stay in flight while records keep coming. The barrier
+  to the senders and goes on, so writes stay in flight while records keep coming (after
+  ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
   still waits for the marker's flush, so the delivery guarantee is the same. Markers need the
   pickled input of a plain (non-keyed) stream and a chain of the writer's own; otherwise, or
   with ``set_checkpoint_markers(False)``, or without the bridge jar, every bundle end waits.
@@ -34,6 +35,7 @@ How the pieces meet (facts pinned to PyFlink 2.3):
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from pyflink.common import Configuration
@@ -54,6 +56,10 @@ FLUSH_GAUGE = "pyflinkGcpFlushes"
 MARKER_TAG = "\x00pyflink-gcp:checkpoint"
 #: The id of the marker sent at the end of input.
 END_OF_INPUT = -1
+#: Under markers, an ordinary bundle end still waits for everything when no marker came for
+#: this long: a job without checkpoints (or with rare ones) then still retries failed writes
+#: and surfaces errors within this time, and no failed write is held indefinitely.
+MARKERLESS_FLUSH_S = 30.0
 
 
 class _WriterFunctionMixin:
@@ -97,7 +103,7 @@ class _WriterFunctionMixin:
 
     def _on_bundle_end(self) -> int:
         assert self._writer is not None
-        if self._marked:
+        if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
             self._writer.start_sends()
         else:
             self._writer.flush()

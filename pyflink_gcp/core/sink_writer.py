@@ -98,6 +98,8 @@ class SinkWriter:
         self.skipped = 0
         self.flushes = 0
         self.last_flush_s = 0.0
+        #: ``time.monotonic()`` at the end of the last full flush (or at creation).
+        self.flushed_at = time.monotonic()
         self._opened = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -230,7 +232,8 @@ class SinkWriter:
         self._router.flush()
         self._registry.evict_idle()
         self.flushes += 1
-        self.last_flush_s = time.monotonic() - start
+        self.flushed_at = time.monotonic()
+        self.last_flush_s = self.flushed_at - start
 
     def start_sends(self) -> None:
         """Hand every destination's buffered records to its sender, without waiting.

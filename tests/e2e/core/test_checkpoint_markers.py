@@ -18,7 +18,10 @@ from pyflink_gcp.core import bridge
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import FailOnce, make_env, record_stream
 
-pytestmark = pytest.mark.e2e
+# These jobs need no emulator, but the stack must be up before the first job starts PyFlink's
+# JVM: Python workers inherit that JVM's environment, so a JVM started earlier would hide the
+# emulator variables from the workers of every later test in the session.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
 
 RECORDS = 12_000
 

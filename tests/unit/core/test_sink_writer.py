@@ -239,3 +239,21 @@ def test_start_sends_hands_over_without_making_anything_durable(tmp_path):
     writer.start_sends()  # clean writers are skipped
     events = [json.loads(x) for x in (tmp_path / "_events.jsonl").read_text().splitlines()]
     assert sum(e["event"] == "start" for e in events) == 4  # two here, two inside the flush
+
+
+def test_marked_writer_waits_at_markers_and_after_long_markerless_spells(tmp_path):
+    """Under markers an ordinary bundle end only sends, unless no marker came for a long time."""
+    from pyflink_gcp.core import runtime
+
+    sink = FileSink(str(tmp_path), by_region)
+    function = runtime.MarkedWriterProcessFunction(sink._sink_config())
+    writer = function._writer = open_writer(tmp_path, by_region)
+    writer.write({"region": "a", "i": 0})
+    function._on_bundle_end()
+    assert lines(tmp_path, "a") == []  # handed over, not waited for
+    function.process_element((runtime.MARKER_TAG, 3), None)
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0] and function.markers == 1
+    writer.write({"region": "a", "i": 1})
+    writer.flushed_at -= runtime.MARKERLESS_FLUSH_S + 1
+    function._on_bundle_end()
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0, 1]
