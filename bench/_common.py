@@ -187,7 +187,9 @@ def timed_factory(cls: type, factory: Any, spans_path: str) -> Any:
     return timed
 
 
-def shaped_env(shape: str, parallelism: int, fused_bundle_size: int) -> StreamExecutionEnvironment:
+def shaped_env(
+    shape: str, parallelism: int, fused_bundle_size: int, checkpoint_ms: int = 1_000
+) -> StreamExecutionEnvironment:
     """A benchmark job environment for a sink job shape.
 
     Fused (``set_chain_with_upstream()``), the writer flushes at the upstream map's bundle ends,
@@ -200,7 +202,9 @@ def shaped_env(shape: str, parallelism: int, fused_bundle_size: int) -> StreamEx
     extra = None
     if shape == "fused":
         extra = {"python.fn-execution.bundle.size": str(fused_bundle_size)}
-    return make_env(parallelism=parallelism, checkpoint_ms=1_000, process_workers=True, extra=extra)
+    return make_env(
+        parallelism=parallelism, checkpoint_ms=checkpoint_ms, process_workers=True, extra=extra
+    )
 
 
 _warm = False
