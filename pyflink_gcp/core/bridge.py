@@ -28,8 +28,9 @@ from pyflink_gcp.core.errors import ConfigurationError
 
 _LOG = logging.getLogger("pyflink_gcp.bridge")
 
-#: The operator class inside the jar.
+#: The operator classes inside the jar (plain and keyed streams).
 MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
+KEYED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.KeyedCheckpointMarkerProcessOperator"
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 JAR = _PACKAGE / "jars" / "pyflink-gcp-bridge.jar"

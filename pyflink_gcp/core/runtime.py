@@ -27,9 +27,10 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   waits for its writes at those markers only; an ordinary bundle end hands the buffered records
   to the senders and goes on, so writes stay in flight while records keep coming (after
   ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
-  still waits for the marker's flush, so the delivery guarantee is the same. Markers need the
-  pickled input of a plain (non-keyed) stream and a chain of the writer's own; otherwise, or
-  with ``set_checkpoint_markers(False)``, or without the bridge jar, every bundle end waits.
+  still waits for the marker's flush, so the delivery guarantee is the same. Markers need
+  pickled input (the value of a keyed stream's rows, where the marker carries the subtask's
+  last key) and a chain of the writer's own; otherwise, or with
+  ``set_checkpoint_markers(False)``, or without the bridge jar, every bundle end waits.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
-from pyflink_gcp.core.bridge import MARKER_OPERATOR, bridge_jar
+from pyflink_gcp.core.bridge import KEYED_MARKER_OPERATOR, MARKER_OPERATOR, bridge_jar
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
@@ -160,6 +161,20 @@ class KeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
         self._write(value, ctx)
 
 
+class MarkedKeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
+    """The keyed writer under the keyed marker operator (markers come as the value of a row)."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        super().__init__(config)
+        self._marked = True
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> None:
+        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
+            self._on_marker(value[1])
+            return
+        self._write(value, ctx)
+
+
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
     """Add the process-mode writer operator for ``config`` after ``ds`` and return its output."""
     from pyflink.common.typeinfo import Types
@@ -188,7 +203,12 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
     marker_class = _marker_operator_class(ds, config, j_input_type, j_env_conf)
-    if keyed:
+    if keyed and marker_class is not None:
+        j_func_info = _create_j_data_stream_python_function_info(
+            MarkedKeyedWriterProcessFunction(config), function_types.KEYED_PROCESS
+        )
+        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
+    elif keyed:
         j_func_info = _create_j_data_stream_python_function_info(
             KeyedWriterProcessFunction(config), function_types.KEYED_PROCESS
         )
@@ -224,9 +244,13 @@ def _marker_operator_class(
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
-    if not config.checkpoint_markers or config.chain_with_upstream or isinstance(ds, KeyedStream):
+    if not config.checkpoint_markers or config.chain_with_upstream:
         return None
-    if not j_input_type.equals(Types.PICKLED_BYTE_ARRAY().get_java_type_info()):
+    pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
+    keyed = isinstance(ds, KeyedStream)
+    # On a keyed stream the input is the row (key, value): the value must be pickled.
+    value_type = j_input_type.getTypeAt(1) if keyed else j_input_type
+    if not value_type.equals(pickled):
         _LOG.info(
             "%s: the input is typed (%s), not pickled; checkpoint markers are off and the "
             "writer waits for its writes at every bundle end",
@@ -245,7 +269,7 @@ def _marker_operator_class(
     jars = Configuration.parse_list_value(j_env_conf.getString(key, None))
     if url not in jars:
         j_env_conf.setString(key, str([*jars, url]))
-    return _java_class(MARKER_OPERATOR)
+    return _java_class(KEYED_MARKER_OPERATOR if keyed else MARKER_OPERATOR)
 
 
 def _java_class(name: str) -> Any:

@@ -48,9 +48,17 @@ def written(directory) -> list[int]:
     return ids
 
 
-def run(tmp_path, *, markers: bool, typed: bool = False) -> collections.Counter:
+def by_d_key(r: dict) -> str:
+    return r["d"]
+
+
+def run(
+    tmp_path, *, markers: bool, typed: bool = False, keyed: bool = False
+) -> collections.Counter:
     env = make_env(parallelism=2, checkpoint_ms=300)
     ds = record_stream(env, RECORDS, record)
+    if keyed:
+        ds = ds.key_by(by_d_key)
     resolver, serializer = by_d, None
     if typed:
         ds = ds.map(lambda r: json.dumps(r), output_type=Types.STRING())
@@ -76,8 +84,9 @@ def test_the_bridge_jar_is_built_and_up_to_date():
     assert bridge.build() == jar  # the second call finds it up to date
 
 
-def test_with_markers_only_checkpoints_and_the_end_of_input_wait(tmp_path):
-    counts = run(tmp_path, markers=True)
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_with_markers_only_checkpoints_and_the_end_of_input_wait(tmp_path, keyed):
+    counts = run(tmp_path, markers=True, keyed=keyed)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
     # 12,000 records in bundles of 100 per subtask: about 120 ordinary bundle ends, each only
     # handing records over, against a few checkpoints (plus the end of input) that wait.
@@ -98,16 +107,18 @@ def test_typed_input_falls_back_to_waiting_at_every_bundle_end(tmp_path):
     assert counts["flush"] == counts["start"], counts
 
 
-def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path):
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, keyed):
     """Between checkpoints nothing is durable; the checkpoint must wait for its marker's flush."""
     out = tmp_path / "out"
     out.mkdir()
     env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
-    (
-        record_stream(env, RECORDS, record)
-        .map(FailOnce(str(tmp_path / "failed"), lambda r: r["i"] == 9_000, hard=True))
-        .sink_to(FileSink(str(out), by_d, max_buffered_records=100))
+    stream = record_stream(env, RECORDS, record).map(
+        FailOnce(str(tmp_path / "failed"), lambda r: r["i"] == 9_000, hard=True)
     )
+    if keyed:
+        stream = stream.key_by(by_d_key)
+    stream.sink_to(FileSink(str(out), by_d, max_buffered_records=100))
     env.execute("checkpoint markers, killed worker")
     ids = written(out)
     assert (tmp_path / "failed").exists()
