@@ -88,7 +88,9 @@ class FileWriter(DestinationWriter[FileDestination]):
 
     def close(self) -> None:
         self.closed = True
-        self._factory.log_event({"event": "close", "destination": self.destination.short})
+        self._factory.log_event(
+            {"event": "close", "destination": self.destination.short, "count": len(self._buffer)}
+        )
 
 
 class FileWriterFactory(WriterFactory[FileDestination]):
