@@ -78,8 +78,10 @@ class BigQueryWriterOptions:
             resolver bug (a table per user id) must fail fast, not create a million tables.
         retry_deadline: How long transient errors of one request are retried before the job
             fails.
-        max_buffered_rows: Rows a subtask accepts between two flushes (the operator's bundle).
-        max_buffer_time: Longest time a row waits for a flush when no checkpoint comes first.
+        max_buffered_rows: Rows a subtask accepts between two bundle ends (the operator's
+            bundle size); each bundle end sends every table's open request, and waits for the
+            appends only without checkpoint markers.
+        max_buffer_time: Longest time a row waits to be sent when no checkpoint comes first.
         ignore_unknown_values: Drop row keys that are not columns of the table instead of
             rejecting the row.
         per_destination_metrics: Register Flink counters per table (Flink cannot unregister

@@ -35,8 +35,9 @@ class SinkConfig:
         failure_handler: What happens to record-shaped failures.
         idle_timeout_s: Writers unused this long are evicted after a successful flush.
         max_active: Cap on live destination writers per subtask (None: no cap).
-        max_buffered_records: Records per subtask between forced flushes (the operator's bundle).
-        max_buffer_time_ms: Longest time a record waits for a flush (the operator's bundle time).
+        max_buffered_records: Records per subtask between two bundle ends (the operator's bundle
+            size); a bundle end sends what is buffered, and waits for it without markers.
+        max_buffer_time_ms: Longest time a record waits to be sent (the operator's bundle time).
         per_destination_metrics: Register records/bytes/errors counters per destination.
         fixed_destination: The destination of a sink without resolver (Spanner).
         chain_with_upstream: Let PyFlink fuse the writer into a preceding Python operator (one
