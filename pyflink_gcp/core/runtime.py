@@ -66,11 +66,12 @@ MARKERLESS_FLUSH_S = 30.0
 class _WriterFunctionMixin:
     """Shared body of the keyed and non-keyed writer functions (they differ only in base class)."""
 
+    #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
+    _marked = False
+
     def __init__(self, config: SinkConfig) -> None:
         self._config = config
         self._writer: SinkWriter | None = None
-        #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
-        self._marked = False
         self.markers = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -121,6 +122,13 @@ class _WriterFunctionMixin:
             "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
         )
 
+    def _write_or_mark(self, value: Any, ctx: Any) -> None:
+        """``process_element`` of the marked writers: a marker flushes, anything else is written."""
+        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
+            self._on_marker(value[1])
+            return
+        self._write(value, ctx)
+
     def _write(self, value: Any, ctx: Any) -> None:
         writer = self._writer
         assert writer is not None
@@ -143,15 +151,8 @@ class WriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
 class MarkedWriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
     """The writer under the marker operator: waits for its writes only at checkpoint markers."""
 
-    def __init__(self, config: SinkConfig) -> None:
-        super().__init__(config)
-        self._marked = True
-
-    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
-        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
-            self._on_marker(value[1])
-            return
-        self._write(value, ctx)
+    _marked = True
+    process_element = _WriterFunctionMixin._write_or_mark
 
 
 class KeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
@@ -164,15 +165,8 @@ class KeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
 class MarkedKeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
     """The keyed writer under the keyed marker operator (markers come as the value of a row)."""
 
-    def __init__(self, config: SinkConfig) -> None:
-        super().__init__(config)
-        self._marked = True
-
-    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> None:
-        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
-            self._on_marker(value[1])
-            return
-        self._write(value, ctx)
+    _marked = True
+    process_element = _WriterFunctionMixin._write_or_mark
 
 
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
