@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pyflink.common import Configuration
@@ -129,23 +128,6 @@ class SpanTimedNoOp(_SpanTimer, ProcessFunction):
 
 class SpanTimedKeyedNoOp(_SpanTimer, KeyedProcessFunction):
     """The PyFlink ceiling timed by spans, on a keyed stream."""
-
-
-@contextlib.contextmanager
-def emulator(service: str, *variables: str, **stack_options: Any) -> Iterator[None]:
-    """The emulator the environment ``variables`` name if all are set, else one for this run."""
-    if all(os.environ.get(v) for v in variables):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=(service,), keep_logs=False, **stack_options) as stack:
-        os.environ.update(stack.env)
-        try:
-            yield
-        finally:
-            for name in stack.env:
-                os.environ.pop(name, None)
 
 
 class SpanTimedFactory:

@@ -43,7 +43,6 @@ from google.cloud.bigquery import SchemaField  # noqa: E402
 
 from bench._common import (  # noqa: E402
     SpanTimedFactory,
-    emulator,
     new_spans,
     noop_ceiling,
     shaped_env,
@@ -59,6 +58,7 @@ from pyflink_gcp.bigquery import (  # noqa: E402
 )
 from pyflink_gcp.bigquery.rows import RowEncoder  # noqa: E402
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory  # noqa: E402
+from pyflink_gcp.emulators import emulators_for  # noqa: E402
 from tests.support.jobs import record_stream  # noqa: E402
 
 PROJECT = "test-project"
@@ -109,7 +109,7 @@ class TimedFactory(SpanTimedFactory, BigQueryWriterFactory):
 
 
 def bigquery_emulator() -> Any:
-    return emulator("bigquery", "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST")
+    return emulators_for(("bigquery",), "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST")
 
 
 def _rest() -> Any:

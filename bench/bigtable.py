@@ -35,7 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench._common import (  # noqa: E402
     SpanTimedFactory,
     SpanTimedNoOp,
-    emulator,
     span_rate,
     timed_factory,
 )
@@ -47,6 +46,7 @@ from pyflink_gcp.bigtable import (  # noqa: E402
     TableDestination,
 )
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory  # noqa: E402
+from pyflink_gcp.emulators import emulators_for  # noqa: E402
 from tests.support.jobs import make_env, record_stream  # noqa: E402
 
 PROJECT = "test-project"
@@ -78,7 +78,7 @@ class TimedFactory(SpanTimedFactory, BigtableWriterFactory):
 
 
 def bigtable_emulator() -> Any:
-    return emulator("bigtable", "BIGTABLE_EMULATOR_HOST")
+    return emulators_for(("bigtable",), "BIGTABLE_EMULATOR_HOST")
 
 
 def create_tables(instance: str, tables: int) -> None:

@@ -44,7 +44,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 from bench._common import (  # noqa: E402
-    emulator,
     log_span,
     new_spans,
     noop_ceiling,
@@ -53,6 +52,7 @@ from bench._common import (  # noqa: E402
     warm_up,
 )
 from pyflink_gcp.core import SubtaskInfo  # noqa: E402
+from pyflink_gcp.emulators import emulators_for  # noqa: E402
 from pyflink_gcp.spanner import (  # noqa: E402
     DatabaseDestination,
     Mutation,
@@ -127,7 +127,7 @@ class TimedFactory(SpannerWriterFactory):
 
 
 def spanner_emulator() -> Any:
-    return emulator("spanner", "SPANNER_EMULATOR_HOST", project=PROJECT)
+    return emulators_for(("spanner",), "SPANNER_EMULATOR_HOST", project=PROJECT)
 
 
 def destination() -> DatabaseDestination:

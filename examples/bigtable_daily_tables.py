@@ -14,12 +14,10 @@ variable for a long-lived one). Against real Bigtable, drop the variable and pas
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +29,7 @@ from pyflink_gcp.bigtable import (
     TableCreateOptions,
     TableDestination,
 )
+from pyflink_gcp.emulators import emulators_for
 
 DAY_MS = 86_400_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -69,23 +68,6 @@ def to_row(event: dict[str, Any], context: Any) -> RowMutationEntry:
         f"{event['sensor']}#{event['ts']:013d}",
         [SetCell("m", b"celsius", str(event["celsius"]).encode(), event["ts"] * 1000)],
     )
-
-
-@contextlib.contextmanager
-def bigtable_emulator() -> Iterator[None]:
-    """Use the running emulator, or start one for the duration of the run."""
-    if os.environ.get("BIGTABLE_EMULATOR_HOST"):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=("bigtable",), keep_logs=False) as stack:
-        os.environ.update(stack.env)
-        try:
-            yield
-        finally:
-            for name in stack.env:
-                os.environ.pop(name, None)
 
 
 def run_job(project: str, instance: str, count: int) -> None:
@@ -154,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 3 <= args.count <= 259_200:
         parser.error("--count must be between 3 and 259200 (three days of one reading a second)")
-    with bigtable_emulator():
+    with emulators_for(("bigtable",), "BIGTABLE_EMULATOR_HOST"):
         started = time.monotonic()
         run_job(args.project, args.instance, args.count)
         print(

@@ -18,16 +18,15 @@ for the run. Against real Spanner, drop the variable and pass ``--project``, ``-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 from pyflink_gcp import FailureHandler
+from pyflink_gcp.emulators import emulators_for
 from pyflink_gcp.spanner import DatabaseDestination, Mutation, SpannerSink, SpannerWriterOptions
 
 USERS = 500
@@ -101,23 +100,6 @@ def to_mutations(event: dict[str, Any], context: Any) -> list[Mutation] | None:
 
 def user_of(event: dict[str, Any]) -> str:
     return str(event["user"])
-
-
-@contextlib.contextmanager
-def spanner_emulator(project: str) -> Iterator[None]:
-    """Use the running emulator, or start one (with an instance and a database) for the run."""
-    if os.environ.get("SPANNER_EMULATOR_HOST"):
-        yield
-        return
-    from pyflink_gcp.emulators import EmulatorStack
-
-    with EmulatorStack(services=("spanner",), project=project, keep_logs=False) as stack:
-        os.environ.update(stack.env)
-        try:
-            yield
-        finally:
-            for name in stack.env:
-                os.environ.pop(name, None)
 
 
 def database(destination: DatabaseDestination) -> Any:
@@ -211,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", default=None, help="default: $SPANNER_DATABASE")
     parser.add_argument("--count", type=int, default=10_000, help="events")
     args = parser.parse_args(argv)
-    with spanner_emulator(args.project):
+    with emulators_for(("spanner",), "SPANNER_EMULATOR_HOST", project=args.project):
         destination = DatabaseDestination.of(
             args.project,
             args.instance or os.environ.get("SPANNER_INSTANCE", "test-instance"),

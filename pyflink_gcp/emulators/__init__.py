@@ -8,7 +8,7 @@ Cloud Tasks targets. See ``docs/emulators.md``.
 
 from pyflink_gcp.emulators.processes import EmulatorError, EmulatorStartError
 from pyflink_gcp.emulators.receiver import Receiver, fetch_received
-from pyflink_gcp.emulators.stack import EmulatorStack, stop_all_stacks
+from pyflink_gcp.emulators.stack import EmulatorStack, emulators_for, stop_all_stacks
 from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, cache_root, setup_tools
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Receiver",
     "Tools",
     "cache_root",
+    "emulators_for",
     "fetch_received",
     "setup_tools",
     "stop_all_stacks",

@@ -17,7 +17,7 @@ import signal
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -38,7 +38,7 @@ from pyflink_gcp.emulators.processes import (
 from pyflink_gcp.emulators.receiver import Receiver
 from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, setup_tools
 
-__all__ = ["EmulatorStack", "stop_all_stacks"]
+__all__ = ["EmulatorStack", "emulators_for", "stop_all_stacks"]
 
 # Variables a parent environment may carry that would point a child at the wrong
 # Python or packages (the BigQuery venv and gcloud run their own interpreters).
@@ -593,3 +593,26 @@ class EmulatorStack:
     def __repr__(self) -> str:
         state = "stopped" if self._stopping else ("started" if self._started else "new")
         return f"EmulatorStack(services={self.services!r}, project={self.project!r}, {state})"
+
+
+@contextlib.contextmanager
+def emulators_for(services: Iterable[str], *variables: str, **stack_options: Any) -> Iterator[None]:
+    """The emulators the environment already names, else a stack started for the block.
+
+    If every one of ``variables`` is set, the block runs against those endpoints. Otherwise an
+    :class:`EmulatorStack` of ``services`` starts (``stack_options`` go to it, logs are not
+    kept), its variables are exported to ``os.environ`` for the block and removed after it, and
+    the stack stops. Used by the examples and the benchmarks, which run against a developer's
+    running emulators as well as alone.
+    """
+    if variables and all(os.environ.get(name) for name in variables):
+        yield
+        return
+    stack_options.setdefault("keep_logs", False)
+    with EmulatorStack(services=tuple(services), **stack_options) as stack:
+        os.environ.update(stack.env)
+        try:
+            yield
+        finally:
+            for name in stack.env:
+                os.environ.pop(name, None)
