@@ -215,16 +215,12 @@ class SinkWriter:
     def flush(self) -> None:
         """Make everything written so far durable (or handed to the failure handler).
 
-        Called at every bundle end, which the operator's checkpoint barrier waits for. Starts
-        all destinations' sends first, then waits for each, so destinations flush in parallel.
-        Evicts idle writers only after the whole flush succeeded.
+        Called before every checkpoint barrier (which waits for it) and at the end of input.
+        Starts all destinations' sends first, then waits for each, so destinations flush in
+        parallel. Evicts idle writers only after the whole flush succeeded.
         """
         start = time.monotonic()
-        writers = [w for w in self._registry if not w.is_clean]
-        for writer in writers:
-            starter = getattr(writer, "start_flush", None)
-            if starter is not None:
-                starter()
+        writers = self.start_sends()
         failures: list[FailedRecord] = []
         for writer in writers:
             failures.extend(writer.flush())
@@ -236,18 +232,21 @@ class SinkWriter:
         self.flushed_at = time.monotonic()
         self.last_flush_s = self.flushed_at - start
 
-    def start_sends(self) -> None:
+    def start_sends(self) -> list[DestinationWriter[Any]]:
         """Hand every destination's buffered records to its sender, without waiting.
 
-        An ordinary bundle end when checkpoints are marked: the size/time thresholds still bound
-        how long a record waits before it is sent, but the task goes on while the writes are in
-        flight. Their results (and failures) are collected by the next :meth:`flush`.
+        The first half of :meth:`flush`, and on its own an ordinary bundle end when checkpoints
+        are marked: the size/time thresholds still bound how long a record waits before it is
+        sent, but the task goes on while the writes are in flight. Their results (and failures)
+        are collected by the next :meth:`flush`.
+
+        Returns:
+            The writers that were not clean.
         """
-        for writer in self._registry:
-            if not writer.is_clean:
-                starter = getattr(writer, "start_flush", None)
-                if starter is not None:
-                    starter()
+        writers = [w for w in self._registry if not w.is_clean]
+        for writer in writers:
+            writer.start_flush()
+        return writers
 
     def _handle_failures(self, failures: list[FailedRecord]) -> None:
         for failed in failures:

@@ -28,8 +28,9 @@ class DestinationWriter(ABC, Generic[D]):
     processing thread only; they may use background threads for in-flight RPCs.
 
     Flush triggers: the writer's own batch thresholds inside :meth:`write` (which may start an
-    asynchronous send), and :meth:`flush`, which the sink calls before every checkpoint barrier,
-    at the end of input and before evicting the writer.
+    asynchronous send); :meth:`start_flush`, at the operator's other bundle ends under
+    checkpoint markers and first in every flush of the sink; and :meth:`flush`, which the sink
+    calls before every checkpoint barrier, at the end of input and before evicting the writer.
     """
 
     #: Serialized bytes accepted so far; writers that know their element sizes add to it (it
@@ -42,6 +43,10 @@ class DestinationWriter(ABC, Generic[D]):
     @abstractmethod
     def write(self, element: Any, record: Any) -> None:
         """Accept one serialized element (``record`` is the input, for error messages only)."""
+
+    def start_flush(self) -> None:
+        """Send what is buffered without waiting (the default: nothing to do, for writers whose
+        records are sent as they arrive)."""
 
     @abstractmethod
     def flush(self) -> list[FailedRecord]:
