@@ -197,30 +197,25 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
     marker_class = _marker_operator_class(ds, config, j_input_type, j_env_conf)
-    if keyed and marker_class is not None:
-        j_func_info = _create_j_data_stream_python_function_info(
-            MarkedKeyedWriterProcessFunction(config), function_types.KEYED_PROCESS
+    marked = marker_class is not None
+    if keyed:
+        func_class: type = (
+            MarkedKeyedWriterProcessFunction if marked else KeyedWriterProcessFunction
         )
-        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
-    elif keyed:
-        j_func_info = _create_j_data_stream_python_function_info(
-            KeyedWriterProcessFunction(config), function_types.KEYED_PROCESS
-        )
-        j_operator = process.ExternalPythonKeyedProcessOperator(
-            j_conf, j_func_info, j_input_type, j_output_type
-        )
-    elif marker_class is not None:
-        j_func_info = _create_j_data_stream_python_function_info(
-            MarkedWriterProcessFunction(config), function_types.PROCESS
-        )
+        func_type = function_types.KEYED_PROCESS
+    else:
+        func_class = MarkedWriterProcessFunction if marked else WriterProcessFunction
+        func_type = function_types.PROCESS
+    j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
+    if marked:
         j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
     else:
-        j_func_info = _create_j_data_stream_python_function_info(
-            WriterProcessFunction(config), function_types.PROCESS
+        operator_class = (
+            process.ExternalPythonKeyedProcessOperator
+            if keyed
+            else process.ExternalPythonProcessOperator
         )
-        j_operator = process.ExternalPythonProcessOperator(
-            j_conf, j_func_info, j_input_type, j_output_type
-        )
+        j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type)
     out = DataStream(j_stream.transform(name, j_output_type, j_operator))
     if config.chain_with_upstream:
         return out
