@@ -170,19 +170,26 @@ def timed_factory(cls: type, factory: Any, spans_path: str) -> Any:
 
 
 def shaped_env(
-    shape: str, parallelism: int, fused_bundle_size: int, checkpoint_ms: int = 1_000
+    shape: str,
+    parallelism: int,
+    fused_bundle_size: int,
+    checkpoint_ms: int = 1_000,
+    bundle_size: int | None = None,
 ) -> StreamExecutionEnvironment:
     """A benchmark job environment for a sink job shape.
 
     Fused (``set_chain_with_upstream()``), the writer flushes at the upstream map's bundle ends,
     so the job's bundle size is raised to the sink's own buffered-records default
     (``fused_bundle_size``): PyFlink's default of 1,000 would flush, and wait for the service,
-    every 1,000 records.
+    every 1,000 records. ``bundle_size``, if given, is the job's bundle size in every shape (the
+    upstream operators' too: the writer operator sets its own).
     """
     from tests.support.jobs import make_env
 
     extra = None
-    if shape == "fused":
+    if bundle_size is not None:
+        extra = {"python.fn-execution.bundle.size": str(bundle_size)}
+    elif shape == "fused":
         extra = {"python.fn-execution.bundle.size": str(fused_bundle_size)}
     return make_env(
         parallelism=parallelism, checkpoint_ms=checkpoint_ms, process_workers=True, extra=extra

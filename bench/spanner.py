@@ -1,6 +1,6 @@
 """Spanner sink throughput against its two ceilings, measured in one run on the same input.
 
-    python bench/spanner.py [--records 30000] [--index] [--job-bound]
+    python bench/spanner.py [--records 30000] [--index] [--job-bound] [--bundle-size N]
 
 Measured against the same emulator, with the same rows, each run into a fresh table:
 
@@ -12,9 +12,8 @@ Measured against the same emulator, with the same rows, each run into a fresh ta
   nothing, in the sink's job shape and at the sink's parallelism: what a Python operator allows
   on this machine. Two shapes: ``own chain`` (the default: the writer starts an operator chain
   of its own, so records cross the JVM once more after the map) and ``fused``
-  (``set_chain_with_upstream()``: PyFlink fuses the writer into the map; the job's bundle size
-  is then raised to the sink's ``flush_max_records``, since the writer flushes at the map's
-  bundle ends).
+  (``set_chain_with_upstream()``: PyFlink fuses the writer into the map, and the writer flushes
+  at the map's bundle ends).
 - **sink**: the same job with ``SpannerSink`` (checkpoints every second), at parallelism 1 and
   2. The emulator runs one transaction at a time and aborts the others, so at parallelism 2
   the subtasks' commits take turns (each abort is retried).
@@ -22,6 +21,17 @@ Measured against the same emulator, with the same rows, each run into a fresh ta
 With ``--job-bound``, each sink job runs once more with commits skipped (rows encoded and
 batched, nothing sent): the most the job shape allows the sink on this machine, whatever Spanner
 does.
+
+Every job (ceilings and sinks, both shapes) runs with the same ``python.fn-execution.bundle.size``,
+by default the sink's ``flush_max_records`` (100,000): at PyFlink's default of 1,000 the record
+map ends a bundle every 1,000 records, and that per-bundle cost, which is the map's and not the
+sink's, weighs on every shape (and, fused, the writer would wait for its commits at each).
+``--bundle-size 0`` keeps PyFlink's default in the own chain.
+
+Each sink job also prints the CPU it used per record by process (the emulator, the MiniCluster
+JVM, the Python workers, read from ``/proc`` at the writer's first record and last flush) and
+how busy its committer thread was (time inside commit calls over the subtask's span): a sink
+bound by Spanner keeps its committer busy; one bound by the job leaves it idle.
 
 Job throughput is timed inside the job (each subtask's first record to its final flush), so
 job start-up is not counted. Ratios are against the lower of the two ceilings; the target is
@@ -32,6 +42,7 @@ shared with other work vary from run to run: compare ratios from the same run on
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -51,6 +62,7 @@ from bench._common import (  # noqa: E402
     span_rate,
     warm_up,
 )
+from bench._cpu import describe, job_cpu, per_record, tree_cpu, window_cpu  # noqa: E402
 from pyflink_gcp.core import SubtaskInfo  # noqa: E402
 from pyflink_gcp.emulators import emulators_for  # noqa: E402
 from pyflink_gcp.spanner import (  # noqa: E402
@@ -82,30 +94,47 @@ class ToMutation:
 
 
 class TimedWriter(SpannerWriter):
-    """Notes the first record and the end of each flush that committed something."""
+    """Notes the first record and the end of each flush, and the job's CPU at both ends."""
 
     spans_path = ""
+    emulator_pids: tuple[int, ...] = ()
     first: float | None = None
     last: float | None = None
+    cpu_first: dict[str, Any] | None = None
+    cpu_last: dict[str, Any] | None = None
 
     def write(self, element: Any, record: Any) -> None:
         if self.first is None:
+            self.cpu_first = job_cpu(self.emulator_pids)
             self.first = time.time()
         super().write(element, record)
 
     def flush(self) -> list[Any]:
         failures = super().flush()
         self.last = time.time()
+        if self.first is not None:
+            # A few milliseconds per flush (once per checkpoint), never per record.
+            self.cpu_last = job_cpu(self.emulator_pids)
         return failures
 
     def close(self) -> None:
         if self.first is not None and self.last is not None:
-            log_span(self.spans_path, self.first, self.last)
+            factory = self._factory
+            log_span(
+                self.spans_path,
+                self.first,
+                self.last,
+                cpu_first=self.cpu_first,
+                cpu_last=self.cpu_last,
+                commit_seconds=factory.commit_seconds,  # type: ignore[attr-defined]
+                commits=factory.commit_calls,  # type: ignore[attr-defined]
+            )
         super().close()
 
 
 class TimedFactory(SpannerWriterFactory):
     spans_path = ""
+    emulator_pids: tuple[int, ...] = ()
     #: Encode and batch as usual but never send a commit: the sink job's own ceiling.
     skip_commits = False
 
@@ -113,17 +142,41 @@ class TimedFactory(SpannerWriterFactory):
         return {
             **super().__getstate__(),
             "spans_path": self.spans_path,
+            "emulator_pids": self.emulator_pids,
             "skip_commits": self.skip_commits,
         }
 
+    #: Seconds spent in commit calls (the committer thread's busy time), and their count.
+    commit_seconds = 0.0
+    commit_calls = 0
+
     def commit(self, request: Any, what: str) -> None:
         if not self.skip_commits:
+            start = time.perf_counter()
             super().commit(request, what)
+            self.commit_seconds += time.perf_counter() - start
+            self.commit_calls += 1
 
     def create_writer(self, destination: DatabaseDestination) -> SpannerWriter:
         writer = TimedWriter(destination, self)
         writer.spans_path = self.spans_path
+        writer.emulator_pids = self.emulator_pids
         return writer
+
+
+#: The emulator's processes (with their children, CPU is counted), when this run started it.
+EMULATOR_PIDS: list[int] = []
+
+
+def span_cpu(path: str, records: int) -> dict[str, float]:
+    """CPU microseconds per record by role over all subtasks' spans: the emulator, the JVM and
+    the Python workers (PyFlink runs every Python operator of a slot in one worker process, so
+    the record map and the writer share it)."""
+    with open(path) as f:
+        spans = [json.loads(line) for line in f]
+    firsts = [s["cpu_first"] for s in sorted(spans, key=lambda s: s["start"])]
+    lasts = [s["cpu_last"] for s in sorted(spans, key=lambda s: s["end"])]
+    return window_cpu(firsts, lasts, records)
 
 
 def spanner_emulator() -> Any:
@@ -182,6 +235,7 @@ def raw_client(records: int, index: bool) -> float:
     table = create_table(index)
     chunk = rows_per_commit(table)
     db = database()
+    cpu_before = raw_cpu()
     start = time.perf_counter()
     rows: list[tuple[Any, ...]] = []
     for i in range(records):
@@ -195,8 +249,15 @@ def raw_client(records: int, index: bool) -> float:
         with db.batch() as batch:
             batch.insert_or_update(table, COLUMNS, rows)
     elapsed = time.perf_counter() - start
+    cpu = per_record(cpu_before, raw_cpu(), records)
     assert count_rows(table) == records
+    print(f"raw client: {records / elapsed:,.0f}/s   {describe(cpu)}", flush=True)
     return records / elapsed
+
+
+def raw_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process (the raw client) and of the emulator."""
+    return {"client": time.process_time(), "emulator": sum(map(tree_cpu, EMULATOR_PIDS))}
 
 
 SHAPES = ("own chain", "fused")
@@ -204,8 +265,17 @@ SHAPES = ("own chain", "fused")
 FUSED_BUNDLE = SpannerWriterOptions().flush_max_records
 
 
+#: The job's bundle size in every shape (--bundle-size); None: PyFlink's default (1,000) in
+#: the own chain and FUSED_BUNDLE fused.
+BUNDLE_SIZE: list[int | None] = [FUSED_BUNDLE]
+
+
+def job_env(shape: str, parallelism: int) -> Any:
+    return shaped_env(shape, parallelism, FUSED_BUNDLE, bundle_size=BUNDLE_SIZE[0])
+
+
 def pyflink_ceiling(records: int, workdir: str, shape: str, parallelism: int) -> float:
-    env = shaped_env(shape, parallelism, FUSED_BUNDLE)
+    env = job_env(shape, parallelism)
     spans = new_spans(workdir, f"ceiling-{shape}-{parallelism}")
     return noop_ceiling(env, record_stream(env, records, to_record), spans, shape, records)
 
@@ -232,14 +302,39 @@ def sink_job(
     )
     timed = TimedFactory.__new__(TimedFactory)
     timed.__setstate__(
-        {**sink.writer_factory.__getstate__(), "spans_path": spans, "skip_commits": skip_commits}
+        {
+            **sink.writer_factory.__getstate__(),
+            "spans_path": spans,
+            "skip_commits": skip_commits,
+            "emulator_pids": tuple(EMULATOR_PIDS),
+        }
     )
     sink._config.factory = timed
-    env = shaped_env(shape, parallelism, FUSED_BUNDLE)
+    env = job_env(shape, parallelism)
     record_stream(env, records, to_record).sink_to(sink)
     env.execute(f"bench-spanner-sink-p{parallelism}")
     assert count_rows(table) == (0 if skip_commits else records)
-    return span_rate(spans, records)
+    rate = span_rate(spans, records)
+    what = f"sink, {shape}, p={parallelism}{', commits skipped' if skip_commits else ''}"
+    print(f"{what}: {rate:,.0f}/s   {describe(span_cpu(spans, records))}", flush=True)
+    if not skip_commits:
+        print(f"{'':>6}{commit_busy(spans, records)}", flush=True)
+    return rate
+
+
+def commit_busy(path: str, records: int) -> str:
+    """How much of each subtask's span its committer spent in commit calls, and the commit
+    calls' time per 1,000 rows: a committer busy all the time is bound by the commits'
+    latency (the emulator runs one transaction at a time), not by the job."""
+    with open(path) as f:
+        spans = [json.loads(line) for line in f]
+    busy = [s["commit_seconds"] / (s["end"] - s["start"]) for s in spans]
+    seconds = sum(s["commit_seconds"] for s in spans)
+    commits = sum(s["commits"] for s in spans)
+    return (
+        f"committers busy {', '.join(f'{b:.0%}' for b in busy)} of their spans; "
+        f"{commits} commits, {1000 * seconds / records * 1000:.1f} ms per 1,000 rows"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,13 +346,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the sink jobs with commits skipped (what the job allows the sink)",
     )
+    parser.add_argument(
+        "--bundle-size",
+        type=int,
+        default=FUSED_BUNDLE,
+        help="the jobs' python.fn-execution.bundle.size in every shape (0: PyFlink's default "
+        f"of 1,000 in the own chain, {FUSED_BUNDLE:,} fused)",
+    )
     args = parser.parse_args(argv)
+    BUNDLE_SIZE[0] = args.bundle_size or None
     warnings.filterwarnings("ignore")
     results: dict[str, float] = {}
-    with spanner_emulator(), tempfile.TemporaryDirectory() as workdir:
+    with spanner_emulator() as stack, tempfile.TemporaryDirectory() as workdir:
+        if stack is not None:
+            EMULATOR_PIDS[:] = [p.pid for p in stack.processes.values()]
         warm_up()
         results["raw client (before)"] = raw_client(args.records, args.index)
-        print(f"raw client: {results['raw client (before)']:,.0f}/s", flush=True)
         for shape in SHAPES:
             for p in (1, 2):
                 ceiling = pyflink_ceiling(args.records, workdir, shape, p)
@@ -265,22 +369,24 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"pyflink ceiling, {shape}, p={p}: {ceiling:,.0f}/s", flush=True)
                 sink = sink_job(args.records, p, args.index, workdir, shape=shape)
                 results[f"sink {shape} p={p}"] = sink
-                print(f"sink, {shape}, p={p}: {sink:,.0f}/s", flush=True)
                 if args.job_bound:
                     bound = sink_job(
                         args.records, p, args.index, workdir, skip_commits=True, shape=shape
                     )
                     results[f"job bound {shape} p={p}"] = bound
-                    print(f"sink, {shape}, p={p}, commits skipped: {bound:,.0f}/s", flush=True)
         # Once more at the end: on a machine shared with other work the emulator's speed
         # drifts, and the baseline is the mean of the two.
         results["raw client (after)"] = raw_client(args.records, args.index)
-        print(f"raw client: {results['raw client (after)']:,.0f}/s", flush=True)
 
     raw = (results["raw client (before)"] + results["raw client (after)"]) / 2
     print(
-        f"\n{args.records:,} records per run{', indexed table' if args.index else ''} "
-        "(records/s, ratios to the ceilings of the same shape and parallelism)"
+        f"\n{args.records:,} records per run{', indexed table' if args.index else ''}, "
+        + (
+            f"job bundle size {args.bundle_size:,} "
+            if args.bundle_size
+            else f"job bundle size 1,000 own chain, {FUSED_BUNDLE:,} fused "
+        )
+        + "(records/s, ratios to the ceilings of the same shape and parallelism)"
     )
     print(
         f"{'shape':>9}  {'p':>1}  {'sink':>9}  {'raw':>9}  {'pyflink':>9}  {'/raw':>5}  "
