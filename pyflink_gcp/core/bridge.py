@@ -28,9 +28,10 @@ from pyflink_gcp.core.errors import ConfigurationError
 
 _LOG = logging.getLogger("pyflink_gcp.bridge")
 
-#: The operator classes inside the jar (plain and keyed streams).
+#: The operator classes inside the jar (pickled, keyed and typed input streams).
 MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
 KEYED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.KeyedCheckpointMarkerProcessOperator"
+TYPED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.TypedCheckpointMarkerProcessOperator"
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 JAR = _PACKAGE / "jars" / "pyflink-gcp-bridge.jar"

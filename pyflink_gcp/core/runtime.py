@@ -27,10 +27,12 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   waits for its writes at those markers only; an ordinary bundle end hands the buffered records
   to the senders and goes on, so writes stay in flight while records keep coming (after
   ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
-  still waits for the marker's flush, so the delivery guarantee is the same. Markers need
-  pickled input (the value of a keyed stream's rows, where the marker carries the subtask's
-  last key) and a chain of the writer's own; otherwise, or with
-  ``set_checkpoint_markers(False)``, or without the bridge jar, every bundle end waits.
+  still waits for the marker's flush, so the delivery guarantee is the same. On a keyed
+  stream the marker carries the subtask's last key and the value must be pickled; on a typed
+  plain stream ``TypedCheckpointMarkerProcessOperator`` sends every element as the row
+  ``(marker, record)``. Markers need a chain of the writer's own; otherwise (or for a keyed
+  stream of typed values, with ``set_checkpoint_markers(False)``, without the bridge jar)
+  every bundle end waits.
 """
 
 from __future__ import annotations
@@ -44,7 +46,12 @@ from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
-from pyflink_gcp.core.bridge import KEYED_MARKER_OPERATOR, MARKER_OPERATOR, bridge_jar
+from pyflink_gcp.core.bridge import (
+    KEYED_MARKER_OPERATOR,
+    MARKER_OPERATOR,
+    TYPED_MARKER_OPERATOR,
+    bridge_jar,
+)
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
@@ -169,6 +176,23 @@ class MarkedKeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunctio
     process_element = _WriterFunctionMixin._write_or_mark
 
 
+class TypedMarkedWriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
+    """The writer of a typed stream under the typed marker operator.
+
+    Every element is the row ``(marker, record)``: ``(None, record)`` for a record of the
+    stream's type, ``(checkpoint id, None)`` for a marker.
+    """
+
+    _marked = True
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+        marker = value[0]
+        if marker is None:
+            self._write(value[1], ctx)
+        else:
+            self._on_marker(marker)
+
+
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
     """Add the process-mode writer operator for ``config`` after ``ds`` and return its output."""
     from pyflink.common.typeinfo import Types
@@ -196,18 +220,24 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     j_output_type = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
-    marker_class = _marker_operator_class(ds, config, j_input_type, j_env_conf)
+    marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
     marked = marker_class is not None
     if keyed:
         func_class: type = (
             MarkedKeyedWriterProcessFunction if marked else KeyedWriterProcessFunction
         )
         func_type = function_types.KEYED_PROCESS
+    elif typed:
+        func_class = TypedMarkedWriterProcessFunction
+        func_type = function_types.PROCESS
     else:
         func_class = MarkedWriterProcessFunction if marked else WriterProcessFunction
         func_type = function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
-    if marked:
+    if typed:
+        # The operator wraps each record (of the stream's own type) in the row (None, record).
+        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type)
+    elif marked:
         j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
     else:
         operator_class = (
@@ -227,29 +257,31 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
 
 def _marker_operator_class(
     ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any
-) -> Any:
-    """The bridge's marker operator class when this writer can use it, else None."""
+) -> tuple[Any, bool]:
+    """The bridge's marker operator class when this writer can use it (else None), and whether
+    it is the typed one (the input is not pickled Python objects)."""
     from pyflink.common.typeinfo import Types
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
     if not config.checkpoint_markers or config.chain_with_upstream:
-        return None
+        return None, False
     pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
     keyed = isinstance(ds, KeyedStream)
     # On a keyed stream the input is the row (key, value): the value must be pickled.
     value_type = j_input_type.getTypeAt(1) if keyed else j_input_type
-    if not value_type.equals(pickled):
+    typed = not value_type.equals(pickled)
+    if typed and keyed:
         _LOG.info(
-            "%s: the input is typed (%s), not pickled; checkpoint markers are off and the "
-            "writer waits for its writes at every bundle end",
+            "%s: the keyed input's values are typed (%s), not pickled; checkpoint markers are "
+            "off and the writer waits for its writes at every bundle end",
             config.sink_name,
             j_input_type.toString(),
         )
-        return None
+        return None, False
     jar = bridge_jar()
     if jar is None:
-        return None
+        return None, False
     url = jar.as_uri()
     add_jars_to_context_class_loader([url])
     # Ship the jar with the job, as StreamExecutionEnvironment.add_jars does.
@@ -258,7 +290,9 @@ def _marker_operator_class(
     jars = Configuration.parse_list_value(j_env_conf.getString(key, None))
     if url not in jars:
         j_env_conf.setString(key, str([*jars, url]))
-    return _java_class(KEYED_MARKER_OPERATOR if keyed else MARKER_OPERATOR)
+    if typed:
+        return _java_class(TYPED_MARKER_OPERATOR), True
+    return _java_class(KEYED_MARKER_OPERATOR if keyed else MARKER_OPERATOR), False
 
 
 def _java_class(name: str) -> Any:

@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from pyflink.common import Row
 from pyflink.common.typeinfo import Types
 
 from pyflink_gcp.core import bridge
@@ -101,14 +102,49 @@ def test_without_markers_every_bundle_end_waits(tmp_path):
     assert counts["flush"] == counts["start"], counts  # each flush starts its sends itself
 
 
-def test_typed_input_falls_back_to_waiting_at_every_bundle_end(tmp_path):
+def test_typed_input_gets_markers_too(tmp_path):
+    """A typed stream's records reach Python wrapped with the markers, unchanged."""
     counts = run(tmp_path, markers=True, typed=True)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
+    assert counts["start"] >= 50, counts
+    assert counts["flush"] * 3 < counts["start"], counts
+
+
+def test_typed_keyed_input_falls_back_to_waiting_at_every_bundle_end(tmp_path):
+    env = make_env(parallelism=2, checkpoint_ms=300)
+    ds = (
+        record_stream(env, 3_000, record)
+        .map(lambda r: json.dumps(r), output_type=Types.STRING())
+        .key_by(lambda s: json.loads(s)["d"], key_type=Types.STRING())
+    )
+    ds.sink_to(
+        FileSink(
+            str(tmp_path),
+            lambda s, ctx: by_d(json.loads(s), ctx),
+            lambda s, ctx: json.loads(s),
+            max_buffered_records=100,
+        )
+    )
+    env.execute("typed keyed")
+    counts = events(tmp_path)
+    assert sorted(written(tmp_path)) == list(range(3_000))
     assert counts["flush"] == counts["start"], counts
 
 
-@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
-def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, keyed):
+def row_of(r: dict) -> Row:
+    return Row(r["i"], r["d"])
+
+
+def by_row(row: Row, ctx) -> FileDestination:
+    return FileDestination.of(row[1])
+
+
+def row_to_record(row: Row, ctx) -> dict:
+    return {"i": row[0], "d": row[1]}
+
+
+@pytest.mark.parametrize("shape", ["plain", "keyed", "typed row"])
+def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, shape):
     """Between checkpoints nothing is durable; the checkpoint must wait for its marker's flush."""
     out = tmp_path / "out"
     out.mkdir()
@@ -116,9 +152,14 @@ def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, keyed):
     stream = record_stream(env, RECORDS, record).map(
         FailOnce(str(tmp_path / "failed"), lambda r: r["i"] == 9_000, hard=True)
     )
-    if keyed:
+    resolver, serializer = by_d, None
+    if shape == "keyed":
         stream = stream.key_by(by_d_key)
-    stream.sink_to(FileSink(str(out), by_d, max_buffered_records=100))
+    elif shape == "typed row":
+        row_type = Types.ROW_NAMED(["i", "d"], [Types.LONG(), Types.STRING()])
+        stream = stream.map(row_of, output_type=row_type)
+        resolver, serializer = by_row, row_to_record
+    stream.sink_to(FileSink(str(out), resolver, serializer, max_buffered_records=100))
     env.execute("checkpoint markers, killed worker")
     ids = written(out)
     assert (tmp_path / "failed").exists()
