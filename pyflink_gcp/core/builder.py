@@ -95,9 +95,9 @@ class SinkBuilder:
         Java bridge's operator puts one into the input before each barrier) an ordinary bundle
         end only hands the buffered records to the senders, and the writer waits at the marker.
         The guarantee is the same; the task thread stops waiting on the service between
-        checkpoints. Applies to the writer in a chain of its own on a plain stream (of Python
-        objects or typed records) or a keyed stream of Python objects; keyed streams of typed
-        values and ``set_chain_with_upstream()`` wait at every bundle end.
+        checkpoints. Applies to the writer in a chain of its own, on plain and keyed streams of
+        Python objects or typed records; with ``set_chain_with_upstream()`` every bundle end
+        waits.
         """
         self._checkpoint_markers = bool(enabled)
         return self

@@ -28,11 +28,11 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   to the senders and goes on, so writes stay in flight while records keep coming (after
   ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
   still waits for the marker's flush, so the delivery guarantee is the same. On a keyed
-  stream the marker carries the subtask's last key and the value must be pickled; on a typed
-  plain stream ``TypedCheckpointMarkerProcessOperator`` sends every element as the row
-  ``(marker, record)``. Markers need a chain of the writer's own; otherwise (or for a keyed
-  stream of typed values, with ``set_checkpoint_markers(False)``, without the bridge jar)
-  every bundle end waits.
+  stream the marker carries the subtask's last key. On a typed stream (records that are not
+  pickled Python objects) every element goes to Python as the row ``(marker, record)``
+  (``TypedCheckpointMarkerProcessOperator``; on a keyed stream the value is wrapped). Markers
+  need a chain of the writer's own; otherwise, with ``set_checkpoint_markers(False)`` or
+  without the bridge jar, every bundle end waits.
 """
 
 from __future__ import annotations
@@ -176,21 +176,29 @@ class MarkedKeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunctio
     process_element = _WriterFunctionMixin._write_or_mark
 
 
-class TypedMarkedWriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
-    """The writer of a typed stream under the typed marker operator.
+class _TypedMarkedMixin(_WriterFunctionMixin):
+    """The writer of typed records under a marker operator that wraps them.
 
-    Every element is the row ``(marker, record)``: ``(None, record)`` for a record of the
-    stream's type, ``(checkpoint id, None)`` for a marker.
+    Every element (a keyed stream's value) is the row ``(marker, record)``: ``(None, record)``
+    for a record of the stream's type, ``(checkpoint id, None)`` for a marker.
     """
 
     _marked = True
 
-    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+    def process_element(self, value: Any, ctx: Any) -> None:
         marker = value[0]
         if marker is None:
             self._write(value[1], ctx)
         else:
             self._on_marker(marker)
+
+
+class TypedMarkedWriterProcessFunction(_TypedMarkedMixin, ProcessFunction):
+    """The writer of a typed stream under ``TypedCheckpointMarkerProcessOperator``."""
+
+
+class TypedMarkedKeyedWriterProcessFunction(_TypedMarkedMixin, KeyedProcessFunction):
+    """The writer of a keyed stream of typed values under the keyed marker operator."""
 
 
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
@@ -224,7 +232,11 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     marked = marker_class is not None
     if keyed:
         func_class: type = (
-            MarkedKeyedWriterProcessFunction if marked else KeyedWriterProcessFunction
+            TypedMarkedKeyedWriterProcessFunction
+            if typed
+            else MarkedKeyedWriterProcessFunction
+            if marked
+            else KeyedWriterProcessFunction
         )
         func_type = function_types.KEYED_PROCESS
     elif typed:
@@ -234,8 +246,12 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         func_class = MarkedWriterProcessFunction if marked else WriterProcessFunction
         func_type = function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
-    if typed:
-        # The operator wraps each record (of the stream's own type) in the row (None, record).
+    # A typed record goes to Python wrapped in the row (None, record), a marker as (id, None).
+    if keyed and marked:
+        j_operator = marker_class(
+            j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG, typed
+        )
+    elif typed:
         j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type)
     elif marked:
         j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
@@ -271,14 +287,6 @@ def _marker_operator_class(
     # On a keyed stream the input is the row (key, value): the value must be pickled.
     value_type = j_input_type.getTypeAt(1) if keyed else j_input_type
     typed = not value_type.equals(pickled)
-    if typed and keyed:
-        _LOG.info(
-            "%s: the keyed input's values are typed (%s), not pickled; checkpoint markers are "
-            "off and the writer waits for its writes at every bundle end",
-            config.sink_name,
-            j_input_type.toString(),
-        )
-        return None, False
     jar = bridge_jar()
     if jar is None:
         return None, False
@@ -290,9 +298,9 @@ def _marker_operator_class(
     jars = Configuration.parse_list_value(j_env_conf.getString(key, None))
     if url not in jars:
         j_env_conf.setString(key, str([*jars, url]))
-    if typed:
-        return _java_class(TYPED_MARKER_OPERATOR), True
-    return _java_class(KEYED_MARKER_OPERATOR if keyed else MARKER_OPERATOR), False
+    if keyed:
+        return _java_class(KEYED_MARKER_OPERATOR), typed
+    return _java_class(TYPED_MARKER_OPERATOR if typed else MARKER_OPERATOR), typed
 
 
 def _java_class(name: str) -> Any:
