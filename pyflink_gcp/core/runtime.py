@@ -230,38 +230,32 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     process = jvm.org.apache.flink.streaming.api.operators.python.process
     marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
     marked = marker_class is not None
-    if keyed:
-        func_class: type = (
-            TypedMarkedKeyedWriterProcessFunction
-            if typed
-            else MarkedKeyedWriterProcessFunction
-            if marked
-            else KeyedWriterProcessFunction
-        )
-        func_type = function_types.KEYED_PROCESS
+    if not marked:
+        func_class: type = KeyedWriterProcessFunction if keyed else WriterProcessFunction
     elif typed:
-        func_class = TypedMarkedWriterProcessFunction
-        func_type = function_types.PROCESS
+        func_class = (
+            TypedMarkedKeyedWriterProcessFunction if keyed else TypedMarkedWriterProcessFunction
+        )
     else:
-        func_class = MarkedWriterProcessFunction if marked else WriterProcessFunction
-        func_type = function_types.PROCESS
+        func_class = MarkedKeyedWriterProcessFunction if keyed else MarkedWriterProcessFunction
+    func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
-    # A typed record goes to Python wrapped in the row (None, record), a marker as (id, None).
-    if keyed and marked:
-        j_operator = marker_class(
-            j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG, typed
-        )
-    elif typed:
-        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type)
-    elif marked:
-        j_operator = marker_class(j_conf, j_func_info, j_input_type, j_output_type, MARKER_TAG)
-    else:
+    args = (j_conf, j_func_info, j_input_type, j_output_type)
+    if not marked:
         operator_class = (
             process.ExternalPythonKeyedProcessOperator
             if keyed
             else process.ExternalPythonProcessOperator
         )
-        j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type)
+        j_operator = operator_class(*args)
+    elif keyed:
+        # Typed values go to Python wrapped in the row (None, value), a marker as (id, None).
+        j_operator = marker_class(*args, MARKER_TAG, typed)
+    elif typed:
+        # Typed records likewise: (None, record), and a marker as (id, None).
+        j_operator = marker_class(*args)
+    else:
+        j_operator = marker_class(*args, MARKER_TAG)
     out = DataStream(j_stream.transform(name, j_output_type, j_operator))
     if config.chain_with_upstream:
         return out
@@ -284,7 +278,7 @@ def _marker_operator_class(
         return None, False
     pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
     keyed = isinstance(ds, KeyedStream)
-    # On a keyed stream the input is the row (key, value): the value must be pickled.
+    # On a keyed stream the input is the row (key, value): the value's type decides.
     value_type = j_input_type.getTypeAt(1) if keyed else j_input_type
     typed = not value_type.equals(pickled)
     jar = bridge_jar()
