@@ -77,9 +77,9 @@ def table(rows: list[tuple[str, float]], baseline_names: dict[str, str]) -> str:
     return "\n".join(out)
 
 
-def log_span(path: str, start: float, end: float, **counts: int) -> None:
-    """Append one subtask's (first record, close) wall-clock span, and any counts it kept, to
-    a JSON-lines file."""
+def log_span(path: str, start: float, end: float, **counts: Any) -> None:
+    """Append one subtask's (first record, close) wall-clock span, and any counts or readings
+    it kept (JSON values), to a JSON-lines file."""
     with open(path, "a") as f:
         f.write(json.dumps({"start": start, "end": end, **counts}) + "\n")
 
