@@ -68,7 +68,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._common import flink_env, run_job, source, table, warm_up  # noqa: E402
-from bench._cpu import cpu_seconds, jvm_pid  # noqa: E402
+from bench._cpu import cpu_seconds, jvm_pid, per_record  # noqa: E402
 from pyflink_gcp.emulators import EmulatorStack  # noqa: E402
 
 PROJECT = "bench-project"
@@ -135,11 +135,6 @@ def snapshot(pids: dict[str, int]) -> dict[str, float]:
     snap = {name: cpu_seconds(pid) for name, pid in pids.items()}
     snap["client"] = time.process_time()
     return snap
-
-
-def per_task(before: dict[str, float], after: dict[str, float], tasks: int) -> dict[str, float]:
-    """Microseconds of CPU per task, by process."""
-    return {name: 1e6 * (after[name] - before[name]) / tasks for name in before}
 
 
 def describe_cpu(cpu: dict[str, float]) -> str:
@@ -460,7 +455,7 @@ def raw_rate(
     start = time.perf_counter()
     run()
     elapsed = time.perf_counter() - start
-    return records / elapsed, per_task(before, snapshot(backend.pids), records)
+    return records / elapsed, per_record(before, snapshot(backend.pids), records)
 
 
 # -- PyFlink jobs ----------------------------------------------------------------------------
@@ -502,7 +497,7 @@ def steady_rate(directory: str) -> tuple[float, dict[str, float], str]:
     first = min(stamps, key=lambda s: s[0])
     last = max(stamps, key=lambda s: s[1])
     count = sum(s[2] for s in stamps)
-    cpu = per_task(first[3], last[4], count)
+    cpu = per_record(first[3], last[4], count)
     cpu["client"] = 1e6 * sum(s[4]["client"] - s[3]["client"] for s in stamps) / count
     window = last[1] - first[0]
     skew = max(s[0] for s in stamps) - first[0]

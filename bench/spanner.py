@@ -265,17 +265,16 @@ SHAPES = ("own chain", "fused")
 FUSED_BUNDLE = SpannerWriterOptions().flush_max_records
 
 
-#: The job's bundle size in every shape (--bundle-size); None: PyFlink's default (1,000) in
-#: the own chain and FUSED_BUNDLE fused.
-BUNDLE_SIZE: list[int | None] = [FUSED_BUNDLE]
+def job_env(shape: str, parallelism: int, bundle_size: int | None) -> Any:
+    """A job's environment; ``bundle_size`` None: PyFlink's default (1,000) in the own chain
+    and FUSED_BUNDLE fused."""
+    return shaped_env(shape, parallelism, FUSED_BUNDLE, bundle_size=bundle_size)
 
 
-def job_env(shape: str, parallelism: int) -> Any:
-    return shaped_env(shape, parallelism, FUSED_BUNDLE, bundle_size=BUNDLE_SIZE[0])
-
-
-def pyflink_ceiling(records: int, workdir: str, shape: str, parallelism: int) -> float:
-    env = job_env(shape, parallelism)
+def pyflink_ceiling(
+    records: int, workdir: str, shape: str, parallelism: int, bundle_size: int | None
+) -> float:
+    env = job_env(shape, parallelism, bundle_size)
     spans = new_spans(workdir, f"ceiling-{shape}-{parallelism}")
     return noop_ceiling(env, record_stream(env, records, to_record), spans, shape, records)
 
@@ -285,6 +284,7 @@ def sink_job(
     parallelism: int,
     index: bool,
     workdir: str,
+    bundle_size: int | None,
     skip_commits: bool = False,
     shape: str = "own chain",
 ) -> float:
@@ -310,7 +310,7 @@ def sink_job(
         }
     )
     sink._config.factory = timed
-    env = job_env(shape, parallelism)
+    env = job_env(shape, parallelism, bundle_size)
     record_stream(env, records, to_record).sink_to(sink)
     env.execute(f"bench-spanner-sink-p{parallelism}")
     assert count_rows(table) == (0 if skip_commits else records)
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         f"of 1,000 in the own chain, {FUSED_BUNDLE:,} fused)",
     )
     args = parser.parse_args(argv)
-    BUNDLE_SIZE[0] = args.bundle_size or None
+    bundle_size = args.bundle_size or None
     warnings.filterwarnings("ignore")
     results: dict[str, float] = {}
     with spanner_emulator() as stack, tempfile.TemporaryDirectory() as workdir:
@@ -364,14 +364,20 @@ def main(argv: list[str] | None = None) -> int:
         results["raw client (before)"] = raw_client(args.records, args.index)
         for shape in SHAPES:
             for p in (1, 2):
-                ceiling = pyflink_ceiling(args.records, workdir, shape, p)
+                ceiling = pyflink_ceiling(args.records, workdir, shape, p, bundle_size)
                 results[f"pyflink {shape} p={p}"] = ceiling
                 print(f"pyflink ceiling, {shape}, p={p}: {ceiling:,.0f}/s", flush=True)
-                sink = sink_job(args.records, p, args.index, workdir, shape=shape)
+                sink = sink_job(args.records, p, args.index, workdir, bundle_size, shape=shape)
                 results[f"sink {shape} p={p}"] = sink
                 if args.job_bound:
                     bound = sink_job(
-                        args.records, p, args.index, workdir, skip_commits=True, shape=shape
+                        args.records,
+                        p,
+                        args.index,
+                        workdir,
+                        bundle_size,
+                        skip_commits=True,
+                        shape=shape,
                     )
                     results[f"job bound {shape} p={p}"] = bound
         # Once more at the end: on a machine shared with other work the emulator's speed

@@ -1,8 +1,9 @@
 """The ``pyflink-gcp`` command line.
 
 ``pyflink-gcp emulators setup`` installs the emulator tools once and ``pyflink-gcp bridge
-build`` compiles the Java bridge jar (``make test`` runs both); ``pyflink-gcp emulators up`` runs the whole local stack in the foreground and
-prints the ``export`` lines that point another terminal's clients and jobs at it.
+build`` compiles the Java bridge jar (``make test`` runs both); ``pyflink-gcp emulators up``
+runs the whole local stack in the foreground and prints the ``export`` lines that point
+another terminal's clients and jobs at it.
 """
 
 from __future__ import annotations
