@@ -31,15 +31,6 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
     private transient Object lastKey;
     private transient boolean inputEnded;
 
-    public KeyedCheckpointMarkerProcessOperator(
-            Configuration config,
-            DataStreamPythonFunctionInfo pythonFunctionInfo,
-            RowTypeInfo inputTypeInfo,
-            TypeInformation<OUT> outputTypeInfo,
-            String tag) {
-        this(config, pythonFunctionInfo, inputTypeInfo, outputTypeInfo, tag, false);
-    }
-
     /**
      * @param inputTypeInfo the keyed stream's row {@code (key, value)}
      * @param typedValues whether the values are typed: the runner then takes the row {@code (key,
