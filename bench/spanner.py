@@ -60,6 +60,7 @@ from bench._common import (  # noqa: E402
     noop_ceiling,
     shaped_env,
     span_rate,
+    timed_factory,
     warm_up,
 )
 from bench._cpu import describe, job_cpu, per_record, tree_cpu, window_cpu  # noqa: E402
@@ -300,15 +301,9 @@ def sink_job(
         .set_chain_with_upstream(shape == "fused")
         .build()
     )
-    timed = TimedFactory.__new__(TimedFactory)
-    timed.__setstate__(
-        {
-            **sink.writer_factory.__getstate__(),
-            "spans_path": spans,
-            "skip_commits": skip_commits,
-            "emulator_pids": tuple(EMULATOR_PIDS),
-        }
-    )
+    timed = timed_factory(TimedFactory, sink.writer_factory, spans)
+    timed.skip_commits = skip_commits
+    timed.emulator_pids = tuple(EMULATOR_PIDS)
     sink._config.factory = timed
     env = job_env(shape, parallelism, bundle_size)
     record_stream(env, records, to_record).sink_to(sink)
