@@ -58,13 +58,15 @@ def run(
 ) -> collections.Counter:
     env = make_env(parallelism=2, checkpoint_ms=300)
     ds = record_stream(env, RECORDS, record)
-    if keyed:
-        ds = ds.key_by(by_d_key)
     resolver, serializer = by_d, None
     if typed:
         ds = ds.map(lambda r: json.dumps(r), output_type=Types.STRING())
         resolver = lambda s, ctx: by_d(json.loads(s), ctx)  # noqa: E731
         serializer = lambda s, ctx: json.loads(s)  # noqa: E731
+        if keyed:
+            ds = ds.key_by(lambda s: json.loads(s)["d"], key_type=Types.STRING())
+    elif keyed:
+        ds = ds.key_by(by_d_key)
     # Bundles of 100 records: many ordinary bundle ends per checkpoint.
     ds.sink_to(
         FileSink(
@@ -102,32 +104,10 @@ def test_without_markers_every_bundle_end_waits(tmp_path):
     assert counts["flush"] == counts["start"], counts  # each flush starts its sends itself
 
 
-def test_typed_input_gets_markers_too(tmp_path):
-    """A typed stream's records reach Python wrapped with the markers, unchanged."""
-    counts = run(tmp_path, markers=True, typed=True)
-    assert sorted(written(tmp_path)) == list(range(RECORDS))
-    assert counts["start"] >= 50, counts
-    assert counts["flush"] * 3 < counts["start"], counts
-
-
-def test_typed_keyed_input_gets_markers_too(tmp_path):
-    """A keyed stream of typed values: each value is wrapped with the markers, keys unchanged."""
-    env = make_env(parallelism=2, checkpoint_ms=300)
-    ds = (
-        record_stream(env, RECORDS, record)
-        .map(lambda r: json.dumps(r), output_type=Types.STRING())
-        .key_by(lambda s: json.loads(s)["d"], key_type=Types.STRING())
-    )
-    ds.sink_to(
-        FileSink(
-            str(tmp_path),
-            lambda s, ctx: by_d(json.loads(s), ctx),
-            lambda s, ctx: json.loads(s),
-            max_buffered_records=100,
-        )
-    )
-    env.execute("typed keyed")
-    counts = events(tmp_path)
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_typed_input_gets_markers_too(tmp_path, keyed):
+    """A typed stream's records (a keyed one's values) reach Python wrapped with the markers."""
+    counts = run(tmp_path, markers=True, typed=True, keyed=keyed)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
     assert counts["start"] >= 50, counts
     assert counts["flush"] * 3 < counts["start"], counts
