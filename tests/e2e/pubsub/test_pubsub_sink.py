@@ -8,6 +8,8 @@ import time
 from collections import Counter
 
 import pytest
+from pyflink.common import Row
+from pyflink.common.typeinfo import Types
 
 from pyflink_gcp.pubsub import (
     PubSubPublisherOptions,
@@ -167,6 +169,48 @@ def test_failure_and_restart_lose_nothing(project, tmp_path, hard):
     assert set(ids) == set(range(n)), f"lost {sorted(set(range(n)) - set(ids))[:10]}"
     duplicates = sum(c - 1 for c in ids.values())
     print(f"restart ({'kill' if hard else 'raise'}): {n} records, 0 lost, {duplicates} duplicates")
+
+
+ORDER_ROW = ("id", "region", "customer", "seq")
+
+
+def order_row(r: dict) -> Row:
+    return Row(*(r[name] for name in ORDER_ROW))
+
+
+def row_order(row: Row) -> dict:
+    return dict(zip(ORDER_ROW, row, strict=True))
+
+
+def test_typed_row_stream_keeps_markers_and_loses_nothing_when_its_worker_dies(project, tmp_path):
+    """A typed input (a row type, not pickled objects) runs under the typed marker operator."""
+    prefix = unique("typed")
+    make_topics(project, [f"{prefix}-{r}" for r in REGIONS])
+    n = 3000
+    marker = str(tmp_path / "failed")
+    row_type = Types.ROW_NAMED(
+        list(ORDER_ROW), [Types.LONG(), Types.STRING(), Types.STRING(), Types.LONG()]
+    )
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(lambda row, c: TopicDestination.of(project, f"{prefix}-{row[1]}"))
+        .set_serializer(lambda row: json.dumps(row_order(row)).encode())
+        .build()
+    )
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
+    (
+        record_stream(env, n, slow)
+        .map(FailOnce(marker, lambda r: r["id"] == 2200, hard=True))
+        .map(order_row, output_type=row_type)
+        .sink_to(sink)
+    )
+    env.execute("pubsub-typed-restart")
+    assert os.path.exists(marker), "the failure was not injected"
+
+    got = read_regions(project, prefix, n)
+    ids = Counter(r["id"] for records in got.values() for r in records)
+    assert set(ids) == set(range(n)), f"lost {sorted(set(range(n)) - set(ids))[:10]}"
+    assert all(r["region"] == region for region, rs in got.items() for r in rs)
 
 
 def test_resolver_returning_none_fails_the_job_naming_sink_resolver_and_record(project):
