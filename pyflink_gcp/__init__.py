@@ -4,14 +4,13 @@ Service sinks live in subpackages (``pyflink_gcp.pubsub``, ``pyflink_gcp.bigquer
 behind an optional extra. This top level holds what every sink shares.
 """
 
-from pyflink.datastream.connectors.base import DeliveryGuarantee
-
 from pyflink_gcp._version import __version__
 from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import UnroutableRecord, WriterContext
 
 __all__ = [
-    "DeliveryGuarantee",
+    "CreateDisposition",
     "FailureHandler",
     "UnroutableRecord",
     "WriterContext",

@@ -1,19 +1,23 @@
-"""What every sink builder shares: name, resolver, serializer, failure handler, endpoint.
+"""What every sink builder shares: name, resolver, serializer, failure handler, endpoint,
+writer options and (for sinks that create destinations) the create disposition.
 
-A service builder subclasses :class:`SinkBuilder`, adds its own setters (options, creation), and
-in ``build()`` calls :meth:`SinkBuilder._validate_common` before assembling its
-:class:`~pyflink_gcp.core.sink_writer.SinkConfig`. Validation happens at ``build()`` so that a
-mistake surfaces where the job is written, not on a worker minutes later.
+A service builder subclasses :class:`SinkBuilder` (or :class:`CreatingSinkBuilder`), names its
+options type, adds the setters of its own service, and in ``build()`` calls
+:meth:`SinkBuilder._validate_common` before assembling its
+:class:`~pyflink_gcp.core.sink_writer.SinkConfig` with :meth:`SinkBuilder._sink_config`, which
+reads the shared options (buffering, lifetimes, metrics) by their shared names. Validation
+happens at ``build()`` so that a mistake surfaces where the job is written, not on a worker
+minutes later.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+from pyflink_gcp.core.options import CreateDisposition, DestinationWriterOptions, WriterOptions
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.core.writer import WriterFactory
 
@@ -25,8 +29,11 @@ class SinkBuilder:
     default_name = "sink"
     #: Sinks with a fixed destination (Spanner) have no resolver.
     uses_resolver = True
+    #: The service's ``<Service>WriterOptions`` type, taken by :meth:`set_writer_options`.
+    options_type: ClassVar[type[WriterOptions]] = WriterOptions
 
     def __init__(self) -> None:
+        self._options: Any = self.options_type()
         self._name = self.default_name
         self._resolver: Any = None
         self._serializer: Any = None
@@ -62,6 +69,18 @@ class SinkBuilder:
                 f".send_to_dead_letter_queue(...), got {type(handler).__name__}"
             )
         self._failure_handler = handler
+        return self
+
+    def set_writer_options(self, options: Any) -> Self:
+        """Buffering, retries, in-flight requests, lifetimes and metrics of the writer:
+        ``<Service>WriterOptions.builder()...build()``."""
+        expected = self.options_type.__name__
+        if not isinstance(options, self.options_type):
+            raise ConfigurationError(
+                f"sink '{self._name}': set_writer_options() takes {expected} "
+                f"({expected}.builder()...build()), got {type(options).__name__}"
+            )
+        self._options = options
         return self
 
     def set_endpoint(self, endpoint: str) -> Self:
@@ -107,19 +126,18 @@ class SinkBuilder:
         name: str,
         factory: WriterFactory[Any],
         serializer: Any,
-        *,
-        max_buffer_time: timedelta | None = None,
         **service_fields: Any,
     ) -> SinkConfig:
         """The :class:`SinkConfig` of the sink being built: the fields every builder owns
-        (resolver, failure handler, chaining) from here, the service's from ``service_fields``.
-
-        ``max_buffer_time`` is converted to the config's whole milliseconds (at least 1).
+        (resolver, failure handler, chaining) and the shared writer options from here, anything
+        else of the service's from ``service_fields``.
         """
-        if max_buffer_time is not None:
-            service_fields["max_buffer_time_ms"] = max(
-                1, int(max_buffer_time.total_seconds() * 1000)
-            )
+        options: WriterOptions = self._options
+        if isinstance(options, DestinationWriterOptions):
+            service_fields.setdefault("idle_timeout_s", options.idle_timeout_s)
+            service_fields.setdefault("max_active", options.max_active_destinations)
+        else:
+            service_fields.setdefault("idle_timeout_s", None)
         return SinkConfig(
             sink_name=name,
             factory=factory,
@@ -128,6 +146,9 @@ class SinkBuilder:
             failure_handler=self._failure_handler,
             chain_with_upstream=self._chain_with_upstream,
             checkpoint_markers=self._checkpoint_markers,
+            max_buffered_records=options.max_buffered_records,
+            max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
+            per_destination_metrics=options.per_destination_metrics,
             **service_fields,
         )
 
@@ -154,3 +175,29 @@ class SinkBuilder:
         ):
             raise ConfigurationError(f"sink '{name}': set_endpoint() takes 'host:port' or a URL")
         return name
+
+
+class CreatingSinkBuilder(SinkBuilder):
+    """Base of the builders of sinks that may create the destinations their resolver names
+    (Pub/Sub topics, BigQuery and Bigtable tables)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._disposition = CreateDisposition.CREATE_NEVER
+
+    def set_create_disposition(self, disposition: CreateDisposition) -> Self:
+        """``CREATE_NEVER`` (default: a missing destination fails the job) or
+        ``CREATE_IF_NEEDED`` (created on first use, bounded by the writer options'
+        ``max_created_destinations``)."""
+        if not isinstance(disposition, CreateDisposition):
+            raise ConfigurationError(
+                f"sink '{self._name}': set_create_disposition() takes "
+                f"CreateDisposition.CREATE_NEVER or CREATE_IF_NEEDED, got {disposition!r}"
+            )
+        self._disposition = disposition
+        return self
+
+    @property
+    def creates_destinations(self) -> bool:
+        """Whether the sink being built may create destinations."""
+        return self._disposition is CreateDisposition.CREATE_IF_NEEDED

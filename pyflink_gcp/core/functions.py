@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import reprlib
 from collections.abc import Callable
 from typing import Any
@@ -39,19 +41,85 @@ def describe_callable(fn: Any) -> str:
 def as_resolver(resolver: Any, sink: str) -> Callable[[Any, Any], Any]:
     """Return the ``(record, context) -> destination`` callable of a resolver.
 
-    Accepts a callable or an object with ``resolve(record, context)``.
+    Accepts a callable or an object with ``resolve(record, context)``; one that takes only the
+    record is adapted (:func:`with_context`).
     """
     if resolver is None:
         raise ConfigurationError(f"sink '{sink}': set_destination_resolver() is required")
     method = getattr(resolver, "resolve", None)
     if callable(method):
-        return method  # type: ignore[no-any-return]
+        return with_context(method, "destination resolver", sink)
     if callable(resolver):
-        return resolver  # type: ignore[no-any-return]
+        return with_context(resolver, "destination resolver", sink)
     raise ConfigurationError(
         f"sink '{sink}': the destination resolver must be a callable (record, context) or an "
         f"object with resolve(record, context); got {type(resolver).__name__}"
     )
+
+
+class RecordOnly:
+    """Adapts a one-argument user callable ``(record) -> ...`` to ``(record, context)``.
+
+    Every user callable of the package is called as ``(record, context)``; one that takes only
+    the record keeps working through this wrapper. It carries the wrapped function's name, so
+    error messages name the user's function, and pickles as the function it wraps.
+    """
+
+    __slots__ = ("fn", "__dict__")
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, record: Any, context: Any) -> Any:
+        return self.fn(record)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RecordOnly, (self.fn,))
+
+
+def takes_record_only(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` accepts exactly one positional argument (the record, no context).
+
+    Callables whose signature cannot be read (builtins, C functions) are assumed to take
+    ``(record, context)``.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 1
+
+
+def with_context(fn: Any, what: str, sink: str | None = None) -> Callable[[Any, Any], Any]:
+    """``fn`` as a ``(record, context)`` callable.
+
+    Decided once, when the sink or schema is built, so the hot path calls the result without
+    inspecting anything: a callable of two positional arguments is returned as it is, one of a
+    single argument is wrapped in :class:`RecordOnly`.
+
+    Args:
+        fn: The user's callable.
+        what: What it is, for the error (``"payload function"``).
+        sink: The sink's name, when known.
+
+    Raises:
+        ConfigurationError: ``fn`` is not callable.
+    """
+    if isinstance(fn, RecordOnly):
+        return fn
+    if not callable(fn):
+        where = f"sink '{sink}': " if sink else ""
+        raise ConfigurationError(
+            f"{where}the {what} must be a callable (record, context) or (record), "
+            f"got {type(fn).__name__}"
+        )
+    if takes_record_only(fn):
+        return RecordOnly(fn)
+    return fn  # type: ignore[no-any-return]
 
 
 def ensure_picklable(obj: Any, what: str, sink: str) -> None:

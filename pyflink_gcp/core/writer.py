@@ -11,7 +11,7 @@ each checkpoint barrier.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.runtime_info import SubtaskInfo
@@ -66,6 +66,30 @@ class DestinationWriter(ABC, Generic[D]):
 
     def close(self) -> None:
         """Release client-side resources. Called on a clean writer, or when the task fails."""
+
+
+class PicklesConfiguration:
+    """Pickles an object as its configuration only: an allow-list, not a deny-list.
+
+    A writer factory travels to the workers pickled, then opens clients, pools and locks there.
+    Naming what *travels* (``_config_fields``) instead of what must not means a runtime field
+    added later cannot break pickling or leak a half-open client into the job graph.
+    :meth:`_init_runtime` sets every runtime field to its idle value; it runs after
+    unpickling and should run at the end of ``__init__``.
+    """
+
+    #: The attributes that are configuration; everything else is runtime state.
+    _config_fields: ClassVar[tuple[str, ...]] = ()
+
+    def _init_runtime(self) -> None:
+        """Set the runtime fields to their unopened values."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: self.__dict__[name] for name in self._config_fields}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
 
 
 class WriterFactory(ABC, Generic[D]):
