@@ -1,5 +1,6 @@
 """Service-agnostic core: contract types, failure handling, retries, the writer registry and the
-PyFlink runtime. Nothing here imports a Google Cloud client library."""
+PyFlink runtime, options, channels. Nothing here imports a Google Cloud client library (only
+gRPC, which every client library brings)."""
 
 from pyflink_gcp.core.errors import (
     ConfigurationError,
@@ -12,6 +13,12 @@ from pyflink_gcp.core.errors import (
     WriteError,
 )
 from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord, FailureHandler
+from pyflink_gcp.core.options import (
+    CreateDisposition,
+    CreatingWriterOptions,
+    DestinationWriterOptions,
+    WriterOptions,
+)
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
@@ -19,10 +26,13 @@ from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
 
 __all__ = [
     "ConfigurationError",
+    "CreateDisposition",
+    "CreatingWriterOptions",
     "CreationLimitExceededError",
     "DeadLetterQueue",
     "Destination",
     "DestinationNotFoundError",
+    "DestinationWriterOptions",
     "DestinationWriter",
     "FailedRecord",
     "FailureHandler",
@@ -36,4 +46,5 @@ __all__ = [
     "WriteError",
     "WriterContext",
     "WriterFactory",
+    "WriterOptions",
 ]

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
-from pyflink_gcp.core.functions import as_resolver, ensure_picklable
+from pyflink_gcp.core.functions import as_resolver, ensure_picklable, with_context
 from pyflink_gcp.core.options import CreateDisposition, DestinationWriterOptions, WriterOptions
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.core.writer import WriterFactory
@@ -133,6 +133,9 @@ class SinkBuilder:
         else of the service's from ``service_fields``.
         """
         options: WriterOptions = self._options
+        if not callable(getattr(serializer, "serialize", None)):
+            # A plain callable may take (record) or (record, context): decided once, here.
+            serializer = with_context(serializer, "serializer", name)
         if isinstance(options, DestinationWriterOptions):
             service_fields.setdefault("idle_timeout_s", options.idle_timeout_s)
             service_fields.setdefault("max_active", options.max_active_destinations)
