@@ -14,9 +14,8 @@ from pyflink_gcp.core import (
     SubtaskInfo,
     UnroutableRecord,
 )
-from pyflink_gcp.core.registry import WriterRegistry
 from pyflink_gcp.core.sink_writer import SinkWriter
-from tests.support.fakes import FileDestination, FileSink, FileWriter
+from tests.support.fakes import FileDestination, FileSink
 
 
 def open_writer(tmp_path, resolver, serializer=None, **options) -> SinkWriter:
@@ -133,51 +132,6 @@ def test_idle_writers_are_evicted_after_a_flush_and_recreated(tmp_path):
     writer.flush()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0, 1]
     assert writer.registry.created == 2
-
-
-class _Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-
-def test_registry_releases_the_least_recently_used_clean_writer_first(tmp_path):
-    from tests.support.fakes import FileWriterFactory
-
-    factory = FileWriterFactory(str(tmp_path))
-    factory.open(SubtaskInfo("s"))
-    registry = WriterRegistry(factory.create_writer, max_active=2, clock=_Clock())
-    a, b, c = (FileDestination.of(x) for x in "abc")
-    registry.get(a).write({"i": 1}, None)  # a dirty, least recently used
-    wb = registry.get(b)  # b clean
-    registry.get(a)  # a becomes most recently used
-    registry.get(c)
-    assert b not in registry and a in registry and c in registry and wb.closed
-    # No clean writer left: the LRU one is flushed first, so nothing is lost.
-    registry.get(a).write({"i": 2}, None)
-    registry.get(c).write({"i": 3}, None)
-    registry.get(b)
-    assert a not in registry
-    assert [r["i"] for r in lines(tmp_path, "a")] == [1, 2]
-    assert registry.max_seen == 2
-
-
-def test_registry_idle_eviction_skips_dirty_writers(tmp_path):
-    from tests.support.fakes import FileWriterFactory
-
-    clock = _Clock()
-    factory = FileWriterFactory(str(tmp_path))
-    factory.open(SubtaskInfo("s"))
-    registry = WriterRegistry(factory.create_writer, idle_timeout_s=10, clock=clock)
-    a, b = FileDestination.of("a"), FileDestination.of("b")
-    registry.get(a)
-    registry.get(b).write({"i": 1}, None)
-    clock.t = 11
-    assert registry.evict_idle() == 1
-    assert a not in registry and b in registry
-    assert isinstance(registry.get(b), FileWriter)
 
 
 class _Counter:
