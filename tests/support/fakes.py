@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from pyflink_gcp.core import (
@@ -19,6 +20,8 @@ from pyflink_gcp.core import (
     SubtaskInfo,
     WriterFactory,
 )
+from pyflink_gcp.core.builder import CreatingSinkBuilder
+from pyflink_gcp.core.options import CreatingOptionsBuilder, CreatingWriterOptions
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
 
@@ -143,3 +146,28 @@ class FileSink(DynamicSink):
                 **options,
             )
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileOptions(CreatingWriterOptions):
+    """The file sink's writer options: the shared settings only."""
+
+
+class FileOptionsBuilder(CreatingOptionsBuilder[FileOptions]):
+    options_type = FileOptions
+
+
+class FileSinkBuilder(CreatingSinkBuilder):
+    """A builder over the core builder base, as a service's would be; ``build()`` returns the
+    sink's :class:`SinkConfig` (for tests of the builder base)."""
+
+    default_name = "file-sink"
+    options_type = FileOptions
+
+    def __init__(self, directory: str = "/nonexistent") -> None:
+        super().__init__()
+        self._directory = directory
+
+    def build(self) -> SinkConfig:
+        name = self._validate_common()
+        return self._sink_config(name, FileWriterFactory(self._directory), self._serializer)

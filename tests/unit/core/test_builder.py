@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 
 from pyflink_gcp.core import ConfigurationError, CreateDisposition
-from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.functions import RecordOnly
-from pyflink_gcp.core.options import CreatingOptionsBuilder, CreatingWriterOptions, WriterOptions
-from tests.support.fakes import FileDestination, FileWriterFactory
+from pyflink_gcp.core.options import WriterOptions
+from tests.support.fakes import FileDestination, FileOptionsBuilder, FileSinkBuilder
 
 
-@dataclass(frozen=True, kw_only=True)
-class _FileOptions(CreatingWriterOptions):
-    pass
-
-
-class _FileOptionsBuilder(CreatingOptionsBuilder[_FileOptions]):
-    options_type = _FileOptions
-
-
-class _FileSinkBuilder(CreatingSinkBuilder):
-    default_name = "file-sink"
-    options_type = _FileOptions
-
-    def build(self):
-        name = self._validate_common()
-        return self._sink_config(name, FileWriterFactory("/nonexistent"), self._serializer)
-
-
-def _builder() -> _FileSinkBuilder:
-    return _FileSinkBuilder().set_destination_resolver(lambda r, c: FileDestination.of("a"))
+def _builder() -> FileSinkBuilder:
+    return FileSinkBuilder().set_destination_resolver(lambda r, c: FileDestination.of("a"))
 
 
 def _to_element(record):
@@ -42,7 +22,7 @@ def _to_element(record):
 
 def test_the_shared_options_reach_the_config_by_their_shared_names():
     options = (
-        _FileOptionsBuilder()
+        FileOptionsBuilder()
         .max_buffer_time(timedelta(milliseconds=250))
         .max_buffered_records(77)
         .idle_timeout(timedelta(minutes=2))
@@ -57,7 +37,7 @@ def test_the_shared_options_reach_the_config_by_their_shared_names():
 
 
 def test_writer_options_of_another_type_are_refused_naming_the_right_one():
-    with pytest.raises(ConfigurationError, match="set_writer_options\\(\\) takes _FileOptions"):
+    with pytest.raises(ConfigurationError, match="set_writer_options\\(\\) takes FileOptions"):
         _builder().set_writer_options(WriterOptions())
 
 

@@ -17,7 +17,7 @@ from pyflink_gcp.core.functions import (
     short_repr,
     with_context,
 )
-from pyflink_gcp.pubsub import PubSubSink, TopicDestination
+from tests.support.fakes import FileDestination, FileSinkBuilder
 
 
 def test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value():
@@ -25,14 +25,12 @@ def test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value():
 
     def resolver(record, ctx):
         with lock:
-            return TopicDestination.of("p", "orders")
+            return FileDestination.of("orders")
 
     with pytest.raises(ConfigurationError) as err:
-        PubSubSink.builder().set_destination_resolver(resolver).set_serializer(
-            lambda r: b""
-        ).build()
+        FileSinkBuilder().set_destination_resolver(resolver).set_serializer(lambda r: b"").build()
     assert str(err.value).startswith(
-        "sink 'pubsub-sink': the destination resolver "
+        "sink 'file-sink': the destination resolver "
         "tests.unit.core.test_functions."
         "test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value.<locals>.resolver "
         "is not picklable (cannot pickle 'lock' (lock)): TypeError: cannot pickle '_thread.lock' object."

@@ -6,18 +6,24 @@ import pickle
 
 import pytest
 
-from pyflink_gcp.core import UnroutableRecord, WriterContext
-from pyflink_gcp.pubsub import TopicDestination
+from pyflink_gcp.core import Destination, UnroutableRecord, WriterContext
 from tests.support.fakes import FileDestination
 
 
+class _Topic(Destination):
+    __slots__ = ()
+
+    def __init__(self, project: str, topic: str) -> None:
+        self._init_name(f"projects/{project}/topics/{topic}")
+
+
 def test_destinations_are_values_keyed_by_resource_name():
-    a, b = TopicDestination.of("p", "orders"), TopicDestination.of("p", "orders")
+    a, b = _Topic("p", "orders"), _Topic("p", "orders")
     assert a == b and hash(a) == hash(b) and a is not b
     assert str(a) == "projects/p/topics/orders"
     assert {a: 1}[b] == 1
-    assert a != TopicDestination.of("p", "other")
-    assert a != FileDestination.of("projects/p/topics/orders")
+    assert a != _Topic("p", "other")
+    assert a != FileDestination("projects/p/topics/orders")
     assert pickle.loads(pickle.dumps(a)) == a
     with pytest.raises(AttributeError):
         a.x = 1  # type: ignore[attr-defined]
