@@ -34,9 +34,11 @@ tools: venv
 bridge: venv
 	$(PY) -m pyflink_gcp.cli bridge build
 
+# ruff (its rules include unused-noqa detection, so a stale suppression fails) and mypy.
 lint: venv
 	$(VENV)/bin/ruff check pyflink_gcp tests examples bench
 	$(VENV)/bin/ruff format --check pyflink_gcp tests examples bench
+	$(VENV)/bin/mypy pyflink_gcp
 
 clean:
 	rm -rf $(VENV) build *.egg-info

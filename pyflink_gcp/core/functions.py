@@ -132,7 +132,7 @@ def ensure_picklable(obj: Any, what: str, sink: str) -> None:
 
     try:
         cloudpickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001 - report whatever pickling raised
+    except Exception as exc:  # report whatever pickling raised
         culprit = _find_unpicklable(obj, cloudpickle)
         where = f" (cannot pickle {culprit})" if culprit else ""
         raise ConfigurationError(

@@ -368,7 +368,7 @@ def wait_until(
             result = probe()
             if result:
                 return result
-        except Exception as err:  # any failure means "not ready yet"
+        except Exception as err:  # noqa: BLE001 - any failure means "not ready yet"
             last_error = err
         if process is not None and process.exited() is not None:
             raise EmulatorStartError(

@@ -250,7 +250,7 @@ class EmulatorStack:
             for name, future in futures.items():
                 try:
                     self._env.update(future.result())
-                except Exception as err:
+                except Exception as err:  # noqa: BLE001 - collected and reported together below
                     failures.append((name, err))
         except BaseException:
             # Ctrl-C while waiting: killing the processes makes the starter threads'

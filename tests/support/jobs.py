@@ -62,7 +62,7 @@ def make_env(
     if process_workers:
         os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112
     else:
-        os.environ.pop("_python_worker_execution_mode", None)  # noqa: SIM112
+        os.environ.pop("_python_worker_execution_mode", None)
     for key, value in (extra or {}).items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
