@@ -1,16 +1,17 @@
-"""The Java bridge: the jar holding the writer's checkpoint-marker operator.
+"""The Java bridge: the jar holding the writer's checkpoint-marker operators.
 
-The operator (``java-bridge/``, class ``dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator``)
-is PyFlink's process-mode Python operator plus one thing: it puts a marker element into the
-writer's input just before each checkpoint barrier and at the end of input. The writer then
-waits for its writes only at those markers instead of at every bundle end (see
-:mod:`pyflink_gcp.core.runtime`).
+The operators (``java-bridge/``: ``dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator`` and
+its keyed twin) are PyFlink's process-mode Python operators plus one thing: they put a marker
+element into the writer's input just before each checkpoint barrier and at the end of input.
+Each takes PyFlink's constructor arguments plus ``(tag, typed)``: the marker's tag, and whether
+the records are typed (then wrapped in a row with the markers). The writer then waits for its
+writes only at those markers instead of at every bundle end (see :mod:`pyflink_gcp.core.runtime`).
 
 The jar is compiled with ``javac`` against the Flink jars inside the installed ``apache-flink``
 wheel, so it always matches the Flink classes that run it; no download is involved. In a source
 checkout ``make setup`` builds it (``pyflink-gcp bridge build``), and it is rebuilt when its
 sources or the Flink version change. An installed package uses the jar it ships. Without a jar
-and without a JDK the sinks still run, waiting at every bundle end as before.
+and without a JDK the sinks still run, waiting at every bundle end.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from pyflink_gcp.core.errors import ConfigurationError
 
 _LOG = logging.getLogger("pyflink_gcp.bridge")
 
-#: The operator classes inside the jar (pickled, keyed and typed input streams).
+#: The operator classes inside the jar (plain and keyed streams, each of pickled or typed
+#: records); both take ``(config, function, input type, output type, tag, typed)``.
 MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
 KEYED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.KeyedCheckpointMarkerProcessOperator"
-TYPED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.TypedCheckpointMarkerProcessOperator"
+#: What a marker is and when one is due, shared by both operators.
+MARKERS = "dev.pyflinkgcp.bridge.CheckpointMarkers"
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 JAR = _PACKAGE / "jars" / "pyflink-gcp-bridge.jar"

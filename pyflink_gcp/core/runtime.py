@@ -29,8 +29,8 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
   still waits for the marker's flush, so the delivery guarantee is the same. On a keyed
   stream the marker carries the subtask's last key. On a typed stream (records that are not
-  pickled Python objects) every element goes to Python as the row ``(marker, record)``
-  (``TypedCheckpointMarkerProcessOperator``; on a keyed stream the value is wrapped). Markers
+  pickled Python objects) every element goes to Python as the row ``(marker, record)`` (on a
+  keyed stream the value is wrapped); the operator is told which at construction. Markers
   need a chain of the writer's own; otherwise, with ``set_checkpoint_markers(False)`` or
   without the bridge jar, every bundle end waits.
 """
@@ -46,12 +46,7 @@ from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
-from pyflink_gcp.core.bridge import (
-    KEYED_MARKER_OPERATOR,
-    MARKER_OPERATOR,
-    TYPED_MARKER_OPERATOR,
-    bridge_jar,
-)
+from pyflink_gcp.core.bridge import KEYED_MARKER_OPERATOR, MARKER_OPERATOR, bridge_jar
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
@@ -70,8 +65,16 @@ END_OF_INPUT = -1
 MARKERLESS_FLUSH_S = 30.0
 
 
-class _WriterFunctionMixin:
-    """Shared body of the keyed and non-keyed writer functions (they differ only in base class)."""
+class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
+    """The writer operator's Python function, on a plain or a keyed stream.
+
+    PyFlink's process-mode runtime tells a keyed function from a plain one by the function type
+    the operator is built with (``KEYED_PROCESS`` or ``PROCESS``), not by its class: either way it
+    calls ``open``, ``process_element`` and ``close``, and ``on_timer`` only for timers, which a
+    writer never registers. So one class is both kinds of function, and its subclasses differ
+    only in what their input elements are. This one writes every element and waits for its
+    writes at every bundle end.
+    """
 
     #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
     _marked = False
@@ -129,18 +132,13 @@ class _WriterFunctionMixin:
             "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
         )
 
-    def _write_or_mark(self, value: Any, ctx: Any) -> None:
-        """``process_element`` of the marked writers: a marker flushes, anything else is written."""
-        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
-            self._on_marker(value[1])
-            return
-        self._write(value, ctx)
-
     def _write(self, value: Any, ctx: Any) -> None:
         writer = self._writer
         assert writer is not None
         writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
         writer.write(value)
+
+    process_element = _write
 
     def close(self) -> None:
         if self._writer is not None:
@@ -148,35 +146,23 @@ class _WriterFunctionMixin:
             self._writer = None
 
 
-class WriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
-    """The writer on a plain DataStream."""
+class MarkedWriterProcessFunction(WriterProcessFunction):
+    """The writer of pickled Python objects under a marker operator.
 
-    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> None:
+    A marker is the tuple ``(MARKER_TAG, checkpoint id)`` among the records (a keyed stream's
+    values); the writer waits for its writes only there.
+    """
+
+    _marked = True
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
+            self._on_marker(value[1])
+            return
         self._write(value, ctx)
 
 
-class MarkedWriterProcessFunction(_WriterFunctionMixin, ProcessFunction):
-    """The writer under the marker operator: waits for its writes only at checkpoint markers."""
-
-    _marked = True
-    process_element = _WriterFunctionMixin._write_or_mark
-
-
-class KeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
-    """The writer on a KeyedStream (keeps the key's partitioning)."""
-
-    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> None:
-        self._write(value, ctx)
-
-
-class MarkedKeyedWriterProcessFunction(_WriterFunctionMixin, KeyedProcessFunction):
-    """The keyed writer under the keyed marker operator (markers come as the value of a row)."""
-
-    _marked = True
-    process_element = _WriterFunctionMixin._write_or_mark
-
-
-class _TypedMarkedMixin(_WriterFunctionMixin):
+class TypedMarkedWriterProcessFunction(WriterProcessFunction):
     """The writer of typed records under a marker operator that wraps them.
 
     Every element (a keyed stream's value) is the row ``(marker, record)``: ``(None, record)``
@@ -191,14 +177,6 @@ class _TypedMarkedMixin(_WriterFunctionMixin):
             self._write(value[1], ctx)
         else:
             self._on_marker(marker)
-
-
-class TypedMarkedWriterProcessFunction(_TypedMarkedMixin, ProcessFunction):
-    """The writer of a typed stream under ``TypedCheckpointMarkerProcessOperator``."""
-
-
-class TypedMarkedKeyedWriterProcessFunction(_TypedMarkedMixin, KeyedProcessFunction):
-    """The writer of a keyed stream of typed values under the keyed marker operator."""
 
 
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
@@ -229,33 +207,21 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
     marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
-    marked = marker_class is not None
-    if not marked:
-        func_class: type = KeyedWriterProcessFunction if keyed else WriterProcessFunction
-    elif typed:
-        func_class = (
-            TypedMarkedKeyedWriterProcessFunction if keyed else TypedMarkedWriterProcessFunction
-        )
+    marker_args: tuple[Any, ...] = ()
+    func_class: type[WriterProcessFunction] = WriterProcessFunction
+    if marker_class is not None:
+        # Typed records (a keyed stream's typed values) go to Python as the row (None, record),
+        # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id).
+        operator_class = marker_class
+        marker_args = (MARKER_TAG, typed)
+        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
+    elif keyed:
+        operator_class = process.ExternalPythonKeyedProcessOperator
     else:
-        func_class = MarkedKeyedWriterProcessFunction if keyed else MarkedWriterProcessFunction
+        operator_class = process.ExternalPythonProcessOperator
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
-    args = (j_conf, j_func_info, j_input_type, j_output_type)
-    if not marked:
-        operator_class = (
-            process.ExternalPythonKeyedProcessOperator
-            if keyed
-            else process.ExternalPythonProcessOperator
-        )
-        j_operator = operator_class(*args)
-    elif keyed:
-        # Typed values go to Python wrapped in the row (None, value), a marker as (id, None).
-        j_operator = marker_class(*args, MARKER_TAG, typed)
-    elif typed:
-        # Typed records likewise: (None, record), and a marker as (id, None).
-        j_operator = marker_class(*args)
-    else:
-        j_operator = marker_class(*args, MARKER_TAG)
+    j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)
     out = DataStream(j_stream.transform(name, j_output_type, j_operator))
     if config.chain_with_upstream:
         return out
@@ -269,7 +235,7 @@ def _marker_operator_class(
     ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any
 ) -> tuple[Any, bool]:
     """The bridge's marker operator class when this writer can use it (else None), and whether
-    it is the typed one (the input is not pickled Python objects)."""
+    its records (a keyed stream's values) are typed, that is, not pickled Python objects."""
     from pyflink.common.typeinfo import Types
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
@@ -292,9 +258,7 @@ def _marker_operator_class(
     jars = Configuration.parse_list_value(j_env_conf.getString(key, None))
     if url not in jars:
         j_env_conf.setString(key, str([*jars, url]))
-    if keyed:
-        return _java_class(KEYED_MARKER_OPERATOR), typed
-    return _java_class(TYPED_MARKER_OPERATOR if typed else MARKER_OPERATOR), typed
+    return _java_class(KEYED_MARKER_OPERATOR if keyed else MARKER_OPERATOR), typed
 
 
 def _java_class(name: str) -> Any:

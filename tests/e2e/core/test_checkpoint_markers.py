@@ -165,8 +165,8 @@ def test_the_java_marker_unpickles_to_the_tag_and_the_id(checkpoint_id):
 
     add_jars_to_context_class_loader([bridge.build().as_uri()])
     get_gateway()  # the gateway JVM loads the jar
-    operator = _java_class(bridge.MARKER_OPERATOR)
-    data = bytes(operator.marker(MARKER_TAG, checkpoint_id))
+    markers = _java_class(bridge.MARKERS)
+    data = bytes(markers.pickle(MARKER_TAG, checkpoint_id))
     assert pickle.loads(data) == (MARKER_TAG, checkpoint_id)
 
 

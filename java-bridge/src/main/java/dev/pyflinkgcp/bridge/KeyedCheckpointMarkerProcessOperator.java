@@ -12,27 +12,22 @@ import org.apache.flink.types.Row;
  * {@link CheckpointMarkerProcessOperator} for a writer on a keyed stream.
  *
  * <p>The keyed operator's input is the row {@code (key, value)}, so a marker is the row of the
- * last key this subtask received and the pickled {@code (tag, id)}: a key that belongs to this
- * subtask, and a value the Python side can tell from a record. Before the first record there is
- * nothing to flush, and no marker is sent.
- *
- * <p>When the values are typed (not pickled Python objects), the operator is built with {@code
- * typedValues}: each value then goes to Python wrapped as in {@link
- * TypedCheckpointMarkerProcessOperator}, the row {@code (null, value)}, and a marker's value is
- * the row {@code (checkpoint id, null)}.
+ * last key this subtask received and the marker of {@link CheckpointMarkers}: a key that belongs
+ * to this subtask, and a value the Python side can tell from a record. Before the first record
+ * there is nothing to flush, and no marker is sent. Typed values go to Python wrapped, the row
+ * {@code (key, (null, value))}.
  */
 public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKeyedProcessOperator<OUT> {
 
     private static final long serialVersionUID = 1L;
 
-    private final String tag;
-    private final boolean typedValues;
+    private final CheckpointMarkers markers;
 
     private transient Object lastKey;
-    private transient boolean inputEnded;
 
     /**
      * @param inputTypeInfo the keyed stream's row {@code (key, value)}
+     * @param tag the first item of a pickled marker
      * @param typedValues whether the values are typed: the runner then takes the row {@code (key,
      *     (marker, value))}
      */
@@ -48,15 +43,13 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
                 pythonFunctionInfo,
                 typedValues ? wrapValues(inputTypeInfo) : inputTypeInfo,
                 outputTypeInfo);
-        this.tag = tag;
-        this.typedValues = typedValues;
+        this.markers = new CheckpointMarkers(tag, typedValues);
     }
 
     private static RowTypeInfo wrapValues(RowTypeInfo keyed) {
         return new RowTypeInfo(
                 new TypeInformation<?>[] {
-                    keyed.getTypeAt(0),
-                    TypedCheckpointMarkerProcessOperator.wrappedType(keyed.getTypeAt(1))
+                    keyed.getTypeAt(0), CheckpointMarkers.wrappedType(keyed.getTypeAt(1))
                 },
                 keyed.getFieldNames());
     }
@@ -65,33 +58,26 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
     public void processElement(StreamRecord<Row> element) throws Exception {
         Row row = element.getValue();
         lastKey = row.getField(0);
-        if (typedValues) {
-            element = element.copy(Row.of(lastKey, Row.of(null, row.getField(1))));
+        if (markers.typed()) {
+            element = element.copy(Row.of(lastKey, CheckpointMarkers.wrap(row.getField(1))));
         }
         super.processElement(element);
     }
 
     @Override
     public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
-        if (!inputEnded) {
-            mark(checkpointId);
-        }
+        mark(markers.beforeBarrier(checkpointId));
         super.prepareSnapshotPreBarrier(checkpointId);
     }
 
     @Override
     public void endInput() throws Exception {
-        if (!inputEnded) {
-            inputEnded = true;
-            mark(CheckpointMarkerProcessOperator.END_OF_INPUT);
-        }
+        mark(markers.atEndOfInput());
         super.endInput();
     }
 
-    private void mark(long id) throws Exception {
-        if (lastKey != null) {
-            Object marker =
-                    typedValues ? Row.of(id, null) : CheckpointMarkerProcessOperator.marker(tag, id);
+    private void mark(Object marker) throws Exception {
+        if (marker != null && lastKey != null) {
             super.processElement(new StreamRecord<>(Row.of(lastKey, marker)));
         }
     }
