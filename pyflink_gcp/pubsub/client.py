@@ -1,4 +1,4 @@
-"""The gRPC plumbing of the Pub/Sub sink: one channel, raw-protobuf Publish, admin calls.
+"""The client room of the Pub/Sub sink: its emulator variable, endpoint, channel and calls.
 
 The sink publishes with the generated protobuf classes over a plain unary call instead of the
 high-level ``PublisherClient``: that client runs its own batching threads and futures per message,
@@ -8,26 +8,37 @@ create topic) go through the generated ``PublisherClient`` on the same channel.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-import grpc
 from google.pubsub_v1.services.publisher import PublisherClient
 from google.pubsub_v1.services.publisher.transports.grpc import PublisherGrpcTransport
 from google.pubsub_v1.types import PublishRequest, PublishResponse, PubsubMessage
 
-from pyflink_gcp.core.endpoints import Endpoint
+from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
+from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
+
+#: The emulator variable of Pub/Sub (``host:port``; the gcloud emulator's own name).
+EMULATOR_VARIABLE = "PUBSUB_EMULATOR_HOST"
+#: The service's host when no endpoint is given.
+DEFAULT_HOST = "pubsub.googleapis.com"
 
 #: The raw protobuf classes (proto-plus wrappers cost microseconds per message).
 PubsubMessagePb: Any = PubsubMessage.pb()
 PublishRequestPb: Any = PublishRequest.pb()
 PublishResponsePb: Any = PublishResponse.pb()
 
-DEFAULT_HOST = "pubsub.googleapis.com"
-_CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.keepalive_time_ms", 30_000),
-]
+#: Requests up to the service's 10 MB limit, and keepalives so an idle topic's channel survives
+#: the NATs and load balancers between a worker and the service.
+_CHANNEL_OPTIONS = (*UNLIMITED_MESSAGES, ("grpc.keepalive_time_ms", 30_000))
+
+
+def resolve_pubsub_endpoint(explicit: str | None) -> Endpoint:
+    """The builder's endpoint, else ``PUBSUB_EMULATOR_HOST``, else the service (ADC).
+
+    Resolved on the worker, so a job uses the environment where it runs.
+    """
+    return resolve_endpoint(explicit, EMULATOR_VARIABLE)
 
 
 class PubSubRpc:
@@ -37,13 +48,9 @@ class PubSubRpc:
     """
 
     def __init__(self, endpoint: Endpoint, request_timeout_s: float = 60.0) -> None:
-        if endpoint.insecure:
-            assert endpoint.host is not None
-            self.channel = grpc.insecure_channel(endpoint.host, options=_CHANNEL_OPTIONS)
-        else:
-            self.channel = PublisherGrpcTransport.create_channel(
-                endpoint.host or DEFAULT_HOST, options=_CHANNEL_OPTIONS
-            )
+        self.channel = open_channel(
+            endpoint, PublisherGrpcTransport, DEFAULT_HOST, _CHANNEL_OPTIONS
+        )
         self._timeout = request_timeout_s
         self._publish = self.channel.unary_unary(
             "/google.pubsub.v1.Publisher/Publish",
@@ -52,7 +59,7 @@ class PubSubRpc:
         )
         self.admin = PublisherClient(transport=PublisherGrpcTransport(channel=self.channel))
 
-    def publish(self, topic: str, messages: list[Any]) -> Any:
+    def publish(self, topic: str, messages: Sequence[Any]) -> Any:
         """One Publish request. Raises ``grpc.RpcError`` on failure."""
         request = PublishRequestPb(topic=topic, messages=messages)
         return self._publish(
@@ -60,4 +67,5 @@ class PubSubRpc:
         )
 
     def close(self) -> None:
+        """Close the channel (the admin client shares it)."""
         self.channel.close()

@@ -1,4 +1,10 @@
-"""The Pub/Sub dead-letter queue every sink can use as its failure handler's target."""
+"""The Pub/Sub dead-letter queue every sink can use as its failure handler's target.
+
+A dead letter must be publishable even when the record was rejected for its size or its
+attributes, so the queue clips what it adds: the payload to ``max_payload_bytes`` (noting the
+original size in ``dlq-truncated-from``) and each ``dlq-*`` attribute value to the service's
+1,024-byte limit, on a UTF-8 character boundary.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,19 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pyflink_gcp.core.errors import DestinationNotFoundError, WriteError
+from pyflink_gcp.core.errors import ConfigurationError, DestinationNotFoundError, WriteError
 from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord
+from pyflink_gcp.core.options import check_int
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
-from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc
+from pyflink_gcp.core.writer import PicklesConfiguration
+from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc, resolve_pubsub_endpoint
 from pyflink_gcp.pubsub.destinations import TopicDestination
-from pyflink_gcp.pubsub.options import MAX_ATTRIBUTE_VALUE_BYTES, MAX_MESSAGES_PER_REQUEST
+from pyflink_gcp.pubsub.options import (
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_MESSAGES_PER_REQUEST,
+)
 from pyflink_gcp.pubsub.writer import publish_batch
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub.dlq")
@@ -26,13 +38,14 @@ ATTR_TRUNCATED = "dlq-truncated-from"
 
 
 def _clip(value: str) -> str:
+    """``value`` cut to the attribute-value limit (with "..."), whole UTF-8 characters only."""
     raw = value.encode("utf-8")
     if len(raw) <= MAX_ATTRIBUTE_VALUE_BYTES:
         return value
     return raw[: MAX_ATTRIBUTE_VALUE_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
-class PubSubDeadLetterQueue(DeadLetterQueue):
+class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
     """Publishes rejected records to one Pub/Sub topic.
 
     Each dead letter carries the original payload as its data, the original attributes, and
@@ -48,6 +61,8 @@ class PubSubDeadLetterQueue(DeadLetterQueue):
             PubSubDeadLetterQueue.of(TopicDestination.of("my-project", "orders-dlq")))
     """
 
+    _config_fields = ("topic", "endpoint", "retry", "max_payload_bytes")
+
     def __init__(
         self,
         topic: TopicDestination,
@@ -56,11 +71,22 @@ class PubSubDeadLetterQueue(DeadLetterQueue):
         max_payload_bytes: int = 9_000_000,
     ) -> None:
         if not isinstance(topic, TopicDestination):
-            raise TypeError("PubSubDeadLetterQueue.of() takes a TopicDestination")
+            raise ConfigurationError(
+                f"PubSubDeadLetterQueue.of() takes a TopicDestination, got {topic!r}"
+            )
+        check_int(
+            "PubSubDeadLetterQueue",
+            "max_payload_bytes",
+            max_payload_bytes,
+            maximum=MAX_MESSAGE_BYTES,
+        )
         self.topic = topic
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
         self.max_payload_bytes = max_payload_bytes
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._rpc: Any = None
         self._pending: list[Any] = []
         self._sink = "sink"
@@ -72,14 +98,7 @@ class PubSubDeadLetterQueue(DeadLetterQueue):
         """Dead-letter to ``topic`` (``endpoint``: as the sinks' ``set_endpoint``)."""
         return PubSubDeadLetterQueue(topic, endpoint, max_payload_bytes=max_payload_bytes)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_rpc=None, _pending=[])
-        return state
-
     def open(self, info: SubtaskInfo) -> None:
-        from pyflink_gcp.pubsub.sink import resolve_pubsub_endpoint
-
         self._sink = info.sink_name
         self._rpc = PubSubRpc(resolve_pubsub_endpoint(self.endpoint))
         name = str(self.topic)

@@ -1,10 +1,31 @@
-"""Options of the Pub/Sub sink: publisher batching, writer lifetimes, topic creation."""
+"""Options of the Pub/Sub sink: the writer settings, the batch shape, topic creation.
+
+Three values, because they answer three questions:
+
+- :class:`PubSubWriterOptions`: how the sink's writer buffers, retries and keeps publishers
+  (the settings every sink shares, plus ``shutdown_budget``);
+- :class:`PubSubPublisherOptions`: what one Publish request looks like (its size and whether it
+  carries ordering keys), the service-specific part;
+- :class:`TopicCreateOptions`: what a topic created under ``CREATE_IF_NEEDED`` gets.
+
+All three are frozen and validated when built, raising
+:class:`~pyflink_gcp.core.errors.ConfigurationError` naming the option and the value.
+"""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, Self
+
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.options import (
+    CreatingOptionsBuilder,
+    CreatingWriterOptions,
+    check_bool,
+    check_duration,
+    check_int,
+)
 
 #: Service limits (https://cloud.google.com/pubsub/quotas#resource_limits).
 MAX_MESSAGES_PER_REQUEST = 1_000
@@ -16,162 +37,129 @@ MAX_ATTRIBUTE_VALUE_BYTES = 1_024
 MAX_ORDERING_KEY_BYTES = 1_024
 
 
-class CreateDisposition(enum.Enum):
-    """Whether the sink may create a topic its resolver names."""
+@dataclass(frozen=True, kw_only=True)
+class PubSubWriterOptions(CreatingWriterOptions):
+    """How the Pub/Sub sink's writer buffers, retries and keeps its per-topic publishers.
 
-    CREATE_NEVER = "CREATE_NEVER"
-    CREATE_IF_NEEDED = "CREATE_IF_NEEDED"
+    The shared settings keep their shared meaning (see
+    :class:`~pyflink_gcp.core.options.CreatingWriterOptions`); for Pub/Sub:
 
-
-@dataclass(frozen=True)
-class TopicCreateOptions:
-    """Applied to every topic the sink creates (CREATE_IF_NEEDED).
+    - ``max_in_flight_requests`` (default 4) counts concurrent Publish requests *per topic*;
+      with message ordering a topic's requests are chained, so it bounds the chain instead.
+    - ``max_active_destinations`` caps open topic publishers per subtask.
+    - ``max_created_destinations`` bounds the topics one subtask may create.
 
     Attributes:
-        labels: Topic labels.
-        message_retention_duration: How long the topic retains messages (None: service default).
-        max_created_topics: How many topics one sink subtask may create. A resolver bug (a
-            topic per user id) must fail fast, not create a million topics.
+        shutdown_budget: How long closing a publisher may wait for its in-flight requests
+            before the sink fails (rather than abandoning them).
     """
 
-    labels: dict[str, str] = field(default_factory=dict)
-    message_retention_duration: timedelta | None = None
-    max_created_topics: int = 100
+    shutdown_budget: timedelta = timedelta(seconds=30)
 
-    def __post_init__(self) -> None:
-        if self.max_created_topics < 0:
-            raise ValueError("max_created_topics must be >= 0")
+    def _validate(self) -> None:
+        super()._validate()
+        check_duration(type(self).__name__, "shutdown_budget", self.shutdown_budget)
+
+    @staticmethod
+    def builder() -> PubSubWriterOptionsBuilder:
+        """A builder starting from the defaults."""
+        return PubSubWriterOptionsBuilder()
 
 
-@dataclass(frozen=True)
+class PubSubWriterOptionsBuilder(CreatingOptionsBuilder[PubSubWriterOptions]):
+    """Builder of :class:`PubSubWriterOptions`: the shared setters plus ``shutdown_budget``."""
+
+    options_type = PubSubWriterOptions
+
+    def shutdown_budget(self, budget: timedelta) -> Self:
+        """How long closing a publisher may wait for its requests (default 30 s)."""
+        return self._set("shutdown_budget", budget)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PubSubPublisherOptions:
-    """How messages are batched into Publish requests.
+    """The shape of one Publish request, and whether it carries ordering keys.
 
-    A topic's batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes, and at
-    the latest after ``max_latency`` (every batch is also sent before each checkpoint barrier).
+    A topic's batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes, and
+    at every bundle end of the writer operator (after ``max_buffer_time`` or
+    ``max_buffered_records`` of the writer options, and before each checkpoint barrier).
 
     Attributes:
         max_messages: Messages per Publish request (service limit 1,000).
         max_bytes: Bytes per Publish request (service limit 10 MB).
-        max_latency: Longest time a message waits for its batch to be sent.
-        enable_message_ordering: Send ordering keys; requests of a topic are then sent one at a
+        enable_message_ordering: Send ordering keys; a topic's requests are then sent one at a
             time, in order, so one key's messages arrive in order.
-        max_in_flight_requests: Concurrent Publish requests per topic without ordering.
-        max_buffered_messages: Messages a subtask holds before it stops and waits for all
-            in-flight requests (bounds memory; also the operator's bundle size).
     """
 
     max_messages: int = MAX_MESSAGES_PER_REQUEST
     max_bytes: int = 5_000_000
-    max_latency: timedelta = timedelta(seconds=1)
     enable_message_ordering: bool = False
-    max_in_flight_requests: int = 4
-    max_buffered_messages: int = 20_000
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_messages <= MAX_MESSAGES_PER_REQUEST:
-            raise ValueError(f"max_messages must be in [1, {MAX_MESSAGES_PER_REQUEST}]")
-        if not 1 <= self.max_bytes <= MAX_REQUEST_BYTES:
-            raise ValueError(f"max_bytes must be in [1, {MAX_REQUEST_BYTES}]")
-        if self.max_latency <= timedelta(0):
-            raise ValueError("max_latency must be positive")
-        if self.max_in_flight_requests < 1 or self.max_buffered_messages < 1:
-            raise ValueError("max_in_flight_requests and max_buffered_messages must be >= 1")
+        owner = type(self).__name__
+        check_int(owner, "max_messages", self.max_messages, maximum=MAX_MESSAGES_PER_REQUEST)
+        check_int(owner, "max_bytes", self.max_bytes, maximum=MAX_REQUEST_BYTES)
+        check_bool(owner, "enable_message_ordering", self.enable_message_ordering)
 
     @staticmethod
     def builder() -> PubSubPublisherOptionsBuilder:
+        """A builder starting from the defaults."""
         return PubSubPublisherOptionsBuilder()
 
 
 class PubSubPublisherOptionsBuilder:
-    """Fluent builder of :class:`PubSubPublisherOptions`."""
+    """Builder of :class:`PubSubPublisherOptions`, on the options builders' ``_set`` pattern.
 
-    def __init__(self) -> None:
-        self._o = PubSubPublisherOptions()
-
-    def max_messages(self, n: int) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, max_messages=n)
-        return self
-
-    def max_bytes(self, n: int) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, max_bytes=n)
-        return self
-
-    def max_latency(self, latency: timedelta) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, max_latency=latency)
-        return self
-
-    def enable_message_ordering(self, enabled: bool = True) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, enable_message_ordering=enabled)
-        return self
-
-    def max_in_flight_requests(self, n: int) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, max_in_flight_requests=n)
-        return self
-
-    def max_buffered_messages(self, n: int) -> PubSubPublisherOptionsBuilder:
-        self._o = replace(self._o, max_buffered_messages=n)
-        return self
-
-    def build(self) -> PubSubPublisherOptions:
-        return self._o
-
-
-@dataclass(frozen=True)
-class PubSubWriterOptions:
-    """Lifetimes of the per-topic publishers of one sink subtask.
-
-    Attributes:
-        idle_timeout: A publisher unused this long is closed at the end of a successful flush
-            (re-created transparently when its topic is used again).
-        max_active_topics: At most this many publishers open per subtask; the least recently
-            used clean one is released first (None: no limit).
-        shutdown_budget: How long closing a publisher may take before the sink fails.
-        retry_deadline: How long transient errors of one request are retried.
-        per_destination_metrics: Register Flink counters per topic (Flink cannot unregister
-            metrics, so this is off by default).
+    Not an :class:`~pyflink_gcp.core.options.OptionsBuilder`: the publisher options are no
+    writer options, so the shared setters do not belong here.
     """
 
-    idle_timeout: timedelta = timedelta(minutes=15)
-    max_active_topics: int | None = None
-    shutdown_budget: timedelta = timedelta(seconds=30)
-    retry_deadline: timedelta = timedelta(minutes=2)
-    per_destination_metrics: bool = False
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+
+    def _set(self, name: str, value: Any) -> Self:
+        self._values[name] = value
+        return self
+
+    def max_messages(self, count: int) -> Self:
+        """Messages per Publish request (1 to 1,000; default 1,000)."""
+        return self._set("max_messages", count)
+
+    def max_bytes(self, size: int) -> Self:
+        """Bytes per Publish request (at most 10 MB; default 5 MB)."""
+        return self._set("max_bytes", size)
+
+    def enable_message_ordering(self, enabled: bool = True) -> Self:
+        """Send ordering keys and a topic's requests one at a time (default off)."""
+        return self._set("enable_message_ordering", enabled)
+
+    def build(self) -> PubSubPublisherOptions:
+        """The options value; raises ConfigurationError naming the first bad setting."""
+        return PubSubPublisherOptions(**self._values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicCreateOptions:
+    """Applied to every topic the sink creates under ``CreateDisposition.CREATE_IF_NEEDED``.
+
+    How many topics a subtask may create is a writer option
+    (``PubSubWriterOptions.max_created_destinations``), like every sink's creation bound.
+
+    Attributes:
+        labels: Topic labels.
+        message_retention_duration: How long the topic retains messages (None: the service
+            default).
+    """
+
+    labels: dict[str, str] = field(default_factory=dict)
+    message_retention_duration: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if self.max_active_topics is not None and self.max_active_topics < 1:
-            raise ValueError("max_active_topics must be >= 1")
-
-    @staticmethod
-    def builder() -> PubSubWriterOptionsBuilder:
-        return PubSubWriterOptionsBuilder()
-
-
-class PubSubWriterOptionsBuilder:
-    """Fluent builder of :class:`PubSubWriterOptions`."""
-
-    def __init__(self) -> None:
-        self._o = PubSubWriterOptions()
-
-    def idle_timeout(self, timeout: timedelta) -> PubSubWriterOptionsBuilder:
-        self._o = replace(self._o, idle_timeout=timeout)
-        return self
-
-    def max_active_topics(self, n: int | None) -> PubSubWriterOptionsBuilder:
-        self._o = replace(self._o, max_active_topics=n)
-        return self
-
-    def shutdown_budget(self, budget: timedelta) -> PubSubWriterOptionsBuilder:
-        self._o = replace(self._o, shutdown_budget=budget)
-        return self
-
-    def retry_deadline(self, deadline: timedelta) -> PubSubWriterOptionsBuilder:
-        self._o = replace(self._o, retry_deadline=deadline)
-        return self
-
-    def per_destination_metrics(self, enabled: bool = True) -> PubSubWriterOptionsBuilder:
-        self._o = replace(self._o, per_destination_metrics=enabled)
-        return self
-
-    def build(self) -> PubSubWriterOptions:
-        return self._o
+        owner = type(self).__name__
+        labels = self.labels
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise ConfigurationError(f"{owner}.labels must be a dict of str to str, got {labels!r}")
+        if self.message_retention_duration is not None:
+            check_duration(owner, "message_retention_duration", self.message_retention_duration)

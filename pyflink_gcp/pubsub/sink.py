@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from pyflink_gcp.core.builder import SinkBuilder
-from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
+from typing import Any, Self
+
+from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import describe_callable, ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.pubsub.options import (
-    CreateDisposition,
     PubSubPublisherOptions,
     PubSubWriterOptions,
     TopicCreateOptions,
 )
 from pyflink_gcp.pubsub.serialization import PubSubSerializationSchema
-from pyflink_gcp.pubsub.writer import PubSubWriterFactory, check_ordering
-
-EMULATOR_VARIABLE = "PUBSUB_EMULATOR_HOST"
-
-
-def resolve_pubsub_endpoint(explicit: str | None) -> Endpoint:
-    """The builder's endpoint, else ``PUBSUB_EMULATOR_HOST``, else the service (ADC)."""
-    return resolve_endpoint(explicit, EMULATOR_VARIABLE)
+from pyflink_gcp.pubsub.writer import PubSubWriterFactory
 
 
 class PubSubSink(DynamicSink):
@@ -33,6 +26,8 @@ class PubSubSink(DynamicSink):
         sink = (PubSubSink.builder()
                 .set_destination_resolver(lambda e, ctx: TopicDestination.of("p", e["region"]))
                 .set_serializer(PubSubSerializationSchema.payload(lambda e: json.dumps(e).encode()))
+                .set_writer_options(PubSubWriterOptions.builder()
+                                    .max_buffer_time(timedelta(milliseconds=500)).build())
                 .build())
         ds.sink_to(sink)
 
@@ -42,74 +37,83 @@ class PubSubSink(DynamicSink):
 
     @staticmethod
     def builder() -> PubSubSinkBuilder:
+        """A builder; only the resolver and the serializer are required."""
         return PubSubSinkBuilder()
 
 
-class PubSubSinkBuilder(SinkBuilder):
+class PubSubSinkBuilder(CreatingSinkBuilder):
     """Builder of :class:`PubSubSink`. Only the resolver and the serializer are required.
 
-    The serializer is a :class:`PubSubSerializationSchema` or a callable ``record -> bytes``.
+    The serializer is a :class:`PubSubSerializationSchema` or a callable
+    ``(record, ctx) -> bytes`` (or ``record -> bytes``), the payload of a schema without
+    ordering key or attributes.
     """
 
     default_name = "pubsub-sink"
+    options_type = PubSubWriterOptions
 
     def __init__(self) -> None:
         super().__init__()
         self._publisher = PubSubPublisherOptions()
-        self._writer = PubSubWriterOptions()
-        self._disposition = CreateDisposition.CREATE_NEVER
-        self._create_options = TopicCreateOptions()
+        self._create_options: TopicCreateOptions | None = None
 
-    def set_publisher_options(self, options: PubSubPublisherOptions) -> PubSubSinkBuilder:
-        """Batching, ordering and in-flight limits."""
+    def set_publisher_options(self, options: PubSubPublisherOptions) -> Self:
+        """Request shape and ordering: ``PubSubPublisherOptions.builder()...build()``."""
+        if not isinstance(options, PubSubPublisherOptions):
+            raise ConfigurationError(
+                f"sink '{self._name}': set_publisher_options() takes PubSubPublisherOptions "
+                f"(PubSubPublisherOptions.builder()...build()), got {type(options).__name__}"
+            )
         self._publisher = options
         return self
 
-    def set_writer_options(self, options: PubSubWriterOptions) -> PubSubSinkBuilder:
-        """Idle timeout, active-topic cap, shutdown budget, retry deadline, metrics."""
-        self._writer = options
-        return self
-
-    def set_create_disposition(
-        self, disposition: CreateDisposition, options: TopicCreateOptions | None = None
-    ) -> PubSubSinkBuilder:
-        """Whether missing topics are created (default CREATE_NEVER), with what options."""
-        self._disposition = disposition
-        if options is not None:
-            self._create_options = options
+    def set_topic_create_options(self, options: TopicCreateOptions) -> Self:
+        """Labels and retention of the topics the sink creates (needs ``CREATE_IF_NEEDED``)."""
+        if not isinstance(options, TopicCreateOptions):
+            raise ConfigurationError(
+                f"sink '{self._name}': set_topic_create_options() takes TopicCreateOptions, "
+                f"got {type(options).__name__}"
+            )
+        self._create_options = options
         return self
 
     def build(self) -> PubSubSink:
+        """The sink; raises ConfigurationError naming the sink and what is wrong."""
         name = self._validate_common("PubSubSerializationSchema.payload(fn)")
-        serializer = self._serializer
-        if not isinstance(serializer, PubSubSerializationSchema):
-            if not callable(serializer):
-                raise ConfigurationError(
-                    f"sink '{name}': the serializer must be a PubSubSerializationSchema or a "
-                    f"callable record -> bytes, got {type(serializer).__name__}"
-                )
-            serializer = PubSubSerializationSchema.payload(serializer)
-        check_ordering(self._publisher, serializer.has_ordering_key, name)
+        if self._create_options is not None and not self.creates_destinations:
+            raise ConfigurationError(
+                f"sink '{name}': set_topic_create_options() applies only to topics the sink "
+                "creates; call set_create_disposition(CreateDisposition.CREATE_IF_NEEDED) too"
+            )
+        serializer = self._schema(name)
         ensure_picklable(serializer, "serializer", name)
-        w = self._writer
+        options: PubSubWriterOptions = self._options
         factory = PubSubWriterFactory(
             sink_name=name,
             resolver_name=describe_callable(self._resolver),
             publisher_options=self._publisher,
-            writer_options=w,
+            writer_options=options,
             create_disposition=self._disposition,
-            create_options=self._create_options,
+            create_options=self._create_options or TopicCreateOptions(),
             endpoint=self._endpoint,
-            retry=RetryPolicy(deadline_s=w.retry_deadline.total_seconds()),
+            retry=RetryPolicy(deadline_s=options.retry_deadline_s),
         )
-        config = self._sink_config(
-            name,
-            factory,
-            serializer,
-            idle_timeout_s=w.idle_timeout.total_seconds(),
-            max_active=w.max_active_topics,
-            max_buffered_records=self._publisher.max_buffered_messages,
-            max_buffer_time=self._publisher.max_latency,
-            per_destination_metrics=w.per_destination_metrics,
-        )
-        return PubSubSink(config)
+        return PubSubSink(self._sink_config(name, factory, serializer))
+
+    def _schema(self, name: str) -> PubSubSerializationSchema:
+        """The serializer as a schema whose ordering keys the publisher options can send."""
+        serializer: Any = self._serializer
+        if not isinstance(serializer, PubSubSerializationSchema):
+            if not callable(serializer):
+                raise ConfigurationError(
+                    f"sink '{name}': the serializer must be a PubSubSerializationSchema or a "
+                    f"callable (record, ctx) -> bytes, got {type(serializer).__name__}"
+                )
+            serializer = PubSubSerializationSchema.payload(serializer)
+        if serializer.has_ordering_key and not self._publisher.enable_message_ordering:
+            # Ordering keys without ordering would be dropped silently.
+            raise ConfigurationError(
+                f"sink '{name}': the serializer sets ordering keys but message ordering is "
+                "disabled; call PubSubPublisherOptions.builder().enable_message_ordering(True)"
+            )
+        return serializer

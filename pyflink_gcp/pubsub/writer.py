@@ -13,17 +13,15 @@ reach one subtask in order through ``key_by``).
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import (
-    ConfigurationError,
     CreationLimitExceededError,
     DestinationNotFoundError,
     SerializerError,
@@ -31,14 +29,16 @@ from pyflink_gcp.core.errors import (
 )
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.isolation import isolate_rejected
+from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
-from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
-from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc
+from pyflink_gcp.core.status import error_text, is_record_fault
+from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
+from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc, resolve_pubsub_endpoint
 from pyflink_gcp.pubsub.destinations import TopicDestination
 from pyflink_gcp.pubsub.options import (
     MAX_MESSAGE_BYTES,
-    CreateDisposition,
     PubSubPublisherOptions,
     PubSubWriterOptions,
     TopicCreateOptions,
@@ -46,13 +46,14 @@ from pyflink_gcp.pubsub.options import (
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub")
 
-# Status codes that say "this request's content is wrong" rather than "the service is".
-_CONTENT_CODES = frozenset({"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"})
-# Bytes a message costs besides data, key and attributes (protobuf framing; conservative).
+#: Bytes a message costs besides data, key and attributes (protobuf framing; conservative).
 _MESSAGE_OVERHEAD = 64
+#: The dead-letter attribute carrying a rejected message's ordering key.
+ATTR_ORDERING_KEY = "dlq-ordering-key"
 
 
 def message_size(data: bytes, key: str, attributes: dict[str, str] | None) -> int:
+    """The bytes a message counts against the request and message limits (an upper bound)."""
     size = len(data) + len(key) + _MESSAGE_OVERHEAD
     if attributes:
         for k, v in attributes.items():
@@ -63,53 +64,48 @@ def message_size(data: bytes, key: str, attributes: dict[str, str] | None) -> in
 def publish_batch(
     rpc: PubSubRpc,
     topic: str,
-    messages: list[Any],
+    messages: Sequence[Any],
     retry: RetryPolicy,
     sink: str,
 ) -> list[FailedRecord]:
     """Publish ``messages`` to ``topic``: retry transient errors, isolate rejected messages.
 
-    A request rejected for its content is split in halves until the rejected messages are alone;
-    those come back as failed records and every other message is published.
+    A request rejected for its content (:data:`~pyflink_gcp.core.status.RECORD_FAULT_CODES`)
+    is split in halves until the rejected messages are alone
+    (:func:`~pyflink_gcp.core.isolation.isolate_rejected`); those come back as failed records,
+    carrying their attributes and their ordering key as ``dlq-ordering-key``, and every other
+    message is published, in order.
 
     Raises:
         DestinationNotFoundError: The topic does not exist (deleted while the job ran).
         WriteError: Transient errors outlasted the retry deadline, or a non-content error.
     """
-    what = f"sink '{sink}': publishing {len(messages)} messages to {topic}"
-    try:
-        retry.call(lambda: rpc.publish(topic, messages), what)
-        return []
-    except WriteError:
-        raise
-    except Exception as exc:  # classified below
-        code = status_name(exc)
-        if code == "NOT_FOUND":
-            raise DestinationNotFoundError(
-                f"sink '{sink}': topic {topic} does not exist (NOT_FOUND while publishing)"
-            ) from exc
-        if code not in _CONTENT_CODES:
-            raise WriteError(f"{what} failed: {code}: {_details(exc)}") from exc
-        if len(messages) == 1:
-            message = messages[0]
-            attributes = dict(message.attributes)
-            if message.ordering_key:
-                attributes["dlq-ordering-key"] = message.ordering_key
-            return [FailedRecord(sink, topic, f"{code}: {_details(exc)}", message.data, attributes)]
-    middle = len(messages) // 2
-    return publish_batch(rpc, topic, messages[:middle], retry, sink) + publish_batch(
-        rpc, topic, messages[middle:], retry, sink
-    )
 
-
-def _details(exc: BaseException) -> str:
-    details = getattr(exc, "details", None)
-    if callable(details):
+    def send(part: Sequence[Any]) -> None:
+        what = f"sink '{sink}': publishing {len(part)} messages to {topic}"
         try:
-            return str(details())
-        except Exception:  # noqa: BLE001
-            pass
-    return str(exc)
+            retry.call(lambda: rpc.publish(topic, part), what)
+        except WriteError:
+            raise
+        except Exception as exc:  # classified here; record faults go back to be isolated
+            if is_record_fault(exc):
+                raise
+            if status_name(exc) == "NOT_FOUND":
+                raise DestinationNotFoundError(
+                    f"sink '{sink}': topic {topic} does not exist (NOT_FOUND while publishing)"
+                ) from exc
+            raise WriteError(f"{what} failed: {error_text(exc)}") from exc
+
+    rejected = isolate_rejected(messages, send, is_record_fault)
+    if not rejected:
+        return []
+    failed = []
+    for message, exc in rejected:
+        attributes = dict(message.attributes)
+        if message.ordering_key:
+            attributes[ATTR_ORDERING_KEY] = message.ordering_key
+        failed.append(FailedRecord(sink, topic, error_text(exc), message.data, attributes))
+    return failed
 
 
 class TopicPublisher(DestinationWriter[TopicDestination]):
@@ -121,8 +117,8 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     ordering, that many chained requests) are already running.
 
     Flush triggers: ``max_messages`` or ``max_bytes`` reached (in :meth:`write`), every bundle
-    end of the operator (``max_latency``, ``max_buffered_messages``, each checkpoint barrier and
-    the end of input), and release by the registry.
+    end of the operator (``max_buffer_time``, ``max_buffered_records``, each checkpoint barrier
+    and the end of input), and release by the registry.
     """
 
     def __init__(self, destination: TopicDestination, factory: PubSubWriterFactory) -> None:
@@ -133,7 +129,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._max_messages = options.max_messages
         self._max_bytes = options.max_bytes
         self._ordered = options.enable_message_ordering
-        self._max_in_flight = options.max_in_flight_requests
+        self._max_in_flight = factory.writer_options.max_in_flight_requests
         self._batch: list[Any] = []
         self._batch_bytes = 0
         self._in_flight: deque[Future[list[FailedRecord]]] = deque()
@@ -244,11 +240,25 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._in_flight.clear()
 
 
-class PubSubWriterFactory(WriterFactory[TopicDestination]):
+class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination]):
     """Creates one :class:`TopicPublisher` per active topic and owns what they share: the gRPC
-    channel, the publish thread pool, and the set of topics known to exist."""
+    channel, the publish thread pool, and the set of topics known to exist.
+
+    Pickled into the job as its configuration only (``_config_fields``); the channel and the
+    pool are opened on the worker.
+    """
 
     destination_type = TopicDestination
+    _config_fields = (
+        "sink",
+        "resolver_name",
+        "publisher_options",
+        "writer_options",
+        "create_disposition",
+        "create_options",
+        "endpoint",
+        "retry",
+    )
 
     def __init__(
         self,
@@ -270,26 +280,16 @@ class PubSubWriterFactory(WriterFactory[TopicDestination]):
         self.create_options = create_options
         self.endpoint = endpoint
         self.retry = retry
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self.rpc: Any = None
         self.pool: Any = None
         self._known: set[str] = set()
         self.created_topics = 0
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(rpc=None, pool=None, _lock=None, _known=set())
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def open(self, info: SubtaskInfo) -> None:
-        from pyflink_gcp.pubsub.sink import resolve_pubsub_endpoint
-
-        endpoint: Endpoint = resolve_pubsub_endpoint(self.endpoint)
-        self.rpc = PubSubRpc(endpoint)
+        self.rpc = PubSubRpc(resolve_pubsub_endpoint(self.endpoint))
         self.pool = ThreadPoolExecutor(
             max_workers=16, thread_name_prefix=f"{self.sink}-{info.subtask_index}-publish"
         )
@@ -319,13 +319,13 @@ class PubSubWriterFactory(WriterFactory[TopicDestination]):
         self._known.add(name)
 
     def _create(self, name: str) -> None:
-        bound = self.create_options.max_created_topics
+        bound = self.writer_options.max_created_destinations
         if self.created_topics >= bound:
             raise CreationLimitExceededError(
                 f"sink '{self.sink}': resolver {self.resolver_name} named topic {name}, which "
                 f"does not exist, but this subtask already created {self.created_topics} topics "
-                f"(max_created_topics={bound}). Check the resolver, or raise the bound in "
-                "TopicCreateOptions."
+                f"(max_created_destinations={bound}). Check the resolver, or raise the bound "
+                "with PubSubWriterOptions.builder().max_created_destinations(...)."
             )
         request: dict[str, Any] = {"name": name, "labels": dict(self.create_options.labels)}
         retention = self.create_options.message_retention_duration
@@ -353,12 +353,3 @@ class PubSubWriterFactory(WriterFactory[TopicDestination]):
         if self.rpc is not None:
             self.rpc.close()
             self.rpc = None
-
-
-def check_ordering(publisher_options: PubSubPublisherOptions, has_key: bool, sink: str) -> None:
-    """Ordering keys without ordering would be silently dropped: refuse at build()."""
-    if has_key and not publisher_options.enable_message_ordering:
-        raise ConfigurationError(
-            f"sink '{sink}': the serializer sets ordering keys but message ordering is disabled; "
-            "call PubSubPublisherOptions.builder().enable_message_ordering(True)"
-        )
