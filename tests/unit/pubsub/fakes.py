@@ -1,0 +1,46 @@
+"""A fake Pub/Sub rpc for bookkeeping: what was published, and content-based rejection."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+
+class Status(grpc.RpcError):
+    """A failed call as the generated stubs raise it: ``code()`` and ``details()``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FakeRpc:
+    """Publishes into lists; a request holding a message whose data starts with ``bad`` fails
+    as a whole. ``failures`` are raised first, one per call, before any content check."""
+
+    def __init__(self, failures: list[BaseException] | None = None) -> None:
+        self.requests: list[list[bytes]] = []
+        self.calls = 0
+        self.failures = list(failures or [])
+        self.lock = threading.Lock()
+
+    def publish(self, topic, messages):
+        with self.lock:
+            self.calls += 1
+            if self.failures:
+                raise self.failures.pop(0)
+            if any(m.data.startswith(b"bad") for m in messages):
+                raise Status(grpc.StatusCode.INVALID_ARGUMENT, "message data is invalid")
+            self.requests.append([m.data for m in messages])
+
+    @property
+    def published(self) -> list[bytes]:
+        return [data for request in self.requests for data in request]

@@ -1,0 +1,44 @@
+"""The Pub/Sub client room: endpoint resolution and the channel to an emulator."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from pyflink_gcp.core.endpoints import Endpoint
+from pyflink_gcp.pubsub.client import EMULATOR_VARIABLE, PubSubRpc, resolve_pubsub_endpoint
+
+
+def test_the_emulator_variable_is_the_gcloud_one():
+    assert EMULATOR_VARIABLE == "PUBSUB_EMULATOR_HOST"
+
+
+@pytest.mark.parametrize(
+    ("explicit", "variable", "expected"),
+    [
+        (None, None, Endpoint(None, False)),
+        (None, "localhost:8085", Endpoint("localhost:8085", True)),
+        ("pubsub.example.com:443", "localhost:8085", Endpoint("pubsub.example.com:443", False)),
+        ("http://127.0.0.1:9000", None, Endpoint("127.0.0.1:9000", True)),
+    ],
+)
+def test_explicit_endpoint_then_emulator_variable_then_the_service(
+    monkeypatch, explicit, variable, expected
+):
+    if variable is None:
+        monkeypatch.delenv(EMULATOR_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(EMULATOR_VARIABLE, variable)
+    assert resolve_pubsub_endpoint(explicit) == expected
+
+
+def test_an_emulator_endpoint_gets_a_plain_text_channel_and_a_publish_error_is_a_grpc_error():
+    # Nothing listens on port 1: the insecure channel opens lazily, and the call fails with a
+    # gRPC status the writer classifies (UNAVAILABLE, retried), not with a credentials error.
+    rpc = PubSubRpc(Endpoint("127.0.0.1:1", True), request_timeout_s=2.0)
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.publish("projects/p/topics/t", [])
+        assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        rpc.close()

@@ -1,0 +1,174 @@
+"""The Pub/Sub options: shared names and defaults, service settings, one error shape."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import timedelta
+
+import pytest
+
+from pyflink_gcp.core import ConfigurationError
+from pyflink_gcp.core.options import CreatingWriterOptions, option_names
+from pyflink_gcp.pubsub import (
+    PubSubPublisherOptions,
+    PubSubWriterOptions,
+    TopicCreateOptions,
+)
+
+
+def test_writer_options_hold_the_shared_names_plus_the_shutdown_budget():
+    assert option_names(PubSubWriterOptions) == [
+        *option_names(CreatingWriterOptions),
+        "shutdown_budget",
+    ]
+    defaults = PubSubWriterOptions()
+    assert defaults.max_buffered_records == 20_000
+    assert defaults.max_in_flight_requests == 4
+    assert defaults.max_buffer_time == timedelta(seconds=1)
+    assert defaults.idle_timeout == timedelta(minutes=15)
+    assert defaults.max_active_destinations is None
+    assert defaults.max_created_destinations == 100
+    assert defaults.shutdown_budget == timedelta(seconds=30)
+
+
+def test_every_writer_setter_reaches_its_field():
+    values = {
+        "max_buffer_time": timedelta(milliseconds=250),
+        "max_buffered_records": 5_000,
+        "retry_deadline": timedelta(seconds=30),
+        "max_in_flight_requests": 2,
+        "per_destination_metrics": True,
+        "idle_timeout": timedelta(minutes=1),
+        "max_active_destinations": 8,
+        "max_created_destinations": 3,
+        "shutdown_budget": timedelta(seconds=5),
+    }
+    assert sorted(values) == sorted(option_names(PubSubWriterOptions))
+    builder = PubSubWriterOptions.builder()
+    for name, value in values.items():
+        builder = getattr(builder, name)(value)
+    options = builder.build()
+    assert {name: getattr(options, name) for name in values} == values
+
+
+@pytest.mark.parametrize(
+    ("setter", "value", "message"),
+    [
+        (
+            "shutdown_budget",
+            5,
+            "PubSubWriterOptions.shutdown_budget must be a datetime.timedelta, "
+            "e.g. timedelta(seconds=1), got 5",
+        ),
+        (
+            "shutdown_budget",
+            timedelta(0),
+            "PubSubWriterOptions.shutdown_budget must be positive, got datetime.timedelta(0)",
+        ),
+        (
+            "max_buffered_records",
+            0,
+            "PubSubWriterOptions.max_buffered_records must be >= 1, got 0",
+        ),
+        (
+            "max_active_destinations",
+            0,
+            "PubSubWriterOptions.max_active_destinations must be >= 1, got 0",
+        ),
+        (
+            "max_created_destinations",
+            -1,
+            "PubSubWriterOptions.max_created_destinations must be >= 0, got -1",
+        ),
+    ],
+)
+def test_bad_writer_options_raise_naming_option_and_value(setter, value, message):
+    with pytest.raises(ConfigurationError) as err:
+        getattr(PubSubWriterOptions.builder(), setter)(value).build()
+    assert str(err.value) == message
+
+
+def test_publisher_options_keep_only_the_request_shape_and_ordering():
+    assert [f.name for f in fields(PubSubPublisherOptions)] == [
+        "max_messages",
+        "max_bytes",
+        "enable_message_ordering",
+    ]
+    options = (
+        PubSubPublisherOptions.builder()
+        .max_messages(10)
+        .max_bytes(1_000)
+        .enable_message_ordering()
+        .build()
+    )
+    assert options == PubSubPublisherOptions(
+        max_messages=10, max_bytes=1_000, enable_message_ordering=True
+    )
+    assert PubSubPublisherOptions.builder().build() == PubSubPublisherOptions()
+
+
+@pytest.mark.parametrize(
+    ("setter", "value", "message"),
+    [
+        (
+            "max_messages",
+            1_001,
+            "PubSubPublisherOptions.max_messages must be in [1, 1,000], got 1001",
+        ),
+        ("max_messages", 0, "PubSubPublisherOptions.max_messages must be in [1, 1,000], got 0"),
+        (
+            "max_bytes",
+            10_000_001,
+            "PubSubPublisherOptions.max_bytes must be in [1, 10,000,000], got 10000001",
+        ),
+        (
+            "enable_message_ordering",
+            "yes",
+            "PubSubPublisherOptions.enable_message_ordering must be True or False, got 'yes'",
+        ),
+    ],
+)
+def test_bad_publisher_options_raise_naming_option_and_value(setter, value, message):
+    with pytest.raises(ConfigurationError) as err:
+        getattr(PubSubPublisherOptions.builder(), setter)(value).build()
+    assert str(err.value) == message
+
+
+def test_publisher_options_builder_has_no_writer_settings():
+    builder = PubSubPublisherOptions.builder()
+    for name in ("max_latency", "max_buffer_time", "max_in_flight_requests"):
+        assert not hasattr(builder, name)
+
+
+def test_topic_create_options_keep_labels_and_retention():
+    options = TopicCreateOptions(
+        labels={"team": "data"}, message_retention_duration=timedelta(days=1)
+    )
+    assert options.labels == {"team": "data"}
+    assert options.message_retention_duration == timedelta(days=1)
+    assert TopicCreateOptions().labels == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"labels": {"team": 1}},
+            "TopicCreateOptions.labels must be a dict of str to str, got {'team': 1}",
+        ),
+        (
+            {"message_retention_duration": 3600},
+            "TopicCreateOptions.message_retention_duration must be a datetime.timedelta, "
+            "e.g. timedelta(seconds=1), got 3600",
+        ),
+    ],
+)
+def test_bad_topic_create_options_raise(kwargs, message):
+    with pytest.raises(ConfigurationError) as err:
+        TopicCreateOptions(**kwargs)
+    assert str(err.value) == message
+
+
+def test_the_creation_bound_is_a_writer_option_not_a_topic_option():
+    with pytest.raises(TypeError):
+        TopicCreateOptions(max_created_topics=2)

@@ -1,0 +1,317 @@
+"""The Pub/Sub hot path without a service: request halving, batching, limits, pickling.
+
+The rpc is a fake that keeps what was published and rejects messages by their content, the way
+the service answers a request with one bad message: the whole request fails with
+INVALID_ARGUMENT and does not say which message was wrong.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import cloudpickle
+import grpc
+import pytest
+
+from pyflink_gcp.core import DestinationNotFoundError, SubtaskInfo, WriteError
+from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.pubsub import (
+    PubSubPublisherOptions,
+    PubSubWriterOptions,
+    TopicCreateOptions,
+    TopicDestination,
+)
+from pyflink_gcp.pubsub.client import PubsubMessagePb
+from pyflink_gcp.pubsub.options import MAX_MESSAGE_BYTES
+from pyflink_gcp.pubsub.writer import (
+    PubSubWriterFactory,
+    TopicPublisher,
+    message_size,
+    publish_batch,
+)
+from tests.unit.pubsub.fakes import FakeRpc, Status
+
+TOPIC = "projects/p/topics/orders"
+FAST_RETRY = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.001, deadline_s=5)
+
+
+def messages(datas, key=""):
+    return [
+        PubsubMessagePb(data=d, ordering_key=key, attributes={"n": str(i)})
+        for i, d in enumerate(datas)
+    ]
+
+
+# -- publish_batch: halving ------------------------------------------------------------------
+
+
+def test_a_clean_request_is_one_call_and_returns_nothing():
+    rpc = FakeRpc()
+    datas = [f"m{i}".encode() for i in range(100)]
+    assert publish_batch(rpc, TOPIC, messages(datas), FAST_RETRY, "s") == []
+    assert rpc.calls == 1 and rpc.requests == [datas]
+
+
+def test_halving_returns_exactly_the_rejected_messages_and_sends_the_rest_in_order():
+    datas = [(b"bad-%d" if i in (3, 50, 51, 98) else b"ok-%d") % i for i in range(100)]
+    rpc = FakeRpc()
+    failed = publish_batch(rpc, TOPIC, messages(datas), FAST_RETRY, "orders-sink")
+    assert [f.payload for f in failed] == [b"bad-3", b"bad-50", b"bad-51", b"bad-98"]
+    assert rpc.published == [d for d in datas if d.startswith(b"ok")]
+    assert all(f.sink == "orders-sink" and f.destination == TOPIC for f in failed)
+    assert {f.reason for f in failed} == {"INVALID_ARGUMENT: message data is invalid"}
+    assert [f.attributes for f in failed] == [{"n": "3"}, {"n": "50"}, {"n": "51"}, {"n": "98"}]
+    # 2 k log2(n / k) extra calls, give or take: far fewer than one per message.
+    assert rpc.calls < 40
+
+
+def test_a_request_of_only_bad_messages_returns_them_all():
+    datas = [b"bad-a", b"bad-b", b"bad-c"]
+    rpc = FakeRpc()
+    failed = publish_batch(rpc, TOPIC, messages(datas), FAST_RETRY, "s")
+    assert [f.payload for f in failed] == datas
+    assert rpc.published == []
+
+
+def test_a_rejected_message_keeps_its_ordering_key_as_a_dead_letter_attribute():
+    rpc = FakeRpc()
+    failed = publish_batch(rpc, TOPIC, messages([b"ok", b"bad"], key="customer-7"), FAST_RETRY, "s")
+    assert [(f.payload, f.attributes) for f in failed] == [
+        (b"bad", {"n": "1", "dlq-ordering-key": "customer-7"})
+    ]
+
+
+def test_transient_errors_are_retried_before_halving():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.UNAVAILABLE, "try again")] * 2)
+    assert publish_batch(rpc, TOPIC, messages([b"a", b"b"]), FAST_RETRY, "s") == []
+    assert rpc.calls == 3 and rpc.published == [b"a", b"b"]
+
+
+def test_not_found_fails_naming_the_topic():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.NOT_FOUND, "Resource not found")])
+    with pytest.raises(DestinationNotFoundError) as err:
+        publish_batch(rpc, TOPIC, messages([b"a"]), FAST_RETRY, "orders-sink")
+    assert str(err.value) == (
+        f"sink 'orders-sink': topic {TOPIC} does not exist (NOT_FOUND while publishing)"
+    )
+
+
+def test_a_non_content_error_fails_the_job_and_is_not_halved():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.PERMISSION_DENIED, "no access")])
+    with pytest.raises(WriteError) as err:
+        publish_batch(rpc, TOPIC, messages([b"a", b"b", b"bad"]), FAST_RETRY, "s")
+    assert str(err.value) == (
+        f"sink 's': publishing 3 messages to {TOPIC} failed: PERMISSION_DENIED: no access"
+    )
+    assert rpc.calls == 1
+
+
+def test_an_error_inside_a_half_fails_the_job():
+    rpc = FakeRpc()
+    original = rpc.publish
+
+    def publish(topic, batch):
+        if rpc.calls == 2:  # the first half after the whole request was rejected
+            rpc.calls += 1
+            raise Status(grpc.StatusCode.NOT_FOUND, "deleted")
+        return original(topic, batch)
+
+    rpc.publish = publish
+    with pytest.raises(DestinationNotFoundError):
+        publish_batch(rpc, TOPIC, messages([b"a", b"bad"]), FAST_RETRY, "s")
+
+
+# -- TopicPublisher ---------------------------------------------------------------------------
+
+
+def make_factory(rpc, publisher=None, writer=None, disposition=CreateDisposition.CREATE_NEVER):
+    factory = PubSubWriterFactory(
+        sink_name="s",
+        resolver_name="resolver",
+        publisher_options=publisher or PubSubPublisherOptions(),
+        writer_options=writer or PubSubWriterOptions(),
+        create_disposition=disposition,
+        create_options=TopicCreateOptions(),
+        endpoint=None,
+        retry=FAST_RETRY,
+    )
+    factory.rpc = rpc
+    factory.pool = ThreadPoolExecutor(max_workers=4)
+    return factory
+
+
+def publisher_of(factory):
+    return TopicPublisher(TopicDestination.from_resource_name(TOPIC), factory)
+
+
+def test_batches_are_cut_at_max_messages_and_the_rest_is_sent_at_flush():
+    rpc = FakeRpc()
+    writer = publisher_of(make_factory(rpc, PubSubPublisherOptions(max_messages=10)))
+    for i in range(25):
+        writer.write((b"m%d" % i, "", None), i)
+    assert writer.flush() == []
+    assert [len(r) for r in sorted(rpc.requests, key=lambda r: r[0])] in ([10, 10, 5], [10, 5, 10])
+    assert sorted(rpc.published) == sorted(b"m%d" % i for i in range(25))
+    assert writer.is_clean and writer.messages == 25
+
+
+def test_batches_are_cut_before_max_bytes_would_be_exceeded():
+    rpc = FakeRpc()
+    size = message_size(b"x" * 100, "", None)
+    writer = publisher_of(make_factory(rpc, PubSubPublisherOptions(max_bytes=size * 3)))
+    for _ in range(7):
+        writer.write((b"x" * 100, "", None), None)
+    writer.flush()
+    assert sorted(len(r) for r in rpc.requests) == [1, 3, 3]
+
+
+def test_a_message_over_the_service_limit_goes_to_the_failure_handler_unsent():
+    rpc = FakeRpc()
+    writer = publisher_of(make_factory(rpc))
+    big = b"x" * MAX_MESSAGE_BYTES
+    writer.write((b"small", "", None), {"id": 1})
+    writer.write((big, "", {"kind": "blob"}), {"id": 2})
+    assert not writer.is_clean
+    failed = writer.flush()
+    assert rpc.published == [b"small"]
+    assert len(failed) == 1
+    assert failed[0].payload is big and failed[0].attributes == {"kind": "blob"}
+    assert failed[0].record_repr == "{'id': 2}"
+    assert failed[0].reason == (
+        f"message of {message_size(big, '', {'kind': 'blob'})} bytes exceeds the Pub/Sub "
+        f"limit of {MAX_MESSAGE_BYTES} bytes"
+    )
+    assert writer.is_clean
+
+
+def test_message_size_counts_data_key_attributes_and_framing():
+    assert message_size(b"abc", "", None) == 3 + 64
+    assert message_size(b"abc", "key", {"a": "bc"}) == 3 + 3 + 64 + 1 + 2 + 8
+
+
+def test_without_ordering_the_key_is_not_sent():
+    rpc = FakeRpc()
+    keys = []
+    original = rpc.publish
+    rpc.publish = lambda topic, batch: (
+        keys.extend(m.ordering_key for m in batch),
+        original(topic, batch),
+    )
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"a", "customer-1", None), None)
+    writer.flush()
+    assert keys == [""]
+
+
+def test_with_ordering_requests_run_one_after_another_in_order():
+    rpc = FakeRpc()
+    active = []
+    original = rpc.publish
+
+    def publish(topic, batch):
+        active.append(1)
+        assert len(active) == 1, "two ordered requests of one topic overlapped"
+        threading.Event().wait(0.002)
+        try:
+            return original(topic, batch)
+        finally:
+            active.pop()
+
+    rpc.publish = publish
+    options = PubSubPublisherOptions(max_messages=5, enable_message_ordering=True)
+    writer = publisher_of(make_factory(rpc, options))
+    for i in range(50):
+        writer.write((b"%d" % i, "k", None), i)
+    writer.flush()
+    assert rpc.published == [b"%d" % i for i in range(50)]
+
+
+def test_in_flight_requests_per_topic_are_bounded_by_the_writer_option():
+    rpc = FakeRpc()
+    running, peak = [0], [0]
+    release = threading.Event()
+    original = rpc.publish
+
+    def publish(topic, batch):
+        with rpc.lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        release.wait(0.02)
+        with rpc.lock:
+            running[0] -= 1
+        return original(topic, batch)
+
+    rpc.publish = publish
+    factory = make_factory(
+        rpc,
+        PubSubPublisherOptions(max_messages=1),
+        PubSubWriterOptions(max_in_flight_requests=2),
+    )
+    factory.pool = ThreadPoolExecutor(max_workers=8)
+    writer = publisher_of(factory)
+    for i in range(12):
+        writer.write((b"%d" % i, "", None), i)
+    writer.flush()
+    assert peak[0] == 2
+    assert sorted(rpc.published) == sorted(b"%d" % i for i in range(12))
+
+
+def test_an_ordered_request_after_a_failed_one_is_not_sent():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.PERMISSION_DENIED, "no")])
+    options = PubSubPublisherOptions(max_messages=1, enable_message_ordering=True)
+    writer = publisher_of(make_factory(rpc, options))
+    writer.write((b"a", "k", None), None)
+    writer.write((b"b", "k", None), None)
+    with pytest.raises(WriteError, match="PERMISSION_DENIED: no"):
+        writer.flush()
+    assert rpc.published == []
+
+
+def test_close_fails_when_in_flight_requests_outlast_the_shutdown_budget():
+    rpc = FakeRpc()
+    release = threading.Event()
+    rpc.publish = lambda topic, batch: release.wait(5)
+    factory = make_factory(
+        rpc, writer=PubSubWriterOptions(shutdown_budget=timedelta(milliseconds=50))
+    )
+    writer = publisher_of(factory)
+    writer.write((b"a", "", None), None)
+    writer.start_flush()
+    try:
+        with pytest.raises(WriteError) as err:
+            writer.close()
+    finally:
+        release.set()
+    assert "did not shut down within its budget" in str(err.value)
+
+
+# -- the factory ------------------------------------------------------------------------------
+
+
+def test_the_factory_pickles_as_its_configuration_only():
+    factory = make_factory(FakeRpc())
+    factory._known.add(TOPIC)
+    factory.created_topics = 5
+    copy = pickle.loads(cloudpickle.dumps(factory))
+    assert copy.rpc is None and copy.pool is None
+    assert copy._known == set() and copy.created_topics == 0
+    assert copy.sink == "s" and copy.writer_options == factory.writer_options
+    assert copy.publisher_options == factory.publisher_options
+    assert copy.retry == FAST_RETRY
+    factory.pool.shutdown()
+
+
+def test_open_resolves_the_emulator_variable_without_connecting(monkeypatch):
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+    factory = make_factory(None)
+    factory.pool.shutdown()
+    factory.open(SubtaskInfo("s", 0, 1))
+    try:
+        assert factory.rpc is not None and factory.pool is not None
+    finally:
+        factory.close()
+    assert factory.rpc is None and factory.pool is None
