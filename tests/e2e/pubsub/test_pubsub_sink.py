@@ -92,7 +92,7 @@ def test_thread_mode_job_with_ten_topics_and_three_active_publishers(project):
         PubSubSink.builder()
         .set_destination_resolver(lambda r, c: TopicDestination.of(project, f"{prefix}-t{r % 10}"))
         .set_serializer(lambda r: str(r).encode())
-        .set_writer_options(PubSubWriterOptions.builder().max_active_topics(3).build())
+        .set_writer_options(PubSubWriterOptions.builder().max_active_destinations(3).build())
         .build()
     )
     env = make_env(parallelism=2, thread_mode=True)
@@ -116,7 +116,7 @@ def test_keyed_stream_with_ordering_keys_keeps_per_customer_order(project):
         .set_destination_resolver(RegionResolver(project, prefix))
         .set_serializer(
             PubSubSerializationSchema.payload(lambda r: json.dumps(r).encode()).with_ordering_key(
-                lambda r: r["customer"]
+                lambda r, ctx: r["customer"]
             )
         )
         .set_publisher_options(

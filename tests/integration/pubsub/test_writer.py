@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -25,6 +26,7 @@ from pyflink_gcp.pubsub import (
     TopicCreateOptions,
     TopicDestination,
 )
+from tests.support.dead_letters import MemoryDeadLetterQueue
 from tests.support.pubsub import make_subscription, make_topics, pull_all, unique
 
 pytestmark = pytest.mark.integration
@@ -51,7 +53,7 @@ def test_lru_cap_keeps_at_most_three_publishers_and_delivers_everything(project)
         PubSubSink.builder()
         .set_destination_resolver(by_name(project))
         .set_serializer(payload)
-        .set_writer_options(PubSubWriterOptions.builder().max_active_topics(3).build())
+        .set_writer_options(PubSubWriterOptions.builder().max_active_destinations(3).build())
         .build()
     )
     writer = open_writer(sink)
@@ -76,17 +78,21 @@ def test_idle_publishers_are_evicted_after_a_flush_and_recreated(project):
         PubSubSink.builder()
         .set_destination_resolver(by_name(project))
         .set_serializer(payload)
-        .set_writer_options(PubSubWriterOptions.builder().idle_timeout(timedelta(0)).build())
+        .set_writer_options(
+            PubSubWriterOptions.builder().idle_timeout(timedelta(milliseconds=1)).build()
+        )
         .build()
     )
     writer = open_writer(sink)
     try:
         writer.write({"topic": topics[0], "i": 0})
         writer.write({"topic": topics[1], "i": 1})
+        time.sleep(0.01)  # both publishers idle longer than their timeout
         writer.flush()
         assert len(writer.registry) == 0 and writer.registry.evicted == 2
         writer.write({"topic": topics[0], "i": 2})
         assert len(writer.registry) == 1 and writer.registry.created == 3
+        time.sleep(0.01)
         writer.flush()
     finally:
         writer.close()
@@ -100,10 +106,9 @@ def test_create_if_needed_creates_topics_with_options_and_the_bound_trips(projec
         PubSubSink.builder()
         .set_destination_resolver(by_name(project))
         .set_serializer(payload)
-        .set_create_disposition(
-            CreateDisposition.CREATE_IF_NEEDED,
-            TopicCreateOptions(labels={"team": "streaming"}, max_created_topics=2),
-        )
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_topic_create_options(TopicCreateOptions(labels={"team": "streaming"}))
+        .set_writer_options(PubSubWriterOptions.builder().max_created_destinations(2).build())
         .build()
     )
     writer = open_writer(sink)
@@ -118,8 +123,8 @@ def test_create_if_needed_creates_topics_with_options_and_the_bound_trips(projec
     assert str(err.value) == (
         f"sink 'pubsub-sink': resolver {by_name.__module__}.by_name.<locals>.<lambda> named topic "
         f"projects/{project}/topics/{names[2]}, which does not exist, but this subtask already "
-        "created 2 topics (max_created_topics=2). Check the resolver, or raise the bound in "
-        "TopicCreateOptions."
+        "created 2 topics (max_created_destinations=2). Check the resolver, or raise the bound "
+        "with PubSubWriterOptions.builder().max_created_destinations(...)."
     )
     admin = pubsub_v1.PublisherClient()
     topic = admin.get_topic(topic=f"projects/{project}/topics/{names[0]}")
@@ -153,7 +158,7 @@ def test_oversized_message_goes_to_the_dead_letter_queue_with_its_reason(project
         PubSubSink.builder()
         .set_destination_resolver(by_name(project))
         .set_serializer(
-            PubSubSerializationSchema.payload(lambda r: r["body"].encode()).with_attributes(
+            PubSubSerializationSchema.payload(lambda r, ctx: r["body"].encode()).with_attributes(
                 lambda r: {"kind": "test"}
             )
         )
@@ -215,3 +220,31 @@ def test_ordered_publishing_keeps_each_keys_order(project):
     assert sum(len(v) for v in per_key.values()) == 1000
     for seqs in per_key.values():
         assert seqs == sorted(seqs)
+
+
+def test_messages_the_emulator_rejects_are_isolated_and_the_rest_published(project):
+    """An empty message (no data, no attributes) fails its whole Publish request with
+    INVALID_ARGUMENT; the writer halves the request until the empty ones are alone."""
+    topic = unique("halve")
+    make_topics(project, [topic])
+    empty = {7, 42, 43}
+    dlq = MemoryDeadLetterQueue()
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(lambda r, c: TopicDestination.of(project, topic))
+        .set_serializer(lambda r, ctx: b"" if r in empty else str(r).encode())
+        .set_failure_handler(FailureHandler.send_to_dead_letter_queue(dlq))
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        for i in range(100):
+            writer.write(i)
+        writer.flush()
+    finally:
+        writer.close()
+    got = sorted(int(m.data) for m in pull_all(project, topic, expect=97))
+    assert got == [i for i in range(100) if i not in empty]
+    assert len(dlq.sent) == 3
+    assert all(f.payload == b"" and f.reason.startswith("INVALID_ARGUMENT: ") for f in dlq.sent)
+    assert {f.destination for f in dlq.sent} == {f"projects/{project}/topics/{topic}"}
