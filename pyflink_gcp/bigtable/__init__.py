@@ -31,14 +31,21 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from pyflink_gcp.bigtable.destinations import TableDestination
-from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
+from pyflink_gcp.bigtable.options import (
+    BigtableWriterOptions,
+    BigtableWriterOptionsBuilder,
+    TableCreateOptions,
+)
 from pyflink_gcp.bigtable.sink import BigtableSink, BigtableSinkBuilder
+from pyflink_gcp.core.options import CreateDisposition
 
 __all__ = [
     "AddToCell",
     "BigtableSink",
     "BigtableSinkBuilder",
     "BigtableWriterOptions",
+    "BigtableWriterOptionsBuilder",
+    "CreateDisposition",
     "DeleteAllFromFamily",
     "DeleteAllFromRow",
     "DeleteRangeFromColumn",

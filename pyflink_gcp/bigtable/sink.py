@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
-from pyflink_gcp.core.builder import SinkBuilder
+from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.functions import describe_callable, ensure_picklable
+from pyflink_gcp.core.functions import describe_callable, ensure_picklable, with_context
 from pyflink_gcp.core.runtime import DynamicSink
 
 DEFAULT_SINK_NAME = "bigtable-sink"
@@ -23,7 +25,8 @@ class BigtableSink(DynamicSink):
 
         sink = (BigtableSink.builder()
                 .set_destination_resolver(lambda e, ctx: TableDestination.of(p, i, "t_" + e["day"]))
-                .set_serializer(lambda e, ctx: RowMutationEntry(e["id"], [SetCell("cf", b"q", e["v"])]))
+                .set_serializer(lambda e: RowMutationEntry(e["id"], [SetCell("cf", b"q", e["v"])]))
+                .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
                 .set_table_create_options(TableCreateOptions(column_families={"cf": 1}))
                 .build())
         ds.sink_to(sink)
@@ -31,89 +34,92 @@ class BigtableSink(DynamicSink):
 
     @staticmethod
     def builder() -> BigtableSinkBuilder:
+        """A builder; only the resolver and the serializer are required."""
         return BigtableSinkBuilder()
 
     @property
     def writer_factory(self) -> BigtableWriterFactory:
+        """The (unopened) writer factory the sink's subtasks unpickle and open."""
         factory = self._config.factory
         assert isinstance(factory, BigtableWriterFactory)
         return factory
 
 
-class BigtableSinkBuilder(SinkBuilder):
+class BigtableSinkBuilder(CreatingSinkBuilder):
     """Builder of :class:`BigtableSink`; :meth:`build` validates everything.
 
-    The serializer is ``(record, WriterContext) -> RowMutationEntry | None`` (None skips the
-    record), or an object with ``serialize``.
+    The serializer is ``(record, WriterContext) -> RowMutationEntry | None`` (or
+    ``record -> ...``; None skips the record), or an object with such a ``serialize`` method.
     """
 
     default_name = DEFAULT_SINK_NAME
+    options_type = BigtableWriterOptions
 
     def __init__(self) -> None:
         super().__init__()
-        self._options = BigtableWriterOptions()
-        self._create_options: TableCreateOptions | None = None
+        self._table_create_options: TableCreateOptions | None = None
         self._admin_endpoint: str | None = None
 
-    def set_writer_options(self, options: BigtableWriterOptions) -> BigtableSinkBuilder:
-        if not isinstance(options, BigtableWriterOptions):
+    def set_table_create_options(self, options: TableCreateOptions) -> Self:
+        """The column families of the tables the sink creates (needs ``CREATE_IF_NEEDED``)."""
+        if not isinstance(options, TableCreateOptions):
             raise ConfigurationError(
-                "set_writer_options() takes BigtableWriterOptions "
-                f"(BigtableWriterOptions.builder()...build()), got {type(options).__name__}"
+                f"sink '{self._name}': set_table_create_options() takes "
+                f"TableCreateOptions(column_families={{...}}), got {type(options).__name__}"
             )
-        self._options = options
+        self._table_create_options = options
         return self
 
-    def set_table_create_options(self, options: TableCreateOptions | None) -> BigtableSinkBuilder:
-        """Let the sink create missing tables with these column families (None: never create)."""
-        if options is not None and not isinstance(options, TableCreateOptions):
-            raise ConfigurationError(
-                "set_table_create_options() takes TableCreateOptions(column_families={...}), "
-                f"got {type(options).__name__}"
-            )
-        self._create_options = options
-        return self
+    def set_admin_endpoint(self, endpoint: str) -> Self:
+        """``host:port`` (TLS) or ``http://host:port`` (plain text) of the table admin API.
 
-    def set_endpoint(self, endpoint: str, admin_endpoint: str | None = None) -> BigtableSinkBuilder:
-        """Connect to ``host:port`` instead of ``BIGTABLE_EMULATOR_HOST`` or Google's endpoint.
-
-        ``http://host:port`` means plain text without credentials (an emulator); anything else
-        uses TLS with Application Default Credentials. Table admin calls (existence check,
-        creation) go to ``admin_endpoint``, by default the same plain-text endpoint, or Google's
-        default admin endpoint when ``endpoint`` is a TLS data endpoint.
-        """
-        if not endpoint or not isinstance(endpoint, str):
-            raise ConfigurationError("set_endpoint() needs 'host:port' or a URL")
-        self._endpoint = endpoint
-        self._admin_endpoint = admin_endpoint
+        Default: a plain-text ``set_endpoint`` (an emulator serves both APIs), else the
+        emulator variable, else Google's admin endpoint."""
+        self._admin_endpoint = endpoint
         return self
 
     def build(self) -> BigtableSink:
+        """The sink; raises ConfigurationError naming the sink and what is wrong."""
         name = self._validate_common("a callable (record, context) -> RowMutationEntry or None")
-        serialize = getattr(self._serializer, "serialize", self._serializer)
+        self._check_creation(name)
+        if self._admin_endpoint is not None and (
+            not isinstance(self._admin_endpoint, str) or not self._admin_endpoint
+        ):
+            raise ConfigurationError(
+                f"sink '{name}': set_admin_endpoint() takes 'host:port' or a URL"
+            )
+        serializer: Any = self._serializer
+        serialize = getattr(serializer, "serialize", serializer)
         if not callable(serialize):
             raise ConfigurationError(
                 f"sink '{name}': the serializer must be a callable (record, context) or an "
-                f"object with serialize(record, context); got {type(self._serializer).__name__}"
+                f"object with serialize(record, context); got {type(serializer).__name__}"
             )
-        ensure_picklable(self._serializer, "serializer", name)
-        options = self._options
+        ensure_picklable(serializer, "serializer", name)
         factory = BigtableWriterFactory(
             sink_name=name,
-            options=options,
-            create_options=self._create_options,
+            options=self._options,
+            create_options=self._table_create_options,
             endpoint=self._endpoint,
             admin_endpoint=self._admin_endpoint,
             resolver_name=describe_callable(self._resolver),
         )
-        idle = options.destination_idle_timeout
-        config = self._sink_config(
-            name,
-            factory,
-            self._serializer,
-            idle_timeout_s=None if idle is None else idle.total_seconds(),
-            max_buffered_records=options.flush_max_records,
-            max_buffer_time=options.flush_interval,
-            per_destination_metrics=options.per_table_metrics,
-        )
-        return BigtableSink(config)
+        # An object's serialize method is adapted like a plain callable: (record) or
+        # (record, context), decided once here.
+        serialize = with_context(serialize, "serializer", name)
+        return BigtableSink(self._sink_config(name, factory, serialize))
+
+    def _check_creation(self, name: str) -> None:
+        """Creation needs both the disposition and the column families; each alone is a
+        mistake, named by the setter that is missing."""
+        if self.creates_destinations and self._table_create_options is None:
+            raise ConfigurationError(
+                f"sink '{name}': CreateDisposition.CREATE_IF_NEEDED needs the column families "
+                "of the tables to create: call set_table_create_options(TableCreateOptions("
+                "column_families={...}))"
+            )
+        if self._table_create_options is not None and not self.creates_destinations:
+            raise ConfigurationError(
+                f"sink '{name}': set_table_create_options() applies only to tables the sink "
+                "creates; call set_create_disposition(CreateDisposition.CREATE_IF_NEEDED) too"
+            )

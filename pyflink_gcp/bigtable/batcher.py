@@ -1,0 +1,214 @@
+"""The batcher of one table in one sink subtask: stages entries into requests, schedules them.
+
+- :meth:`TableBatcher.write` appends the ``RowMutationEntry`` straight into the protobuf request
+  being filled (no intermediate objects) and hands the request to the senders shared by all
+  tables of the subtask once it holds ``batch_max_entries`` entries, ``batch_max_bytes`` bytes
+  or ``batch_max_mutations`` cells (never more than Bigtable's 100,000: a batch over it is split).
+- Flow control: at most ``max_in_flight_entries`` / ``max_in_flight_bytes`` of a table are
+  unacknowledged; beyond that ``write`` blocks, which is Flink backpressure.
+- What a request does once sent (per-entry retries, rejections) is
+  :class:`~pyflink_gcp.bigtable.mutate_rows.MutateRowsOperation`'s; the batcher collects the
+  results, oldest first, and raises the first error on the processing thread.
+- :meth:`TableBatcher.flush` sends the partial request and waits for everything in flight; the
+  core calls it before every checkpoint barrier and at the end of input (at least once).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from google.cloud.bigtable.data.mutations import RowMutationEntry
+
+from pyflink_gcp.bigtable.client import MutateRowsEntryPb
+from pyflink_gcp.bigtable.destinations import TableDestination
+from pyflink_gcp.bigtable.mutate_rows import (
+    MutateRowsBatch,
+    MutateRowsCall,
+    failed_entry,
+    fill_entry,
+)
+from pyflink_gcp.bigtable.options import BigtableWriterOptions
+from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
+from pyflink_gcp.core.failure import FailedRecord
+from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.writer import DestinationWriter
+
+#: Bigtable's row key limit; longer (or empty) keys are rejected before they reach a request,
+#: so one bad key cannot fail the RPC of a whole batch.
+MAX_ROW_KEY_BYTES = 4096
+
+#: Hands a batch to the subtask's senders: ``submit(call.run, batch) -> Future``.
+Submit = Callable[
+    [Callable[[MutateRowsBatch], list[FailedRecord]], MutateRowsBatch],
+    "concurrent.futures.Future[list[FailedRecord]]",
+]
+
+
+class TableBatcher(DestinationWriter[TableDestination]):
+    """The batcher of one table in one sink subtask (see the module docstring).
+
+    Driven from the processing thread; only the requests it submits run on the senders.
+
+    Args:
+        destination: The table.
+        call: The table's MutateRows call (stub, policy, counters).
+        submit: Runs a request on the subtask's senders.
+        options: The batch and in-flight limits.
+    """
+
+    def __init__(
+        self,
+        destination: TableDestination,
+        call: MutateRowsCall,
+        submit: Submit,
+        options: BigtableWriterOptions,
+    ) -> None:
+        super().__init__(destination)
+        self._call = call
+        self._submit = submit
+        self._stats = call.stats
+        self._sink = call.sink
+        self._table_name = call.table_name
+        self._app_profile_id = options.app_profile_id
+        self._max_entries = options.batch_max_entries
+        self._max_bytes = options.batch_max_bytes
+        self._max_mutations = options.batch_max_mutations
+        self._max_in_flight_entries = options.max_in_flight_entries
+        self._max_in_flight_bytes = options.max_in_flight_bytes
+        self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
+        self._in_flight: deque[concurrent.futures.Future[list[FailedRecord]]] = deque()
+        self._in_flight_entries = 0
+        self._in_flight_bytes = 0
+        self._capacity = threading.Condition()
+        self._failures: list[FailedRecord] = []
+        self._closed = False
+
+    def write(self, element: Any, record: Any) -> None:
+        if type(element) is not RowMutationEntry and not isinstance(element, RowMutationEntry):
+            raise self._wrong_type(element, record)
+        key = element.row_key
+        if not key or len(key) > MAX_ROW_KEY_BYTES:
+            self._reject_key(element, record)
+            return
+        batch = self._batch
+        count = len(element.mutations)
+        if batch.entries and batch.mutations + count > self._max_mutations:
+            self._send_batch()
+            batch = self._batch
+        entry = batch.request.entries.add()
+        fill_entry(entry, element)
+        batch.records.append(record)
+        batch.entries += 1
+        batch.mutations += count
+        batch.size += entry.ByteSize()
+        if (
+            batch.entries >= self._max_entries
+            or batch.size >= self._max_bytes
+            or batch.mutations >= self._max_mutations
+        ):
+            self._send_batch()
+
+    def start_flush(self) -> None:
+        """Send the partial batch now, so all tables' last requests overlap."""
+        if self._batch.entries:
+            self._send_batch()
+
+    def flush(self) -> list[FailedRecord]:
+        if self._batch.entries:
+            self._send_batch()
+        if self._in_flight:
+            concurrent.futures.wait(list(self._in_flight))
+            self._reap()
+        failures, self._failures = self._failures, []
+        return failures
+
+    @property
+    def is_clean(self) -> bool:
+        return not self._batch.entries and not self._in_flight and not self._failures
+
+    def close(self) -> None:
+        # Clean on eviction; after a task failure, whatever is in flight is abandoned (the
+        # records are replayed from the last checkpoint).
+        if not self._closed:
+            self._closed = True
+            self._stats.add(batchers_closed=1)
+
+    def _wrong_type(self, element: Any, record: Any) -> SerializerError:
+        hint = ""
+        if type(element).__name__ in ("DirectRow", "ConditionalRow", "AppendRow"):
+            hint = " (rows of the classic google.cloud.bigtable.row API are not accepted)"
+        elif isinstance(element, list | tuple):
+            hint = " (return one entry per record; put several mutations in its list)"
+        return SerializerError(
+            f"sink '{self._sink}': the serializer returned {type(element).__name__} "
+            f"({short_repr(element)}) for record {short_repr(record)} headed to table "
+            f"'{self._table_name}'; expected a RowMutationEntry (pyflink_gcp.bigtable."
+            f"RowMutationEntry, the client library's google.cloud.bigtable.data."
+            f"RowMutationEntry) or None to skip the record{hint}"
+        )
+
+    def _reject_key(self, element: RowMutationEntry, record: Any) -> None:
+        entry = MutateRowsEntryPb()
+        fill_entry(entry, element)
+        why = (
+            "empty row key"
+            if not element.row_key
+            else f"row key of {len(element.row_key)} bytes exceeds Bigtable's {MAX_ROW_KEY_BYTES}"
+        )
+        self._failures.append(
+            failed_entry(
+                self._sink,
+                self._table_name,
+                entry.SerializeToString(),
+                element.row_key,
+                "INVALID_ARGUMENT",
+                why,
+                record,
+            )
+        )
+        self._stats.add(entries_rejected=1)
+
+    def _send_batch(self) -> None:
+        """Hand the current batch to the senders, waiting for in-flight capacity first."""
+        batch = self._batch
+        self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
+        with self._capacity:
+            while self._in_flight_entries and (
+                self._in_flight_entries + batch.entries > self._max_in_flight_entries
+                or self._in_flight_bytes + batch.size > self._max_in_flight_bytes
+            ):
+                self._capacity.wait(0.5)
+                self._reap()
+            self._in_flight_entries += batch.entries
+            self._in_flight_bytes += batch.size
+        future = self._submit(self._call.run, batch)
+        future.add_done_callback(partial(self._release, batch))
+        self._in_flight.append(future)
+        self._reap()
+
+    def _release(self, batch: MutateRowsBatch, _future: object = None) -> None:
+        """Return a completed request's share of the in-flight window (on a sender thread)."""
+        with self._capacity:
+            self._in_flight_entries -= batch.entries
+            self._in_flight_bytes -= batch.size
+            self._capacity.notify_all()
+
+    def _reap(self) -> None:
+        """Collect the results of completed requests, oldest first; raise the first error."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].done():
+            future = in_flight.popleft()
+            error = future.exception()
+            if error is not None:
+                if isinstance(error, SinkError):
+                    raise error
+                raise WriteError(
+                    f"{self._call.what}: sending a MutateRows request failed: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+            self._failures.extend(future.result())

@@ -1,0 +1,45 @@
+"""Counters of one subtask's Bigtable writing, for tests, benchmarks and the closing log line."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BigtableWriterStats:
+    """What one sink subtask sent, retried, rejected, built and created.
+
+    Updated from the processing thread and from the sender threads, so every update takes the
+    lock; reads are unlocked snapshots of plain ints.
+    """
+
+    requests: int = 0
+    entries_sent: int = 0
+    mutations_sent: int = 0
+    max_request_mutations: int = 0
+    max_request_entries: int = 0
+    entries_retried: int = 0
+    entries_rejected: int = 0
+    batchers_created: int = 0
+    batchers_closed: int = 0
+    tables_created: int = 0
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    def count_request(self, entries: int, mutations: int) -> None:
+        """One MutateRows request of ``entries`` entries and ``mutations`` cells (its first
+        attempt; retries are counted by :meth:`add` as ``entries_retried``)."""
+        with self._lock:
+            self.requests += 1
+            self.entries_sent += entries
+            self.mutations_sent += mutations
+            self.max_request_mutations = max(self.max_request_mutations, mutations)
+            self.max_request_entries = max(self.max_request_entries, entries)
+
+    def add(self, **increments: int) -> None:
+        """Add to the counters of those names: ``stats.add(entries_rejected=3)``."""
+        with self._lock:
+            for name, value in increments.items():
+                setattr(self, name, getattr(self, name) + value)

@@ -1,0 +1,201 @@
+"""Table existence and creation: checked once per table and subtask, before its first batcher.
+
+A missing table must fail the job with an error naming it, and under
+``CreateDisposition.CREATE_IF_NEEDED`` be created with the declared column families, at most
+``max_created_destinations`` per subtask. Doing both when a batcher is first built (instead of
+reacting to a NOT_FOUND of MutateRows) keeps the hot path free of admin calls and gives every
+error a table name and a record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from pyflink_gcp.bigtable.destinations import TableDestination
+from pyflink_gcp.bigtable.options import TableCreateOptions
+from pyflink_gcp.bigtable.stats import BigtableWriterStats
+from pyflink_gcp.core.errors import (
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    SinkError,
+    WriteError,
+)
+from pyflink_gcp.core.retry import RetryPolicy, status_name
+
+_LOG = logging.getLogger("pyflink_gcp.bigtable")
+
+
+class BigtableTables:
+    """The tables one sink subtask knows to exist; checks (and may create) the others.
+
+    Used from the processing thread only.
+
+    Args:
+        sink_name: For errors and logs.
+        admin: Returns the table admin client (opened lazily by the caller).
+        policy: Retries transient admin failures.
+        timeout_s: Timeout of one admin call.
+        create_options: The column families of created tables; None: never create.
+        max_created: How many tables this subtask may create.
+        resolver_name: Named by the creation-bound error.
+        subtask_index: Named by the creation-bound error.
+        stats: Counts ``tables_created``.
+    """
+
+    def __init__(
+        self,
+        *,
+        sink_name: str,
+        admin: Callable[[], Any],
+        policy: RetryPolicy,
+        timeout_s: float,
+        create_options: TableCreateOptions | None,
+        max_created: int,
+        resolver_name: str = "",
+        subtask_index: int = 0,
+        stats: BigtableWriterStats | None = None,
+    ) -> None:
+        self._sink = sink_name
+        self._admin = admin
+        self._policy = policy
+        self._timeout_s = timeout_s
+        self._create_options = create_options
+        self._max_created = max_created
+        self._resolver_name = resolver_name
+        self._subtask = subtask_index
+        self._stats = stats if stats is not None else BigtableWriterStats()
+        self._known: set[str] = set()
+        self.created: list[str] = []
+
+    def ensure(self, destination: TableDestination) -> None:
+        """Return once ``destination`` exists (creating it if allowed).
+
+        Raises:
+            DestinationNotFoundError: It does not exist and may not be created (or its instance
+                does not exist).
+            CreationLimitExceededError: Creating it would exceed the creation bound.
+            WriteError: An admin call failed otherwise.
+        """
+        name = destination._name
+        if name in self._known:
+            return
+        if not self._exists(destination):
+            self.create(destination)
+        self._known.add(name)
+
+    def _exists(self, destination: TableDestination) -> bool:
+        from google.cloud.bigtable_admin_v2.types import table as admin_table
+
+        name = str(destination)
+        what = f"sink '{self._sink}': table '{name}'"
+        admin = self._admin()
+        try:
+            self._policy.call(
+                lambda: admin.get_table(
+                    request={"name": name, "view": admin_table.Table.View.NAME_ONLY},
+                    retry=None,
+                    timeout=self._timeout_s,
+                ),
+                f"{what}: checking that it exists",
+            )
+            return True
+        except SinkError:
+            raise
+        except Exception as exc:
+            status = status_name(exc)
+            if status == "PERMISSION_DENIED" and self._create_options is None:
+                # Writing needs no admin permission; a missing table still fails the first
+                # MutateRows with NOT_FOUND, naming the table.
+                _LOG.warning(
+                    "%s: cannot check that the table exists (%s); writing without the check",
+                    what,
+                    exc,
+                )
+                return True
+            if status != "NOT_FOUND":
+                raise WriteError(
+                    f"{what}: checking that it exists failed with {status}: {exc}"
+                ) from exc
+        if self._create_options is None:
+            raise DestinationNotFoundError(
+                f"{what} does not exist, and the sink may not create tables. Create it, or "
+                "enable creation with set_create_disposition(CreateDisposition."
+                "CREATE_IF_NEEDED) and set_table_create_options(TableCreateOptions("
+                "column_families={...}))."
+            )
+        return False
+
+    def create(self, destination: TableDestination) -> None:
+        """Create ``destination`` with the declared column families; a table that appeared
+        meanwhile (another subtask created it first) is not an error."""
+        from google.cloud.bigtable_admin_v2.types import table as admin_table
+
+        options = self._create_options
+        assert options is not None
+        name = str(destination)
+        if len(self.created) >= self._max_created:
+            shown = ", ".join(t.rsplit("/", 1)[1] for t in self.created[:5])
+            more = ", ..." if len(self.created) > 5 else ""
+            raise CreationLimitExceededError(
+                f"sink '{self._sink}': creating table '{name}' would exceed "
+                f"BigtableWriterOptions.max_created_destinations={self._max_created}: subtask "
+                f"{self._subtask} already created {len(self.created)} tables ({shown}{more}). "
+                f"The destination resolver {self._resolver_name or '(unknown)'} names more "
+                "tables than the bound allows; fix the resolver or raise "
+                "max_created_destinations."
+            )
+        families = {
+            family: admin_table.ColumnFamily(gc_rule=gc_rule(rule))
+            for family, rule in options.column_families.items()
+        }
+        admin = self._admin()
+        what = f"sink '{self._sink}': table '{name}'"
+        try:
+            self._policy.call(
+                lambda: admin.create_table(
+                    request={
+                        "parent": destination.instance_name,
+                        "table_id": destination.table,
+                        "table": admin_table.Table(column_families=families),
+                    },
+                    retry=None,
+                    timeout=self._timeout_s,
+                ),
+                f"{what}: creating it",
+            )
+        except SinkError:
+            raise
+        except Exception as exc:
+            status = status_name(exc)
+            if status == "ALREADY_EXISTS":
+                # Another subtask (or a retried attempt of this call) created it first.
+                return
+            if status == "NOT_FOUND":
+                raise DestinationNotFoundError(
+                    f"{what}: cannot create it, instance '{destination.instance_name}' not "
+                    f"found: {exc}"
+                ) from exc
+            raise WriteError(f"{what}: creating it failed with {status}: {exc}") from exc
+        self.created.append(name)
+        self._stats.add(tables_created=1)
+        _LOG.info(
+            "%s: created table %s with column families %s",
+            self._sink,
+            name,
+            sorted(options.column_families),
+        )
+
+
+def gc_rule(rule: int | timedelta | None) -> Any:
+    """The admin API's garbage-collection rule of a :class:`TableCreateOptions` family value:
+    keep ``rule`` versions (int), cells younger than ``rule`` (timedelta), or everything."""
+    from google.cloud.bigtable_admin_v2.types import table as admin_table
+
+    if rule is None:
+        return admin_table.GcRule()
+    if isinstance(rule, int):
+        return admin_table.GcRule(max_num_versions=rule)
+    return admin_table.GcRule(max_age=rule)

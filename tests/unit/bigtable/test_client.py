@@ -1,0 +1,66 @@
+"""Endpoint resolution, request headers and the client's channels (no call is made)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyflink_gcp.bigtable.client import (
+    EMULATOR_VARIABLE,
+    BigtableClient,
+    admin_endpoint,
+    data_endpoint,
+    request_metadata,
+)
+from pyflink_gcp.core.endpoints import Endpoint
+
+
+def test_data_endpoint_explicit_then_variable_then_google(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(EMULATOR_VARIABLE, raising=False)
+    assert data_endpoint(None) == Endpoint(None, False)
+    assert data_endpoint("bt.example:443") == Endpoint("bt.example:443", False)
+    monkeypatch.setenv(EMULATOR_VARIABLE, "localhost:8086")
+    assert data_endpoint(None) == Endpoint("localhost:8086", True)
+    assert data_endpoint("http://127.0.0.1:9000") == Endpoint("127.0.0.1:9000", True)
+
+
+def test_admin_endpoint_follows_a_plain_text_data_endpoint_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(EMULATOR_VARIABLE, raising=False)
+    # An emulator serves both APIs.
+    assert admin_endpoint(None, "http://127.0.0.1:9000") == Endpoint("127.0.0.1:9000", True)
+    # Google's data endpoints do not serve the admin API: Google's admin endpoint instead.
+    assert admin_endpoint(None, "bt.example:443") == Endpoint(None, False)
+    assert admin_endpoint("admin.example:443", "bt.example:443") == Endpoint(
+        "admin.example:443", False
+    )
+    assert admin_endpoint("http://127.0.0.1:1", "http://127.0.0.1:2") == Endpoint(
+        "127.0.0.1:1", True
+    )
+    monkeypatch.setenv(EMULATOR_VARIABLE, "localhost:8086")
+    assert admin_endpoint(None, None) == Endpoint("localhost:8086", True)
+    assert admin_endpoint(None, "bt.example:443") == Endpoint("localhost:8086", True)
+
+
+def test_request_metadata_routes_by_table_and_app_profile() -> None:
+    table = "projects/p/instances/i/tables/t"
+    headers = dict(request_metadata(table, None))
+    assert headers["x-goog-request-params"] == f"table_name={table}"
+    assert "gl-python/" in headers["x-goog-api-client"]
+    with_profile = dict(request_metadata(table, "batch"))
+    assert with_profile["x-goog-request-params"] == f"table_name={table}&app_profile_id=batch"
+
+
+def test_plain_text_client_opens_the_admin_channel_on_first_use() -> None:
+    client = BigtableClient("unit", "http://127.0.0.1:1")
+    try:
+        assert client.endpoint == Endpoint("127.0.0.1:1", True)
+        assert callable(client.mutate_rows)
+        assert len(client._channels) == 1
+        admin = client.admin
+        assert client.admin is admin
+        assert type(admin).__name__ == "BigtableTableAdminClient"
+        assert len(client._channels) == 2
+    finally:
+        client.close()
+    assert client._channels == []

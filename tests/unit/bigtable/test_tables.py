@@ -1,0 +1,129 @@
+"""Table existence checks and creation against a scripted admin client (no emulator)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as api_exceptions
+
+from pyflink_gcp.bigtable import TableCreateOptions, TableDestination
+from pyflink_gcp.bigtable.stats import BigtableWriterStats
+from pyflink_gcp.bigtable.tables import BigtableTables, gc_rule
+from pyflink_gcp.core import (
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    RetryPolicy,
+    WriteError,
+)
+
+TABLE = TableDestination.of("p", "inst", "t")
+
+
+class FakeAdmin:
+    """Answers GetTable from a script and records CreateTable requests."""
+
+    def __init__(
+        self, get_error: BaseException | None, create_error: BaseException | None = None
+    ) -> None:
+        self.get_error = get_error
+        self.create_error = create_error
+        self.gets: list[str] = []
+        self.created: list[dict[str, Any]] = []
+
+    def get_table(self, request: Any, retry: Any, timeout: float) -> Any:
+        self.gets.append(request["name"])
+        if self.get_error is not None:
+            raise self.get_error
+        return object()
+
+    def create_table(self, request: dict[str, Any], retry: Any, timeout: float) -> Any:
+        self.created.append(request)
+        if self.create_error is not None:
+            raise self.create_error
+        return object()
+
+
+def tables(
+    admin: FakeAdmin, create: TableCreateOptions | None, max_created: int = 100
+) -> BigtableTables:
+    return BigtableTables(
+        sink_name="unit",
+        admin=lambda: admin,
+        policy=RetryPolicy(deadline_s=0.5),
+        timeout_s=5.0,
+        create_options=create,
+        max_created=max_created,
+        resolver_name="my.resolver",
+        subtask_index=1,
+        stats=BigtableWriterStats(),
+    )
+
+
+def test_an_existing_table_is_checked_once() -> None:
+    admin = FakeAdmin(None)
+    known = tables(admin, None)
+    known.ensure(TABLE)
+    known.ensure(TableDestination.of("p", "inst", "t"))
+    assert admin.gets == [str(TABLE)]
+
+
+def test_a_missing_table_without_creation_names_both_setters() -> None:
+    admin = FakeAdmin(api_exceptions.NotFound("no table"))
+    with pytest.raises(DestinationNotFoundError) as err:
+        tables(admin, None).ensure(TABLE)
+    message = str(err.value)
+    assert "sink 'unit': table 'projects/p/instances/inst/tables/t' does not exist" in message
+    assert "set_create_disposition" in message and "set_table_create_options" in message
+
+
+def test_missing_tables_are_created_with_their_families_up_to_the_bound() -> None:
+    admin = FakeAdmin(api_exceptions.NotFound("no table"))
+    options = TableCreateOptions(column_families={"cf": 3, "raw": None})
+    known = tables(admin, options, max_created=2)
+    for table in ("a", "b", "a"):
+        known.ensure(TableDestination.of("p", "inst", table))
+    assert [r["table_id"] for r in admin.created] == ["a", "b"]
+    created = admin.created[0]
+    assert created["parent"] == "projects/p/instances/inst"
+    families = created["table"].column_families
+    assert set(families) == {"cf", "raw"}
+    assert families["cf"].gc_rule.max_num_versions == 3
+    assert known._stats.tables_created == 2
+    with pytest.raises(CreationLimitExceededError) as err:
+        known.ensure(TableDestination.of("p", "inst", "c"))
+    message = str(err.value)
+    assert "BigtableWriterOptions.max_created_destinations=2" in message
+    assert "subtask 1 already created 2 tables (a, b)" in message
+    assert "my.resolver" in message
+
+
+def test_a_table_created_meanwhile_is_not_an_error() -> None:
+    admin = FakeAdmin(
+        api_exceptions.NotFound("no table"), api_exceptions.AlreadyExists("someone else")
+    )
+    known = tables(admin, TableCreateOptions(column_families={"cf": 1}), max_created=1)
+    known.ensure(TABLE)
+    assert known.created == [] and known._stats.tables_created == 0
+
+
+def test_admin_failures() -> None:
+    # Writing needs no admin permission: without creation, a denied check is not fatal.
+    tables(FakeAdmin(api_exceptions.PermissionDenied("no admin")), None).ensure(TABLE)
+    with_creation = TableCreateOptions(column_families={"cf": 1})
+    with pytest.raises(WriteError, match="checking that it exists failed with PERMISSION_DENIED"):
+        tables(FakeAdmin(api_exceptions.PermissionDenied("no admin")), with_creation).ensure(TABLE)
+    with pytest.raises(WriteError, match="still failing"):
+        tables(FakeAdmin(api_exceptions.ServiceUnavailable("down")), None).ensure(TABLE)
+    missing_instance = FakeAdmin(
+        api_exceptions.NotFound("no table"), api_exceptions.NotFound("no instance")
+    )
+    with pytest.raises(DestinationNotFoundError, match="instance 'projects/p/instances/inst'"):
+        tables(missing_instance, with_creation).ensure(TABLE)
+
+
+def test_gc_rules() -> None:
+    assert gc_rule(3).max_num_versions == 3
+    assert gc_rule(timedelta(days=2)).max_age == timedelta(days=2)
+    assert "max_num_versions" not in str(gc_rule(None)) and "max_age" not in str(gc_rule(None))
