@@ -1,0 +1,182 @@
+"""The job graph the runtime builds for a writer, read from the execution plan; no job runs.
+
+In the style of PyFlink's own connector tests: build a small pipeline ending in ``sink_to``,
+read ``env.get_execution_plan()`` (JSON), and look at the writer's node. What the JSON does not
+say (the Java operator's class, the Python function it runs, its key selector, the chains) is
+read from the stream graph the plan is made of and from its job graph, matched by node name.
+Building the graph starts PyFlink's JVM but no cluster and no Python worker.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pyflink.common.typeinfo import Types
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.fn_execution import flink_fn_execution_pb2
+
+from pyflink_gcp.core import ConfigurationError, bridge, runtime
+from tests.support.fakes import FileDestination, FileSink
+from tests.support.jobs import make_env, record_stream
+
+WRITER = "file-sink: Writer"
+PROCESS = "org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator"
+KEYED_PROCESS = (
+    "org.apache.flink.streaming.api.operators.python.process.ExternalPythonKeyedProcessOperator"
+)
+FUNCTION_TYPES = flink_fn_execution_pb2.UserDefinedDataStreamFunction
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jvm_after_the_stack(request: pytest.FixtureRequest) -> None:
+    """Starts the emulator stack first when this session also runs jobs against it.
+
+    PyFlink's Python workers inherit the environment of the JVM this module starts (the first in
+    the process), so the stack's variables must be in it before, as an e2e test's stack would
+    be; alone, these tests need no emulator.
+    """
+    from pyflink import java_gateway
+
+    if java_gateway._gateway is None and any(
+        item.get_closest_marker("e2e") for item in request.session.items
+    ):
+        request.getfixturevalue("stack")
+
+
+@dataclass(frozen=True)
+class WriterNode:
+    """What the job graph says about the writer operator."""
+
+    plan_name: str  # the plan node holding the writer (several names when PyFlink fused it)
+    input_shipping: str  # how records reach it: FORWARD, or HASH on a keyed stream
+    operator_class: str
+    function: Any  # the Python function the operator runs, unpickled
+    function_type: int
+    state_keyed: bool  # the operator has a key selector (keyed state, one key on one subtask)
+    chain: str  # the name of the job vertex (operator chain) holding the writer
+    typed_markers: bool | None  # the marker operator's wrapping of typed records
+    ships_bridge_jar: bool
+
+
+def writer_node(env: StreamExecutionEnvironment) -> WriterNode:
+    from pyflink.util.java_utils import get_field_value, get_j_env_configuration
+
+    plan = json.loads(env.get_execution_plan())
+    [node] = [n for n in plan["nodes"] if WRITER in n["type"].split(", ")]
+    [shipping] = [p["ship_strategy"] for p in node["predecessors"]]
+    graph = env._generate_stream_graph(False)
+    [stream_node] = [
+        n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == node["type"]
+    ]
+    operator = stream_node.getOperator()
+    info = operator.getPythonFunctionInfo()  # fused: the writer's, with the upstream as input
+    function = pickle.loads(bytes(info.getPythonFunction().getSerializedPythonFunction()))
+    vertices = [v.getName() for v in graph.getJobGraph().getVerticesAsArray()]
+    [chain] = [v for v in vertices if node["type"] in v.split(" -> ")]
+    operator_class = operator.getClass().getName()
+    typed_markers = None
+    if operator_class.startswith("dev.pyflinkgcp."):
+        typed_markers = get_field_value(operator, "markers").typed()
+    jars = get_j_env_configuration(env._j_stream_execution_environment).getString(
+        "pipeline.jars", ""
+    )
+    return WriterNode(
+        plan_name=node["type"],
+        input_shipping=shipping,
+        operator_class=operator_class,
+        function=function,
+        function_type=info.getFunctionType(),
+        state_keyed=len(stream_node.getStatePartitioners()) > 0,
+        chain=chain,
+        typed_markers=typed_markers,
+        ships_bridge_jar=bridge.JAR.as_uri() in jars,
+    )
+
+
+def sink_of(**options: Any) -> FileSink:
+    return FileSink("/nonexistent", lambda record, ctx: FileDestination.of("x"), **options)
+
+
+def pipeline(*, keyed: bool, typed: bool) -> tuple[StreamExecutionEnvironment, DataStream]:
+    """Records, as pickled Python objects or as strings, keyed or not."""
+    env = make_env(parallelism=2, checkpoint_ms=1000)
+    ds = record_stream(env, 10, lambda i: {"i": i})
+    if typed:
+        ds = ds.map(json.dumps, output_type=Types.STRING())
+        if keyed:
+            ds = ds.key_by(lambda s: s[:8], key_type=Types.STRING())
+    elif keyed:
+        ds = ds.key_by(lambda r: r["i"] % 3)
+    return env, ds
+
+
+@pytest.fixture(scope="module")
+def jar() -> None:
+    if bridge.bridge_jar() is None:
+        pytest.skip("no bridge jar and no JDK to build one")
+
+
+MODES = {
+    # mode: (sink options, the bridge jar present, markers expected)
+    "markers": ({}, True, True),
+    "markers off": ({"checkpoint_markers": False}, True, False),
+    "chained with upstream": ({"chain_with_upstream": True}, True, False),
+    "no bridge jar": ({}, False, False),
+}
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("typed", [False, True], ids=["pickled", "typed"])
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
+    options, jar_present, marked = MODES[mode]
+    if not jar_present:
+        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
+    env, ds = pipeline(keyed=keyed, typed=typed)
+    ds.sink_to(sink_of(**options))
+
+    node = writer_node(env)
+
+    chained = options.get("chain_with_upstream", False)
+    # A keyed stream's hash partitioning keeps any writer out of its upstream's chain.
+    fused = chained and not keyed
+    assert (node.plan_name != WRITER) is fused, node.plan_name
+    if fused:
+        assert node.plan_name.endswith(f"Map, {WRITER}"), node.plan_name
+        assert node.chain.startswith("Source: records -> "), node.chain
+    else:
+        # The writer heads its chain; only the discarding Java sink follows it.
+        assert node.chain == f"{WRITER} -> Sink: Writer", node.chain
+
+    assert node.input_shipping == ("HASH" if keyed else "FORWARD")
+    assert node.state_keyed is keyed
+    assert node.function_type == (FUNCTION_TYPES.KEYED_PROCESS if keyed else FUNCTION_TYPES.PROCESS)
+
+    if marked:
+        assert node.operator_class == (
+            bridge.KEYED_MARKER_OPERATOR if keyed else bridge.MARKER_OPERATOR
+        )
+        assert node.typed_markers is typed
+        expected_function: type = (
+            runtime.TypedMarkedWriterProcessFunction
+            if typed
+            else runtime.MarkedWriterProcessFunction
+        )
+    else:
+        # PyFlink's own operator: a fused one is the upstream's plain process operator.
+        assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)
+        expected_function = runtime.WriterProcessFunction
+    assert type(node.function) is expected_function
+    assert node.ships_bridge_jar is marked
+
+
+def test_a_job_without_python_metrics_is_refused_at_sink_to():
+    env = make_env(parallelism=1, extra={"python.metric.enabled": "false"})
+    ds = record_stream(env, 10, lambda i: {"i": i})
+    with pytest.raises(ConfigurationError, match="python.metric.enabled"):
+        ds.sink_to(sink_of())
