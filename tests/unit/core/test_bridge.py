@@ -1,0 +1,90 @@
+"""Building the Java bridge jar: compiled from its sources, rebuilt only when they change.
+
+Each test builds from a copy of ``java-bridge/`` into its own directory (real ``javac`` against
+the wheel's Flink jars), so the jar the jobs use is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pyflink_gcp.core import ConfigurationError, bridge
+
+needs_javac = pytest.mark.skipif(
+    shutil.which("javac", path=bridge._java_path()) is None, reason="no JDK (javac)"
+)
+CLASSES = {
+    "dev/pyflinkgcp/bridge/CheckpointMarkerProcessOperator.class",
+    "dev/pyflinkgcp/bridge/KeyedCheckpointMarkerProcessOperator.class",
+    "dev/pyflinkgcp/bridge/CheckpointMarkers.class",
+}
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The bridge's sources copied to a scratch directory, and where their jar goes."""
+    sources = tmp_path / "java"
+    shutil.copytree(bridge._SOURCES, sources)
+    jar = tmp_path / "jars" / "pyflink-gcp-bridge.jar"
+    monkeypatch.setattr(bridge, "_SOURCES", sources)
+    monkeypatch.setattr(bridge, "JAR", jar)
+    monkeypatch.setattr(bridge, "_DIGEST", jar.with_name(jar.name + ".sha256"))
+    return sources, jar
+
+
+def without_javac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+
+
+@needs_javac
+def test_build_compiles_every_operator_and_skips_an_up_to_date_jar(scratch):
+    sources, jar = scratch
+    assert bridge.build() == jar
+    assert set(zipfile.ZipFile(jar).namelist()) == {"META-INF/MANIFEST.MF", *CLASSES}
+    built = (jar.read_bytes(), jar.stat().st_mtime_ns)
+    assert bridge.build() == jar
+    assert (jar.read_bytes(), jar.stat().st_mtime_ns) == built  # up to date: left alone
+
+    markers = next(sources.rglob("CheckpointMarkers.java"))
+    markers.write_text(markers.read_text() + "\n// a changed source\n")
+    digest = bridge._DIGEST.read_text()
+    bridge.build()
+    assert bridge._DIGEST.read_text() != digest  # rebuilt from the changed source
+    assert not list(jar.parent.glob(".*.part"))  # the jar and its digest replaced whole
+
+
+@needs_javac
+def test_a_failed_compilation_names_the_error(scratch):
+    sources, _ = scratch
+    broken = next(sources.rglob("CheckpointMarkers.java"))
+    broken.write_text(broken.read_text().replace("return typed;", "return typo;"))
+    with pytest.raises(ConfigurationError, match="compiling the Java bridge failed") as error:
+        bridge.build()
+    assert "CheckpointMarkers.java" in str(error.value) and "typo" in str(error.value)
+
+
+def test_without_a_jdk_the_sinks_get_no_jar_and_a_warning(scratch, tmp_path, monkeypatch, caplog):
+    without_javac(tmp_path, monkeypatch)
+    with pytest.raises(ConfigurationError, match="javac was not found"):
+        bridge.build()
+    with caplog.at_level(logging.WARNING, logger="pyflink_gcp.bridge"):
+        assert bridge.bridge_jar() is None
+    assert "Java bridge unavailable" in caplog.text
+
+
+def test_an_installed_package_uses_the_jar_it_ships(tmp_path, monkeypatch):
+    """No sources next to the package: the shipped jar is used as it is, no JDK needed."""
+    without_javac(tmp_path, monkeypatch)
+    monkeypatch.setattr(bridge, "_SOURCES", tmp_path / "no-sources")
+    shipped = tmp_path / "pyflink-gcp-bridge.jar"
+    monkeypatch.setattr(bridge, "JAR", shipped)
+    with pytest.raises(ConfigurationError, match="no Java bridge sources"):
+        bridge.build()
+    shipped.write_bytes(b"PK")
+    assert bridge.build() == shipped
