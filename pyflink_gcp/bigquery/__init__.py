@@ -5,7 +5,7 @@ Needs the ``bigquery`` extra: ``pip install "pyflink-gcp[bigquery]"``.
 """
 
 try:
-    import google.cloud.bigquery  # noqa: F401
+    import google.cloud.bigquery
     import google.cloud.bigquery_storage_v1  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -16,19 +16,21 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import (
     BigQueryWriterOptions,
-    CreateDisposition,
+    BigQueryWriterOptionsBuilder,
     OrderingMode,
     RowFormat,
     WriteMethod,
 )
 from pyflink_gcp.bigquery.serialization import BigQuerySerializer, TableSchema
 from pyflink_gcp.bigquery.sink import BigQuerySink, BigQuerySinkBuilder
+from pyflink_gcp.core.options import CreateDisposition
 
 __all__ = [
     "BigQuerySerializer",
     "BigQuerySink",
     "BigQuerySinkBuilder",
     "BigQueryWriterOptions",
+    "BigQueryWriterOptionsBuilder",
     "CreateDisposition",
     "OrderingMode",
     "RowFormat",

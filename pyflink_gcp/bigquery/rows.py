@@ -305,7 +305,7 @@ class _Column:
             )
         self.by_lower = {name.lower(): col for name, col in self.children.items()}
         # Whether natural values of this column need converting before the message takes them.
-        self.special = (self.scalar is not None and _SCALARS[self.bq_type][2] is None) or any(
+        self.special: bool = (self.scalar is not None and _SCALARS[self.bq_type][2] is None) or any(
             child.special for child in self.children.values()
         )
 
@@ -478,9 +478,9 @@ class RowEncoder:
             (CHANGE_SEQUENCE_NUMBER, to_sequence_number, None),
         ]
         self._specials = tuple(specials)
-        pseudo = _PseudoColumns()
-        self._all_columns: dict[str, Any] = {**self._columns, **pseudo.columns}
-        self._all_by_lower: dict[str, Any] = {**self._by_lower, **pseudo.columns}
+        pseudo_columns = _PseudoColumns().columns
+        self._all_columns: dict[str, Any] = {**self._columns, **pseudo_columns}
+        self._all_by_lower: dict[str, Any] = {**self._by_lower, **pseudo_columns}
 
         self.primary_key: tuple[str, ...] = ()
         key_converters = []

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud.bigquery import SchemaField
 
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.functions import RecordOnly, takes_record_only, with_context
+
 if TYPE_CHECKING:
     from pyflink_gcp.bigquery.destinations import TableDestination
     from pyflink_gcp.core.types import WriterContext
@@ -23,7 +26,7 @@ def _as_field(spec: Any) -> SchemaField:
     if isinstance(spec, tuple | list) and 2 <= len(spec) <= 3:
         name, field_type, *mode = spec
         return SchemaField(str(name), str(field_type), mode=mode[0] if mode else "NULLABLE")
-    raise TypeError(
+    raise ConfigurationError(
         "a table schema field is a google.cloud.bigquery.SchemaField or a (name, type[, mode]) "
         f"tuple, got {spec!r}"
     )
@@ -53,11 +56,11 @@ class TableSchema:
     ) -> None:
         self.fields: tuple[SchemaField, ...] = tuple(_as_field(f) for f in fields)
         if not self.fields:
-            raise ValueError("a table schema needs at least one field")
+            raise ConfigurationError("a table schema needs at least one field")
         names = {f.name.lower() for f in self.fields}
         for column in (*primary_key, *clustering_fields):
             if column.lower() not in names:
-                raise ValueError(f"column {column!r} is not a field of the table schema")
+                raise ConfigurationError(f"column {column!r} is not a field of the table schema")
         self.primary_key: tuple[str, ...] = tuple(primary_key)
         self.clustering_fields: tuple[str, ...] = tuple(clustering_fields)
 
@@ -67,7 +70,8 @@ class TableSchema:
         primary_key: Sequence[str] | None = None,
         clustering_fields: Sequence[str] | None = None,
     ) -> TableSchema:
-        """A schema of ``fields`` (SchemaFields or ``(name, type[, mode])`` tuples)."""
+        """A schema of ``fields`` (SchemaFields, nested RECORD fields included, or
+        ``(name, type[, mode])`` tuples)."""
         return TableSchema(list(fields), tuple(primary_key or ()), tuple(clustering_fields or ()))
 
     def __eq__(self, other: object) -> bool:
@@ -88,37 +92,73 @@ class TableSchema:
         return f"TableSchema([{cols}]{pk})"
 
 
+def as_table_schema(schema: Any) -> TableSchema | None:
+    """``schema`` as a :class:`TableSchema`: one already, a sequence of
+    ``google.cloud.bigquery.SchemaField`` (the client library's own idiom), or None.
+
+    Raises:
+        ConfigurationError: ``schema`` is neither (a ``TypeError`` subclass would hide which).
+    """
+    if schema is None or isinstance(schema, TableSchema):
+        return schema
+    if isinstance(schema, list | tuple) and all(isinstance(f, SchemaField) for f in schema):
+        return TableSchema(schema)
+    raise ConfigurationError(
+        "a table schema is a TableSchema or a list of google.cloud.bigquery.SchemaField, "
+        f"got {type(schema).__name__}"
+    )
+
+
+#: What ``schema`` may be: a fixed schema, or a function of the destination returning one.
+SchemaSpec = (
+    TableSchema
+    | Sequence[SchemaField]
+    | Callable[["TableDestination"], "TableSchema | Sequence[SchemaField] | None"]
+)
+
+
 class BigQuerySerializer:
     """Turns a record into the row written to its table.
 
-    Subclass it, or build one with :meth:`of`. ``serialize`` returns a dict keyed by column name
-    (or None to skip the record); values may be given in their natural Python form (a
-    ``datetime`` or an ISO 8601 string for a TIMESTAMP, a ``Decimal`` or a string for a NUMERIC,
-    a dict for a RECORD or JSON column...). Change data capture rows also carry ``_CHANGE_TYPE``
-    (``"UPSERT"`` or ``"DELETE"``) and optionally ``_CHANGE_SEQUENCE_NUMBER``.
+    Subclass it, or build one with :meth:`of`. ``serialize(record, context)`` returns a dict
+    keyed by column name (or None to skip the record); values may be given in their natural
+    Python form (a ``datetime`` or an ISO 8601 string for a TIMESTAMP, a ``Decimal`` or a string
+    for a NUMERIC, a dict for a RECORD or JSON column...). Change data capture rows also carry
+    ``_CHANGE_TYPE`` (``"UPSERT"`` or ``"DELETE"``) and optionally ``_CHANGE_SEQUENCE_NUMBER``.
 
-    ``schema(destination)`` returns the :class:`TableSchema` of a table the sink may create
-    (None: this serializer cannot create tables). It is called once per table writer, not per
-    record.
+    ``schema(destination)`` returns the schema of a table the sink may create: a
+    :class:`TableSchema`, or a list of ``google.cloud.bigquery.SchemaField`` (None: this
+    serializer cannot create tables). It is called once per table writer, not per record, and
+    its result is converted then.
     """
 
     def serialize(self, record: Any, context: WriterContext) -> Mapping[str, Any] | None:
+        """The row of ``record`` (None skips it)."""
         raise NotImplementedError
 
-    def schema(self, destination: TableDestination) -> TableSchema | None:
+    def schema(self, destination: TableDestination) -> TableSchema | Sequence[SchemaField] | None:
+        """The schema of ``destination`` if the sink may create it (default: None)."""
         return None
 
     @staticmethod
     def of(
-        to_row: Callable[[Any, WriterContext], Mapping[str, Any] | None] | None = None,
-        schema: TableSchema | Callable[[TableDestination], TableSchema | None] | None = None,
+        to_row: Callable[[Any, WriterContext], Mapping[str, Any] | None]
+        | Callable[[Any], Mapping[str, Any] | None]
+        | None = None,
+        schema: SchemaSpec | None = None,
     ) -> BigQuerySerializer:
-        """A serializer from a function ``(record, context) -> row`` (default: the record is the
-        row) and a schema (a :class:`TableSchema`, or a function of the destination)."""
-        if to_row is not None and not callable(to_row):
-            raise TypeError("BigQuerySerializer.of() takes a callable (record, context) -> row")
-        if schema is not None and not (isinstance(schema, TableSchema) or callable(schema)):
-            raise TypeError("schema must be a TableSchema or a callable destination -> TableSchema")
+        """A serializer from a function ``(record, context) -> row`` (or ``(record) -> row``;
+        default: the record is the row) and a schema: a :class:`TableSchema`, a list of
+        ``SchemaField`` (converted here, once), or a function of the destination returning
+        either.
+
+        Raises:
+            ConfigurationError: ``to_row`` is not callable, or ``schema`` none of the above.
+        """
+        if to_row is not None:
+            to_row = with_context(to_row, "row function (to_row)")
+        if schema is not None and not callable(schema):
+            schema = as_table_schema(schema)
         return _FunctionSerializer(to_row, schema)
 
 
@@ -134,7 +174,7 @@ class _FunctionSerializer(BigQuerySerializer):
             return record  # type: ignore[no-any-return]
         return self._to_row(record, context)  # type: ignore[no-any-return]
 
-    def schema(self, destination: TableDestination) -> TableSchema | None:
+    def schema(self, destination: TableDestination) -> TableSchema | Sequence[SchemaField] | None:
         if self._schema is None or isinstance(self._schema, TableSchema):
             return self._schema
         return self._schema(destination)  # type: ignore[no-any-return]
@@ -152,4 +192,28 @@ def has_schema(serializer: Any) -> bool:
         return serializer._schema is not None
     return type(serializer).schema is not BigQuerySerializer.schema or not isinstance(
         serializer, BigQuerySerializer
+    )
+
+
+def as_serializer(serializer: Any, sink: str) -> Any:
+    """The serializer the sink calls as ``(record, context)``, decided once at ``build()``.
+
+    A :class:`BigQuerySerializer` (or any object with ``serialize``) whose ``serialize`` takes
+    ``(record, context)`` is used as it is; one taking only the record is wrapped, keeping its
+    ``schema``. A plain callable is adapted by :func:`~pyflink_gcp.core.functions.with_context`.
+
+    Raises:
+        ConfigurationError: ``serializer`` is neither.
+    """
+    method = getattr(serializer, "serialize", None)
+    if callable(method):
+        if not takes_record_only(method):
+            return serializer
+        schema = serializer.schema if has_schema(serializer) else None
+        return _FunctionSerializer(RecordOnly(method), schema)
+    if callable(serializer):
+        return with_context(serializer, "serializer", sink)
+    raise ConfigurationError(
+        f"sink '{sink}': the serializer must be a BigQuerySerializer or a callable "
+        f"(record, context) -> row dict, got {type(serializer).__name__}"
     )

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pyflink_gcp.bigquery.options import (
-    BigQueryWriterOptions,
-    CreateDisposition,
-    OrderingMode,
-    WriteMethod,
-)
-from pyflink_gcp.bigquery.serialization import BigQuerySerializer, has_schema
+from typing import Self
+
+from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode, WriteMethod
+from pyflink_gcp.bigquery.serialization import as_serializer, has_schema
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
-from pyflink_gcp.core.builder import SinkBuilder
+from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
@@ -39,28 +36,31 @@ class BigQuerySink(DynamicSink):
 
     @staticmethod
     def builder() -> BigQuerySinkBuilder:
+        """A builder; only the resolver and the serializer are required."""
         return BigQuerySinkBuilder()
 
 
-class BigQuerySinkBuilder(SinkBuilder):
+class BigQuerySinkBuilder(CreatingSinkBuilder):
     """Builder of :class:`BigQuerySink`. Only the resolver and the serializer are required.
 
     The resolver returns a ``TableDestination`` or an ``UnroutableRecord``; the serializer is a
-    :class:`BigQuerySerializer`, or a callable ``(record, context) -> row dict``.
+    :class:`~pyflink_gcp.bigquery.serialization.BigQuerySerializer`, or a callable
+    ``(record, context) -> row dict`` (or ``(record) -> row dict``). ``set_create_disposition
+    (CreateDisposition.CREATE_IF_NEEDED)`` creates missing tables from the serializer's
+    ``schema(destination)``, at most ``max_created_destinations`` per subtask.
     """
 
     default_name = "bigquery-sink"
+    options_type = BigQueryWriterOptions
 
     def __init__(self) -> None:
         super().__init__()
         self._method = WriteMethod.STORAGE_API_AT_LEAST_ONCE
         self._ordering = OrderingMode.NONE
-        self._disposition = CreateDisposition.CREATE_NEVER
-        self._options = BigQueryWriterOptions()
         self._storage_endpoint: str | None = None
         self._rest_endpoint: str | None = None
 
-    def set_write_method(self, method: WriteMethod) -> BigQuerySinkBuilder:
+    def set_write_method(self, method: WriteMethod) -> Self:
         """How rows are written. Only ``STORAGE_API_AT_LEAST_ONCE`` is available so far."""
         if not isinstance(method, WriteMethod):
             raise ConfigurationError(
@@ -75,7 +75,7 @@ class BigQuerySinkBuilder(SinkBuilder):
         self._method = method
         return self
 
-    def set_ordering_mode(self, mode: OrderingMode) -> BigQuerySinkBuilder:
+    def set_ordering_mode(self, mode: OrderingMode) -> Self:
         """``OrderingMode.NONE`` (default) or ``PER_TABLE`` (one request in flight per table)."""
         if not isinstance(mode, OrderingMode):
             raise ConfigurationError(
@@ -84,55 +84,43 @@ class BigQuerySinkBuilder(SinkBuilder):
         self._ordering = mode
         return self
 
-    def set_create_disposition(self, disposition: CreateDisposition) -> BigQuerySinkBuilder:
-        """Whether missing tables are created from the serializer's ``schema()`` (default
-        CREATE_NEVER)."""
-        if not isinstance(disposition, CreateDisposition):
-            raise ConfigurationError(
-                f"sink '{self._name}': set_create_disposition() takes a CreateDisposition, "
-                f"got {disposition!r}"
-            )
-        self._disposition = disposition
-        return self
-
-    def set_writer_options(self, options: BigQueryWriterOptions) -> BigQuerySinkBuilder:
-        self._options = options
-        return self
-
-    def set_storage_endpoint(self, endpoint: str) -> BigQuerySinkBuilder:
+    def set_storage_endpoint(self, endpoint: str) -> Self:
         """``host:port`` of the Storage Write API (gRPC); ``http://host:port`` means an emulator
         (plain text, anonymous credentials)."""
         self._storage_endpoint = endpoint
         return self
 
-    def set_rest_endpoint(self, endpoint: str) -> BigQuerySinkBuilder:
+    def set_rest_endpoint(self, endpoint: str) -> Self:
         """Base URL of the BigQuery REST API (table metadata and creation); ``http://`` means an
         emulator."""
         self._rest_endpoint = endpoint
         return self
 
     def build(self) -> BigQuerySink:
+        """The sink; raises ConfigurationError naming what is missing or cannot work."""
         name = self._validate_common("BigQuerySerializer.of(to_row, schema=...)")
-        serializer = self._serializer
-        if not isinstance(serializer, BigQuerySerializer):
-            method = getattr(serializer, "serialize", None)
-            if not callable(method) and not callable(serializer):
-                raise ConfigurationError(
-                    f"sink '{name}': the serializer must be a BigQuerySerializer or a callable "
-                    f"(record, context) -> row dict, got {type(serializer).__name__}"
-                )
-        if self._disposition is CreateDisposition.CREATE_IF_NEEDED and not has_schema(serializer):
+        if self._endpoint is not None:
+            raise ConfigurationError(
+                f"sink '{name}': BigQuery talks to two APIs; use set_storage_endpoint() (the "
+                "Storage Write API, gRPC) and set_rest_endpoint() (the REST API: table metadata "
+                "and creation) instead of set_endpoint()"
+            )
+        for what, endpoint in (
+            ("set_storage_endpoint", self._storage_endpoint),
+            ("set_rest_endpoint", self._rest_endpoint),
+        ):
+            if endpoint is not None and (not isinstance(endpoint, str) or not endpoint):
+                raise ConfigurationError(f"sink '{name}': {what}() takes 'host:port' or a URL")
+        serializer = as_serializer(self._serializer, name)
+        if self.creates_destinations and not has_schema(serializer):
             raise ConfigurationError(
                 f"sink '{name}': CREATE_IF_NEEDED creates missing tables from the serializer's "
                 "schema(destination); use a BigQuerySerializer with a schema "
-                "(BigQuerySerializer.of(to_row, schema=TableSchema.of(...))) or CREATE_NEVER"
-            )
-        if not isinstance(self._options, BigQueryWriterOptions):
-            raise ConfigurationError(
-                f"sink '{name}': set_writer_options() takes BigQueryWriterOptions"
+                "(BigQuerySerializer.of(to_row, schema=TableSchema.of(...)) or a list of "
+                "SchemaField) or CREATE_NEVER"
             )
         ensure_picklable(serializer, "serializer", name)
-        options = self._options
+        options: BigQueryWriterOptions = self._options
         factory = BigQueryWriterFactory(
             sink_name=name,
             resolver=self._resolver,
@@ -142,16 +130,6 @@ class BigQuerySinkBuilder(SinkBuilder):
             create_disposition=self._disposition,
             storage_endpoint=self._storage_endpoint,
             rest_endpoint=self._rest_endpoint,
-            retry=RetryPolicy(deadline_s=options.retry_deadline.total_seconds()),
+            retry=RetryPolicy(deadline_s=options.retry_deadline_s),
         )
-        config = self._sink_config(
-            name,
-            factory,
-            serializer,
-            idle_timeout_s=options.idle_timeout.total_seconds(),
-            max_active=None,
-            max_buffered_records=options.max_buffered_rows,
-            max_buffer_time=options.max_buffer_time,
-            per_destination_metrics=options.per_destination_metrics,
-        )
-        return BigQuerySink(config)
+        return BigQuerySink(self._sink_config(name, factory, serializer))

@@ -1,11 +1,10 @@
-"""The table writer's request handling against a scripted AppendRows stub (no emulator):
-request cutting, failure isolation, retries, ordering."""
+"""The sender half of a table writer against a scripted AppendRows stub (no emulator): request
+encoding and cutting by size, failure isolation, retries, the Arrow fallback."""
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -15,8 +14,10 @@ from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 
 from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, RowFormat, TableDestination
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableLayout, TableWriter
-from pyflink_gcp.core import SerializerError, WriteError
+from pyflink_gcp.bigquery.sender import Batch, TableSender, row_payload
+from pyflink_gcp.bigquery.tables import TableLayout
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.core import DestinationNotFoundError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy
 
 Response = types.AppendRowsResponse.pb()
@@ -42,9 +43,15 @@ class FakeService:
     """
 
     def __init__(
-        self, mode: str = "whole", outages: int = 0, busy: int = 0, refuse_arrow: bool = False
+        self,
+        mode: str = "whole",
+        outages: int = 0,
+        busy: int = 0,
+        refuse_arrow: bool = False,
+        stream: str | None = DEST.default_stream,
     ) -> None:
         self.mode = mode
+        self.stream = stream
         self.refuse_arrow = refuse_arrow
         self.formats: list[str] = []
         self.outages = outages
@@ -62,7 +69,10 @@ class FakeService:
         return _FakeCall(self, requests)
 
     def answer(self, request: Any) -> Any:
-        assert request.write_stream == DEST.default_stream
+        if self.stream is not None:
+            assert request.write_stream == self.stream
+        else:
+            assert request.write_stream.endswith("/streams/_default")
         if request.HasField("arrow_rows"):
             data = request.arrow_rows
             assert data.writer_schema.serialized_schema
@@ -123,13 +133,11 @@ class _FakeCall:
         return True
 
 
-def writer(
-    service: FakeService,
-    ordering: OrderingMode = OrderingMode.NONE,
-    row_format: RowFormat = RowFormat.ARROW,
-    **options: Any,
-) -> TableWriter:
-    factory = BigQueryWriterFactory(
+def factory(
+    service: FakeService, ordering: OrderingMode = OrderingMode.NONE, **options: Any
+) -> BigQueryWriterFactory:
+    """A writer factory whose Storage Write stub is ``service`` (no channel, no catalog)."""
+    made = BigQueryWriterFactory(
         sink_name="test-sink",
         resolver=None,
         serializer=None,
@@ -137,9 +145,22 @@ def writer(
         ordering=ordering,
         retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=1.0),
     )
-    factory.stub = service
-    factory.executor = ThreadPoolExecutor(2)
-    return TableWriter(DEST, factory, TableLayout.of(ENCODER_SCHEMA, row_format=row_format))
+    made.stub = service
+    made.executor = ThreadPoolExecutor(2)
+    return made
+
+
+def writer(
+    service: FakeService,
+    ordering: OrderingMode = OrderingMode.NONE,
+    row_format: RowFormat = RowFormat.ARROW,
+    **options: Any,
+) -> TableWriter:
+    return TableWriter(
+        DEST,
+        factory(service, ordering, **options),
+        TableLayout.of(ENCODER_SCHEMA, row_format=row_format),
+    )
 
 
 FORMATS = pytest.mark.parametrize("row_format", [RowFormat.ARROW, RowFormat.PROTO])
@@ -206,35 +227,6 @@ def test_requests_are_cut_by_size(row_format: RowFormat) -> None:
     assert sorted(service.committed) == list(range(500))
 
 
-def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
-    service = FakeService()
-    w = writer(service, max_request_bytes=1_000)
-    # A NULL for a key that is no column is nothing to write.
-    w.write({"id": 1, "bad": False, "zzz": None}, "small")
-    w2 = TableWriter(
-        DEST, w._factory, TableLayout.of([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
-    )
-    w2.write({"id": 2, "s": "x" * 5_000}, "huge")
-    failed = w2.flush()
-    assert len(failed) == 1 and "larger than an append request" in failed[0].reason
-    assert w.flush() == []
-
-
-def test_a_serializer_returning_something_else_than_a_row_is_a_clear_error() -> None:
-    w = writer(FakeService())
-    with pytest.raises(
-        SerializerError, match=r"sink 'test-sink': the serializer returned list for table p\.d\.t"
-    ):
-        w.write([1, 2], "the-record")
-
-
-def test_options_are_validated() -> None:
-    with pytest.raises(ValueError, match="max_request_bytes"):
-        BigQueryWriterOptions.builder().max_request_bytes(20_000_000).build()
-    with pytest.raises(ValueError, match="idle_timeout"):
-        BigQueryWriterOptions.builder().idle_timeout(timedelta(0)).build()
-
-
 def test_plain_rows_go_as_arrow_and_rows_arrow_cannot_take_as_given_go_as_protobuf() -> None:
     service = FakeService()
     w = writer(service, max_request_rows=10)
@@ -258,3 +250,82 @@ def test_an_endpoint_refusing_arrow_gets_every_row_as_protobuf_and_nothing_fails
     assert sorted(service.committed) == list(range(100))
     assert service.formats.count("arrow") == 4
     assert w.arrow_rejections == 4
+
+
+def sender(service: Any, layout: Any, **kw: Any) -> TableSender:
+    settings: dict[str, Any] = {
+        "sink_name": "test-sink",
+        "stub": service,
+        "executor": ThreadPoolExecutor(2),
+        "retry": RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=0.2),
+        "max_in_flight": 2,
+        "max_request_bytes": 100_000,
+        "connection_timeout_s": 5.0,
+    }
+    settings.update(kw)
+    return TableSender(DEST, layout, **settings)
+
+
+def test_a_sender_takes_cut_requests_and_settles_with_the_rejected_rows() -> None:
+    service = FakeService()
+    s = sender(service, TableLayout.of(ENCODER_SCHEMA))
+    assert s.is_idle
+    s.submit(Batch(None, [{"id": 1}, {"id": 2, "bad": True}], ["r1", "r2"], False))
+    s.submit(Batch(None, [{"id": 3}], ["r3"], False))
+    failed = s.settle()
+    assert [(f.record_repr, f.reason) for f in failed] == [("'r2'", "bad value in row 0")]
+    assert sorted(service.committed) == [1, 3]
+    assert s.is_idle and s.rows_appended == 2
+    assert s.settle() == []
+
+
+def test_a_status_that_blames_the_stream_is_not_a_bad_row() -> None:
+    # FAILED_PRECONDITION (9) is a record fault for other services; on the default stream it
+    # speaks of the stream, so the rows are not dead-lettered and the job fails.
+    class Refusing(FakeService):
+        def answer(self, request: Any) -> Any:
+            return Response(error={"code": 9, "message": "stream finalized"})
+
+    s = sender(Refusing(), TableLayout.of(ENCODER_SCHEMA))
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    with pytest.raises(WriteError, match="append to p.d.t failed: FAILED_PRECONDITION"):
+        s.settle()
+    assert not s.is_idle  # a dead sender's error reaches every later flush
+    with pytest.raises(WriteError):
+        s.raise_if_failed()
+
+
+def test_a_table_the_storage_api_never_finds_is_named() -> None:
+    class Missing(FakeService):
+        def answer(self, request: Any) -> Any:
+            return Response(error={"code": 5, "message": "Stream not found"})
+
+    s = sender(Missing(), TableLayout.of(ENCODER_SCHEMA))
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    with pytest.raises(DestinationNotFoundError, match=r"table p\.d\.t is not found"):
+        s.settle()
+
+
+def test_the_layout_lookup_error_fails_the_sender_and_close_cancels_a_queued_lookup() -> None:
+    failed_lookup: Future[TableLayout] = Future()
+    failed_lookup.set_exception(DestinationNotFoundError("table p.d.t does not exist"))
+    s = sender(FakeService(), failed_lookup)
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    with pytest.raises(DestinationNotFoundError, match="does not exist"):
+        s.settle()
+
+    queued: Future[TableLayout] = Future()
+    s = sender(FakeService(), queued)
+    s.close()
+    assert queued.cancelled()
+
+
+def test_dead_letter_payloads_are_json_with_readable_values() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    assert row_payload({"d": date(2024, 1, 2), "n": Decimal("1.5"), "b": b"\x00"}) == (
+        b'{"d": "2024-01-02", "n": "1.5", "b": "AA=="}'
+    )
+    # Anything else JSON cannot say is written as its repr.
+    assert row_payload({"s": {1}}) == b'{"s": "{1}"}'

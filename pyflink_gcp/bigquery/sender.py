@@ -1,0 +1,520 @@
+"""The sender-thread half of a table writer: encoding cut requests and appending them.
+
+A :class:`~pyflink_gcp.bigquery.writer.TableWriter` (the processing thread's half) cuts a
+table's rows into requests (:class:`Batch`) and hands each to the table's :class:`TableSender`
+with :meth:`TableSender.submit`. The sender runs on the factory's shared thread pool while the
+table has requests: it encodes each request (one Arrow record batch,
+:mod:`pyflink_gcp.bigquery.arrow_rows`, or protobuf rows, :mod:`pyflink_gcp.bigquery.rows`,
+split further to stay under ``max_request_bytes``) and pipelines up to ``max_in_flight_requests``
+of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``). The two halves share
+only the request queue and the results, under one condition variable.
+
+Why a connection per sending burst rather than a request per call or a connection per table for
+ever: every AppendRows request names its stream (the emulator needs it), responses come back in
+order on a connection, and pipelining several requests on one connection is what makes the
+default stream fast; the connection is closed once the table has nothing left to send, so an idle
+table costs no thread and no open stream.
+
+Failures:
+
+- A row that cannot be encoded (wrong type, unknown column) or is larger than a request is
+  rejected at once, without an RPC.
+- A request the service rejects for its content is narrowed down to the guilty rows: with the
+  service's per-row errors where it sends them, otherwise by splitting the request in halves
+  until each bad row stands alone, so good rows land and only bad rows go to the failure handler.
+  The halves go back to the front of the queue and travel in the same pipeline as every other
+  request, instead of through the synchronous
+  :func:`~pyflink_gcp.core.isolation.isolate_rejected` (which sends one part and waits for its
+  answer): on a connection whose responses come back in order, waiting for one part would stall
+  the requests in flight behind it, and an Arrow request rejected whole is first re-sent as
+  protobuf rows rather than halved.
+- Transport errors and transient statuses re-send the unanswered requests on a new connection,
+  with backoff, until the retry deadline; then the job fails. They are never dead-lettered.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+from collections import deque
+from concurrent.futures import Future
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+from pyflink_gcp.bigquery.client import AppendConnection, AppendRowsRequest, ProtoSchema
+from pyflink_gcp.bigquery.destinations import TableDestination
+from pyflink_gcp.bigquery.rows import RowError
+from pyflink_gcp.bigquery.tables import TableLayout
+from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
+from pyflink_gcp.core.failure import FailedRecord
+from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
+from pyflink_gcp.core.status import StatusError, is_record_fault
+
+_LOG = logging.getLogger("pyflink_gcp.bigquery")
+
+#: Bytes a serialized row adds to a request besides its own (field tag and length prefix).
+ROW_OVERHEAD = 6
+#: Requests a table may queue beyond its in-flight window before ``submit`` waits (bounds memory).
+_QUEUED_BATCHES = 4
+#: Statuses that blame a request's rows. Only INVALID_ARGUMENT: the default stream takes no
+#: offsets, so OUT_OF_RANGE and FAILED_PRECONDITION speak of the stream, not of the rows.
+_ROW_FAULT_CODES = frozenset({"INVALID_ARGUMENT"})
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    return repr(value)
+
+
+def row_payload(element: Any) -> bytes:
+    """The dead-letter payload of a row: its JSON (bytes as base64, times as ISO 8601)."""
+    try:
+        return json.dumps(element, default=_json_default, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):
+        return repr(element).encode("utf-8", "replace")
+
+
+class Batch:
+    """The rows of one AppendRows request, with what is needed to reject them one by one.
+
+    A batch is *pending* until the sender encodes it (``rows`` and ``arrow`` both None), then
+    carries either serialized protobuf rows or one serialized Arrow record batch.
+    """
+
+    __slots__ = ("rows", "arrow", "elements", "records", "cdc")
+
+    def __init__(
+        self,
+        rows: list[bytes] | None,
+        elements: list[Any],
+        records: list[Any],
+        cdc: bool,
+        arrow: bytes | None = None,
+    ):
+        self.rows = rows
+        self.arrow = arrow
+        self.elements = elements
+        self.records = records
+        self.cdc = cdc
+
+    def subset(self, indexes: list[int]) -> Batch:
+        """The rows at ``indexes``, unencoded if this batch was Arrow."""
+        rows = self.rows
+        return Batch(
+            None if rows is None else [rows[i] for i in indexes],
+            [self.elements[i] for i in indexes],
+            [self.records[i] for i in indexes],
+            self.cdc,
+        )
+
+    def halves(self) -> tuple[Batch, Batch]:
+        """The first and the second half of the rows, unencoded if this batch was Arrow."""
+        mid = len(self.elements) // 2
+        rows = self.rows
+        return (
+            Batch(
+                None if rows is None else rows[:mid],
+                self.elements[:mid],
+                self.records[:mid],
+                self.cdc,
+            ),
+            Batch(
+                None if rows is None else rows[mid:],
+                self.elements[mid:],
+                self.records[mid:],
+                self.cdc,
+            ),
+        )
+
+
+class TableSender:
+    """Appends the cut requests of one table; see the module docstring.
+
+    The processing thread calls :meth:`submit`, :meth:`settle`, :attr:`is_idle` and
+    :meth:`close`; everything else runs on a sender thread, one at a time per table. The state
+    both sides touch (the queue, the results, the connection) is guarded by ``_cond``.
+    """
+
+    def __init__(
+        self,
+        destination: TableDestination,
+        layout: TableLayout | Future[TableLayout],
+        *,
+        sink_name: str,
+        stub: Any,
+        executor: Any,
+        retry: RetryPolicy,
+        max_in_flight: int,
+        max_request_bytes: int,
+        connection_timeout_s: float,
+    ) -> None:
+        self.destination = destination
+        self._sink = sink_name
+        self._name = str(destination)
+        self._stream = destination.default_stream
+        self._what = f"sink '{sink_name}': append to {destination.table_id}"
+        self._stub = stub
+        self._executor = executor
+        self._retry = retry
+        self._depth = max_in_flight
+        self._timeout_s = connection_timeout_s
+        self._layout_source = layout
+        self._layout: TableLayout | None = None
+        self._plain_schema: Any = None
+        self._cdc_schema: Any = None
+        self._max_request_bytes = max_request_bytes
+        #: Bytes of rows one request may carry (its limit less the schema it also carries).
+        self.max_bytes = max_request_bytes
+        self._cond = threading.Condition()
+        self._queue: deque[Batch] = deque()
+        self._draining = False
+        self._failed: list[FailedRecord] = []
+        self._fatal: BaseException | None = None
+        self._closed = False
+        self._connection: AppendConnection | None = None
+        # Counters (read by tests, metrics and the benchmark).
+        self.rows_appended = 0
+        self.requests_sent = 0
+        self.arrow_requests_sent = 0
+        self.arrow_rejections = 0
+
+    # -- table layout (either thread) ----------------------------------------------------------
+
+    def layout(self) -> TableLayout:
+        """The table's encoders, waiting for its metadata lookup if it is still running.
+
+        Raises the lookup's error (table missing, creation refused...) to every caller.
+        """
+        layout = self._layout
+        if layout is None:
+            source = self._layout_source
+            layout = source if isinstance(source, TableLayout) else source.result()
+            encoder = layout.encoder
+            self._plain_schema = ProtoSchema(proto_descriptor=encoder.descriptor)
+            self._cdc_schema = ProtoSchema(proto_descriptor=encoder.cdc_descriptor)
+            overhead = len(encoder.cdc_descriptor.SerializeToString()) + len(self._stream) + 64
+            if layout.arrow is not None:
+                overhead = max(overhead, len(layout.arrow.serialized_schema) + len(self._stream))
+            self.max_bytes = self._max_request_bytes - overhead
+            self._layout = layout
+        return layout
+
+    def failure(self, element: Any, record: Any, reason: str) -> FailedRecord:
+        """The failed record of a row of this table, for the failure handler."""
+        return FailedRecord(
+            sink=self._sink,
+            destination=self._name,
+            reason=reason,
+            payload=row_payload(element),
+            record_repr=short_repr(record),
+        )
+
+    def oversized(self, element: Any, record: Any, size: int) -> FailedRecord:
+        """The failed record of a row larger than a request may be."""
+        return self.failure(
+            element,
+            record,
+            f"row of {size} bytes is larger than an append request may be ({self.max_bytes} bytes)",
+        )
+
+    # -- processing thread ---------------------------------------------------------------------
+
+    def submit(self, batch: Batch) -> None:
+        """Queue a cut request, starting a sender if none runs; waits while the table has more
+        than its window and a few requests queued (backpressure).
+
+        Raises:
+            SinkError: The sender died; its error is raised here rather than rows queued for a
+                sender that no longer runs.
+        """
+        if self._fatal is not None:
+            raise self._fatal
+        with self._cond:
+            self._queue.append(batch)
+            if not self._draining and self._fatal is None:
+                self._draining = True
+                self._executor.submit(self._drain)
+            # Backpressure: a table that sends slower than it receives holds the task here.
+            while (
+                self._draining
+                and self._fatal is None
+                and len(self._queue) > self._depth + _QUEUED_BATCHES
+            ):
+                self._cond.wait()
+
+    def settle(self) -> list[FailedRecord]:
+        """Wait until every submitted request was answered; the rows the service rejected.
+
+        Raises:
+            SinkError: The sender failed (after retries); raised again by every later call.
+        """
+        with self._cond:
+            while self._draining:
+                self._cond.wait()
+            fatal = self._fatal
+            failed, self._failed = self._failed, []
+        if fatal is not None:
+            raise fatal
+        return failed
+
+    def raise_if_failed(self) -> None:
+        """Raise the sender's error, if it died."""
+        if self._fatal is not None:
+            raise self._fatal
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing queued, in flight, or waiting to be reported (a sender that died is not idle:
+        its error must reach the next flush)."""
+        return not (self._queue or self._draining or self._failed or self._fatal is not None)
+
+    def close(self) -> None:
+        """Drop what is queued and close the connection (a running sender stops at its next
+        step)."""
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+            connection = self._connection
+        if connection is not None:
+            connection.close()
+        source = self._layout_source
+        if isinstance(source, Future):
+            source.cancel()  # a lookup still queued for a writer that is gone
+
+    # -- sender thread -------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Send queued requests until none is left, then close the connection."""
+        in_flight: deque[Batch] = deque()
+        backoff: BackoffSequence | None = None
+        try:
+            while True:
+                with self._cond:
+                    if self._closed:
+                        self._draining = False
+                        self._cond.notify_all()
+                        return
+                    to_send: list[Batch] = []
+                    while len(in_flight) + len(to_send) < self._depth and self._queue:
+                        to_send.append(self._queue.popleft())
+                    if not to_send and not in_flight:
+                        self._draining = False
+                        self._cond.notify_all()
+                        return
+                    if to_send:
+                        self._cond.notify_all()
+                ready: list[Batch] = []
+                for batch in to_send:
+                    if batch.rows is None and batch.arrow is None:
+                        ready.extend(self._encode_batch(batch))
+                    else:
+                        ready.append(batch)
+                room = self._depth - len(in_flight)
+                if len(ready) > room:
+                    # Encoding split a request by size: the rest waits its turn in the window.
+                    with self._cond:
+                        self._queue.extendleft(reversed(ready[room:]))
+                    del ready[room:]
+                for batch in ready:
+                    self._send(batch)
+                    in_flight.append(batch)
+                if not in_flight:
+                    continue
+                try:
+                    response = self._receive()
+                except Exception as exc:  # noqa: BLE001 - classified by _retry_or_raise
+                    # The connection is gone: every unanswered request is sent again.
+                    self._disconnect()
+                    with self._cond:
+                        self._queue.extendleft(reversed(in_flight))
+                    in_flight.clear()
+                    backoff = self._retry_or_raise(exc, backoff)
+                    continue
+                backoff = self._handle(in_flight.popleft(), response, backoff)
+        except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
+            error = exc
+            if not isinstance(exc, SinkError):
+                error = WriteError(f"{self._what}: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+            with self._cond:
+                self._fatal = error
+                self._draining = False
+                self._cond.notify_all()
+        finally:
+            self._disconnect()
+
+    def _encode_batch(self, batch: Batch) -> list[Batch]:
+        """Encode a pending batch: one Arrow record batch if possible, else protobuf rows.
+
+        Rows that cannot be encoded go to the failure handler; protobuf rows are cut into
+        requests of at most ``max_request_bytes``. Returns the requests to send.
+        """
+        layout = self.layout()
+        elements = batch.elements
+        if layout.arrow is not None:
+            data = layout.arrow.encode(elements)
+            if data is not None:
+                if len(data) <= self.max_bytes:
+                    batch.arrow = data
+                    return [batch]
+                if len(elements) > 1:
+                    left, right = batch.halves()
+                    return self._encode_batch(left) + self._encode_batch(right)
+                # A single row over the limit: the protobuf path below rejects it by size.
+        return self._encode_proto(batch)
+
+    def _encode_proto(self, batch: Batch) -> list[Batch]:
+        """Encode a batch as protobuf rows (see :meth:`_encode_batch`)."""
+        elements = batch.elements
+        encode = self.layout().encoder.encode
+        max_bytes = self.max_bytes
+        out: list[Batch] = []
+        rows: list[bytes] = []
+        kept_elements: list[Any] = []
+        kept_records: list[Any] = []
+        size = 0
+        failed: list[FailedRecord] = []
+        for element, record in zip(elements, batch.records, strict=True):
+            try:
+                data = encode(element)
+            except RowError as exc:
+                failed.append(self.failure(element, record, str(exc)))
+                continue
+            row_size = len(data) + ROW_OVERHEAD
+            if row_size > max_bytes:
+                failed.append(self.oversized(element, record, row_size))
+                continue
+            if rows and size + row_size > max_bytes:
+                out.append(Batch(rows, kept_elements, kept_records, False))
+                rows, kept_elements, kept_records, size = [], [], [], 0
+            rows.append(data)
+            kept_elements.append(element)
+            kept_records.append(record)
+            size += row_size
+        if rows:
+            out.append(Batch(rows, kept_elements, kept_records, False))
+        if failed:
+            with self._cond:
+                self._failed.extend(failed)
+        return out
+
+    def _send(self, batch: Batch) -> None:
+        connection = self._connection
+        if connection is None:
+            connection = AppendConnection(self._stub, self._stream, self._timeout_s)
+            with self._cond:
+                self._connection = connection
+        # Every request names its stream and carries its writer schema: a connection whose
+        # earlier request failed may have lost the schema it was sent first (the emulator does),
+        # and a request that fails for that reason must never be mistaken for bad rows.
+        request = AppendRowsRequest()
+        request.write_stream = self._stream
+        layout = self.layout()
+        if batch.arrow is not None:
+            assert layout.arrow is not None
+            arrow_rows = request.arrow_rows
+            arrow_rows.writer_schema.serialized_schema = layout.arrow.serialized_schema
+            arrow_rows.rows.serialized_record_batch = batch.arrow
+            self.arrow_requests_sent += 1
+        else:
+            request.proto_rows.writer_schema.CopyFrom(
+                self._cdc_schema if batch.cdc else self._plain_schema
+            )
+            request.proto_rows.rows.serialized_rows.extend(batch.rows or ())
+        connection.send(request)
+        self.requests_sent += 1
+
+    def _receive(self) -> Any:
+        assert self._connection is not None
+        return self._connection.receive()
+
+    def _disconnect(self) -> None:
+        with self._cond:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def _handle(self, batch: Batch, response: Any, backoff: BackoffSequence | None) -> Any:
+        """Settle one answered request. Returns the backoff sequence to continue with."""
+        if response.row_errors:
+            # The service names the bad rows and commits none of the request: re-send the rest.
+            bad = {int(e.index): e.message for e in response.row_errors}
+            failed = [
+                self.failure(batch.elements[i], batch.records[i], message)
+                for i, message in sorted(bad.items())
+                if 0 <= i < len(batch.elements)
+            ]
+            rest = [i for i in range(len(batch.elements)) if i not in bad]
+            with self._cond:
+                self._failed.extend(failed)
+                if rest:
+                    self._queue.appendleft(batch.subset(rest))
+            return backoff
+        code = response.error.code if response.HasField("error") else 0
+        if code == 0:
+            self.rows_appended += len(batch.elements)
+            return None
+        error = StatusError.of(code, response.error.message)
+        if is_record_fault(error, _ROW_FAULT_CODES):
+            if batch.arrow is not None:
+                # Before blaming the rows, send them again as protobuf rows: an endpoint that
+                # does not take Arrow must not make every row a failed record.
+                self._note_arrow_rejected(str(error))
+                retry = self._encode_proto(batch)
+                with self._cond:
+                    self._queue.extendleft(reversed(retry))
+                return backoff
+            # Rejected whole for its content: isolate the bad rows by halving the request.
+            with self._cond:
+                if len(batch.elements) == 1:
+                    self._failed.append(
+                        self.failure(batch.elements[0], batch.records[0], str(error))
+                    )
+                else:
+                    left, right = batch.halves()
+                    self._queue.appendleft(right)
+                    self._queue.appendleft(left)
+            return backoff
+        with self._cond:
+            self._queue.appendleft(batch)
+        return self._retry_or_raise(error, backoff)
+
+    def _note_arrow_rejected(self, message: str) -> None:
+        self.arrow_rejections += 1
+        if self.arrow_rejections == 1:
+            _LOG.warning(
+                "%s: an Arrow request to %s was rejected (%s); its rows are sent again as "
+                "protobuf rows. If every Arrow request fails, set "
+                "BigQueryWriterOptions.row_format=RowFormat.PROTO.",
+                self._sink,
+                self.destination.table_id,
+                message,
+            )
+
+    def _retry_or_raise(self, exc: Exception, backoff: BackoffSequence | None) -> BackoffSequence:
+        status = status_name(exc)
+        # NOT_FOUND is retried too: a table created a moment ago may not be visible to the
+        # Storage Write API yet.
+        if not (self._retry.is_transient(exc) or status in ("NOT_FOUND", "CANCELLED")):
+            raise WriteError(f"{self._what} failed: {status}: {exc}") from exc
+        if backoff is None:
+            backoff = self._retry.backoffs()
+        try:
+            backoff.wait_or_raise(exc, self._what)
+        except WriteError as error:
+            if status == "NOT_FOUND":
+                raise DestinationNotFoundError(
+                    f"sink '{self._sink}': table {self.destination.table_id} is not found by the "
+                    f"Storage Write API: {exc}"
+                ) from exc
+            raise error
+        return backoff

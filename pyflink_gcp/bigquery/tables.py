@@ -1,0 +1,252 @@
+"""Tables: looking one up (or creating it) over REST, and how its rows are encoded.
+
+A table writer needs the table's schema before it can encode a row. The lookup is one
+``tables.get`` (and, under ``CREATE_IF_NEEDED``, one ``tables.insert``) made by
+:class:`TableCatalog` on a metadata thread, so a subtask meeting many new tables keeps
+processing records meanwhile; the result is a :class:`TableLayout`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
+from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
+from pyflink_gcp.bigquery.destinations import TableDestination
+from pyflink_gcp.bigquery.options import BigQueryWriterOptions, RowFormat
+from pyflink_gcp.bigquery.rows import RowEncoder, SchemaNotSupportedError
+from pyflink_gcp.bigquery.serialization import TableSchema, as_table_schema, has_schema
+from pyflink_gcp.core.errors import (
+    ConfigurationError,
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    SerializerError,
+    WriteError,
+)
+from pyflink_gcp.core.functions import describe_callable
+from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.retry import RetryPolicy, status_name
+
+_LOG = logging.getLogger("pyflink_gcp.bigquery")
+
+#: Timeout of one REST call (table metadata, creation).
+_REST_TIMEOUT_S = 60
+
+
+class TableLayout:
+    """How one table's rows are encoded: its protobuf encoder, and its Arrow encoder if any."""
+
+    __slots__ = ("encoder", "arrow")
+
+    def __init__(self, encoder: RowEncoder, arrow: ArrowEncoder | None) -> None:
+        self.encoder = encoder
+        self.arrow = arrow
+
+    @staticmethod
+    def of(
+        fields: Any,
+        primary_key: tuple[str, ...] = (),
+        *,
+        row_format: RowFormat = RowFormat.ARROW,
+        ignore_unknown_values: bool = False,
+    ) -> TableLayout:
+        """The layout of a table with these columns. Raises SchemaNotSupportedError."""
+        encoder = RowEncoder(fields, primary_key, ignore_unknown_values=ignore_unknown_values)
+        arrow = None
+        if row_format is RowFormat.ARROW:
+            arrow = ArrowEncoder.for_schema(fields, ignore_unknown_values=ignore_unknown_values)
+        return TableLayout(encoder, arrow)
+
+
+class TableCatalog:
+    """Looks tables up and creates them for the writers of one sink subtask.
+
+    Thread-safe: metadata threads call :meth:`layout` concurrently. The REST client is created
+    on first use, and the creation count is kept under a lock, counted when a creation is
+    attempted so that concurrent creations cannot overshoot ``max_created_destinations``.
+    """
+
+    def __init__(
+        self,
+        *,
+        sink_name: str,
+        resolver_name: str,
+        serializer: Any,
+        options: BigQueryWriterOptions,
+        create_disposition: CreateDisposition,
+        rest_endpoint: str | None,
+        retry: RetryPolicy,
+    ) -> None:
+        self.sink_name = sink_name
+        self.resolver_name = resolver_name
+        self.serializer = serializer
+        self.options = options
+        self.create_disposition = create_disposition
+        self.retry = retry
+        self.tables_created = 0
+        self._endpoint = resolve_rest_endpoint(rest_endpoint)
+        self._lock = threading.Lock()
+        self._rest: Any = None
+
+    def close(self) -> None:
+        """Close the REST client, if one was opened."""
+        with self._lock:
+            rest, self._rest = self._rest, None
+        if rest is not None:
+            rest.close()
+
+    def layout(self, destination: TableDestination) -> TableLayout:
+        """Fetch (or create) the table and build its encoders. Runs on a metadata thread."""
+        table = self._get_or_create(destination)
+        primary_key: tuple[str, ...] = ()
+        constraints = table.table_constraints
+        if constraints is not None and constraints.primary_key is not None:
+            primary_key = tuple(constraints.primary_key.columns)
+        if not primary_key:
+            # The table's metadata may not carry the key (an emulator drops it): fall back on
+            # the key the serializer declares for the table.
+            schema = self.serializer_schema(destination)
+            if schema is not None:
+                primary_key = schema.primary_key
+        try:
+            return TableLayout.of(
+                table.schema,
+                primary_key,
+                row_format=self.options.row_format,
+                ignore_unknown_values=self.options.ignore_unknown_values,
+            )
+        except SchemaNotSupportedError as exc:
+            raise ConfigurationError(
+                f"sink '{self.sink_name}': table {destination.table_id}: {exc}"
+            ) from exc
+
+    def serializer_schema(self, destination: TableDestination) -> TableSchema | None:
+        """The schema the serializer gives the table (a TableSchema, or SchemaFields converted
+        into one), or None."""
+        if not has_schema(self.serializer):
+            return None
+        what = f"serializer {describe_callable(self.serializer)} schema()"
+        try:
+            schema = self.serializer.schema(destination)
+        except Exception as exc:
+            raise SerializerError(
+                f"sink '{self.sink_name}': {what} raised {type(exc).__name__}: {exc} for table "
+                f"{destination.table_id}"
+            ) from exc
+        try:
+            return as_table_schema(schema)
+        except (TypeError, ValueError) as exc:
+            raise SerializerError(
+                f"sink '{self.sink_name}': {what} for table {destination.table_id}: {exc}"
+            ) from exc
+
+    def _client(self, project: str) -> Any:
+        with self._lock:
+            if self._rest is None:
+                self._rest = rest_client(self._endpoint, project)
+            return self._rest
+
+    def _get_or_create(self, destination: TableDestination) -> Any:
+        client = self._client(destination.project)
+        table_id = destination.table_id
+        try:
+            return self.retry.call(
+                lambda: client.get_table(table_id, retry=None, timeout=_REST_TIMEOUT_S),
+                f"sink '{self.sink_name}': get table {table_id}",
+            )
+        except gexc.NotFound:
+            pass
+        if self.create_disposition is CreateDisposition.CREATE_NEVER:
+            raise DestinationNotFoundError(
+                f"sink '{self.sink_name}': table {table_id} does not exist and the create "
+                f"disposition is CREATE_NEVER (resolver {self.resolver_name})"
+            )
+        return self._create(destination)
+
+    def _create(self, destination: TableDestination) -> Any:
+        table_id = destination.table_id
+        limit = self.options.max_created_destinations
+        with self._lock:
+            # Counted when attempted (metadata threads create concurrently); given back below
+            # when another subtask created the table first.
+            if self.tables_created >= limit:
+                raise CreationLimitExceededError(
+                    f"sink '{self.sink_name}': creating table {table_id} would exceed "
+                    f"max_created_destinations={limit} for this subtask ({self.tables_created} "
+                    f"tables created so far). The destination resolver {self.resolver_name} "
+                    "names more new tables than expected; raise "
+                    "BigQueryWriterOptions.max_created_destinations if that is intended."
+                )
+            self.tables_created += 1
+        try:
+            return self._create_counted(destination)
+        except BaseException:
+            with self._lock:
+                self.tables_created -= 1
+            raise
+
+    def _create_counted(self, destination: TableDestination) -> Any:
+        from google.cloud import bigquery
+        from google.cloud.bigquery.table import PrimaryKey, TableConstraints
+
+        table_id = destination.table_id
+        schema = self.serializer_schema(destination)
+        if schema is None:
+            raise DestinationNotFoundError(
+                f"sink '{self.sink_name}': table {table_id} does not exist and serializer "
+                f"{describe_callable(self.serializer)} gives no schema() to create it with"
+            )
+        table = bigquery.Table(table_id, schema=list(schema.fields))
+        if schema.primary_key:
+            table.table_constraints = TableConstraints(
+                primary_key=PrimaryKey(columns=list(schema.primary_key)), foreign_keys=[]
+            )
+        if schema.clustering_fields:
+            table.clustering_fields = list(schema.clustering_fields)
+        client = self._client(destination.project)
+        what = f"sink '{self.sink_name}': create table {table_id}"
+        backoff = self.retry.backoffs()
+        while True:
+            try:
+                created = client.create_table(table, retry=None, timeout=_REST_TIMEOUT_S)
+            except gexc.Conflict:
+                # Another subtask created it first: not counted against this subtask.
+                existing = self.retry.call(
+                    lambda: client.get_table(table_id, retry=None, timeout=_REST_TIMEOUT_S), what
+                )
+                with self._lock:
+                    self.tables_created -= 1
+                return existing
+            except gexc.NotFound:
+                raise self._no_dataset(destination) from None
+            except Exception as exc:
+                if not self.retry.is_transient(exc):
+                    raise WriteError(f"{what} failed: {status_name(exc)}: {exc}") from exc
+                # Some backends answer a create in a missing dataset with an internal error.
+                if self._dataset_missing(destination):
+                    raise self._no_dataset(destination) from exc
+                backoff.wait_or_raise(exc, what)
+                continue
+            _LOG.info("%s: created table %s", self.sink_name, table_id)
+            return created
+
+    def _dataset_missing(self, destination: TableDestination) -> bool:
+        client = self._client(destination.project)
+        try:
+            client.get_dataset(f"{destination.project}.{destination.dataset}", retry=None)
+        except gexc.NotFound:
+            return True
+        except Exception:  # noqa: BLE001 - only a definite NotFound answers the question
+            return False
+        return False
+
+    def _no_dataset(self, destination: TableDestination) -> DestinationNotFoundError:
+        return DestinationNotFoundError(
+            f"sink '{self.sink_name}': cannot create table {destination.table_id}: dataset "
+            f"{destination.project}.{destination.dataset} does not exist (the sink creates "
+            "tables, not datasets)"
+        )

@@ -1,0 +1,96 @@
+"""The client room: endpoints from the builder or the emulator variables, the Storage Write
+channel, AppendRows connections and the REST client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from google.auth.credentials import AnonymousCredentials
+
+from pyflink_gcp.bigquery.client import (
+    REST_EMULATOR_VARIABLE,
+    STORAGE_EMULATOR_VARIABLE,
+    AppendConnection,
+    AppendRowsRequest,
+    append_rows_stub,
+    open_storage_channel,
+    resolve_rest_endpoint,
+    resolve_storage_endpoint,
+    rest_client,
+)
+from pyflink_gcp.core.endpoints import Endpoint
+from pyflink_gcp.core.status import StatusError
+
+
+def test_endpoints_come_from_the_builder_then_the_emulator_variables_then_adc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(STORAGE_EMULATOR_VARIABLE, raising=False)
+    monkeypatch.delenv(REST_EMULATOR_VARIABLE, raising=False)
+    assert resolve_storage_endpoint(None) == Endpoint(None, False)
+    assert resolve_rest_endpoint(None) == Endpoint(None, False)
+    monkeypatch.setenv(STORAGE_EMULATOR_VARIABLE, "127.0.0.1:9060")
+    monkeypatch.setenv(REST_EMULATOR_VARIABLE, "127.0.0.1:9050")
+    assert resolve_storage_endpoint(None) == Endpoint("127.0.0.1:9060", True)
+    assert resolve_rest_endpoint(None) == Endpoint("127.0.0.1:9050", True)
+    assert resolve_storage_endpoint("http://10.0.0.1:1") == Endpoint("10.0.0.1:1", True)
+    assert resolve_rest_endpoint("eu-bigquery.example.com") == Endpoint(
+        "eu-bigquery.example.com", False
+    )
+
+
+def test_an_emulator_gets_an_insecure_channel_and_anonymous_rest_credentials() -> None:
+    channel = open_storage_channel(Endpoint("127.0.0.1:1", True))
+    try:
+        assert isinstance(channel, grpc.Channel)
+        assert callable(append_rows_stub(channel))
+    finally:
+        channel.close()
+    client = rest_client(Endpoint("127.0.0.1:2", True), "p")
+    try:
+        assert isinstance(client._credentials, AnonymousCredentials)
+        assert client._connection.API_BASE_URL == "http://127.0.0.1:2"
+        assert client.project == "p"
+    finally:
+        client.close()
+
+
+class _Call:
+    def __init__(self, requests: Any, answers: list[Any]) -> None:
+        self.requests = requests
+        self.answers = iter(answers)
+        self.cancelled = False
+
+    def __next__(self) -> Any:
+        return next(self.answers)
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+def test_a_connection_names_its_stream_and_an_ended_stream_is_unavailable() -> None:
+    calls: list[tuple[_Call, Any]] = []
+
+    def stub(requests: Any, metadata: Any = None, timeout: Any = None) -> _Call:
+        call = _Call(requests, ["answer"])
+        calls.append((call, metadata))
+        return call
+
+    connection = AppendConnection(stub, "projects/p/datasets/d/tables/t/streams/_default", 5.0)
+    call, metadata = calls[0]
+    assert metadata == (
+        ("x-goog-request-params", "write_stream=projects/p/datasets/d/tables/t/streams/_default"),
+    )
+    request = AppendRowsRequest(write_stream="s")
+    connection.send(request)
+    assert next(call.requests) is request
+    assert connection.receive() == "answer"
+    with pytest.raises(StatusError, match="ended without a response") as err:
+        connection.receive()
+    assert err.value.grpc_status_code is grpc.StatusCode.UNAVAILABLE
+    connection.close()
+    assert call.cancelled
+    assert list(call.requests) == []  # the request stream ends

@@ -1,0 +1,45 @@
+"""Table destinations: values named by their resource, validated when built."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from pyflink_gcp.bigquery import TableDestination
+
+
+def test_destinations_are_values_named_by_their_resource() -> None:
+    a = TableDestination.of("p", "ds", "orders_20240101")
+    assert a == TableDestination.from_table_id("p.ds.orders_20240101")
+    assert hash(a) == hash(TableDestination.of("p", "ds", "orders_20240101"))
+    assert str(a) == "projects/p/datasets/ds/tables/orders_20240101"
+    assert (a.project, a.dataset, a.table, a.table_id) == (
+        "p",
+        "ds",
+        "orders_20240101",
+        "p.ds.orders_20240101",
+    )
+    assert a.default_stream == str(a) + "/streams/_default"
+    assert pickle.loads(pickle.dumps(a)) == a
+    with pytest.raises(AttributeError):
+        a.x = 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("p", "my-dataset", "t"), "invalid BigQuery dataset id"),
+        (("p", "d", "t$20240101"), "invalid BigQuery table id"),
+        (("p", "d", ""), "invalid BigQuery table id"),
+        (("", "d", "t"), "invalid BigQuery project id"),
+    ],
+)
+def test_impossible_table_names_fail_when_built(args: tuple[str, str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TableDestination.of(*args)
+
+
+def test_a_table_id_needs_three_parts() -> None:
+    with pytest.raises(ValueError, match="project.dataset.table"):
+        TableDestination.from_table_id("ds.t")

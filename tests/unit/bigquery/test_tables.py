@@ -1,0 +1,85 @@
+"""Table layouts and the catalog's handling of the serializer's schema and the creation bound
+(the REST lookups themselves run against the emulator in the integration tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.cloud.bigquery import SchemaField
+
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQueryWriterOptions,
+    RowFormat,
+    TableDestination,
+    TableSchema,
+)
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
+from pyflink_gcp.core import CreationLimitExceededError, SerializerError
+from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.retry import RetryPolicy
+
+DEST = TableDestination.of("p", "d", "t")
+SCALARS = [SchemaField("id", "INT64"), SchemaField("name", "STRING")]
+NESTED = [
+    SchemaField("id", "INT64", mode="REQUIRED"),
+    SchemaField("customer", "RECORD", fields=[SchemaField("name", "STRING")]),
+]
+
+
+def test_layouts_carry_an_arrow_encoder_only_where_arrow_can_take_the_table() -> None:
+    assert TableLayout.of(SCALARS).arrow is not None
+    assert TableLayout.of(SCALARS, row_format=RowFormat.PROTO).arrow is None
+    nested = TableLayout.of(NESTED, ("id",))
+    assert nested.arrow is None
+    assert nested.encoder.primary_key == ("id",)
+
+
+def catalog(serializer: Any, **options: Any) -> TableCatalog:
+    return TableCatalog(
+        sink_name="s",
+        resolver_name="Resolver",
+        serializer=serializer,
+        options=BigQueryWriterOptions(**options),
+        create_disposition=CreateDisposition.CREATE_IF_NEEDED,
+        rest_endpoint="http://127.0.0.1:1",
+        retry=RetryPolicy(deadline_s=0),
+    )
+
+
+class Listed(BigQuerySerializer):
+    def serialize(self, record: Any, context: Any) -> Any:
+        return record
+
+    def schema(self, destination: TableDestination) -> Any:
+        return {"t": NESTED, "bad": "id:INT64"}.get(destination.table)
+
+
+def test_the_serializer_schema_may_be_a_schema_field_list() -> None:
+    tables = catalog(Listed())
+    assert tables.serializer_schema(DEST) == TableSchema.of(NESTED)
+    assert tables.serializer_schema(TableDestination.of("p", "d", "other")) is None
+    with pytest.raises(SerializerError, match=r"Listed schema\(\) for table p\.d\.bad: .*got str"):
+        tables.serializer_schema(TableDestination.of("p", "d", "bad"))
+    assert catalog(lambda r, c: r).serializer_schema(DEST) is None
+
+
+def test_a_failing_schema_function_is_a_serializer_error_naming_the_table() -> None:
+    def broken(destination: TableDestination) -> Any:
+        raise KeyError(destination.table)
+
+    tables = catalog(BigQuerySerializer.of(schema=broken))
+    with pytest.raises(SerializerError, match=r"raised KeyError: 't' for table p\.d\.t"):
+        tables.serializer_schema(DEST)
+
+
+def test_the_creation_bound_fails_before_any_request() -> None:
+    tables = catalog(BigQuerySerializer.of(schema=NESTED), max_created_destinations=0)
+    with pytest.raises(
+        CreationLimitExceededError,
+        match=r"p\.d\.t would exceed max_created_destinations=0 .*Resolver",
+    ):
+        tables._create(DEST)
+    assert tables.tables_created == 0
+    tables.close()

@@ -1,0 +1,168 @@
+"""The processing-thread half of a table writer and the writer factory: type checks, requests
+cut by size and by change-data-capture key, the writer's lifetime in the registry (flushed and
+closed when the active-destinations cap releases it), and config-only pickling."""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import pytest
+from google.cloud.bigquery import SchemaField
+
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQuerySink,
+    BigQueryWriterOptions,
+    OrderingMode,
+    TableDestination,
+)
+from pyflink_gcp.bigquery.tables import TableLayout
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.core import SerializerError, SubtaskInfo, WriteError
+from pyflink_gcp.core.sink_writer import SinkWriter
+from tests.unit.bigquery.test_sender import DEST, ENCODER_SCHEMA, FakeService, factory, writer
+
+
+def test_a_serializer_returning_something_else_than_a_row_is_a_clear_error() -> None:
+    w = writer(FakeService())
+    with pytest.raises(
+        SerializerError, match=r"sink 'test-sink': the serializer returned list for table p\.d\.t"
+    ):
+        w.write([1, 2], "the-record")
+
+
+def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
+    service = FakeService()
+    made = factory(service, max_request_bytes=1_000)
+    w = TableWriter(DEST, made, TableLayout.of(ENCODER_SCHEMA))
+    # A NULL for a key that is no column is nothing to write.
+    w.write({"id": 1, "bad": False, "zzz": None}, "small")
+    w2 = TableWriter(
+        DEST, made, TableLayout.of([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
+    )
+    w2.write({"id": 2, "s": "x" * 5_000}, "huge")
+    failed = w2.flush()
+    assert len(failed) == 1 and "larger than an append request" in failed[0].reason
+    assert w.flush() == []
+    assert service.committed == [1]
+    assert w2.requests_sent == 0
+
+
+def test_rows_are_handed_to_the_sender_a_request_at_a_time_while_records_arrive() -> None:
+    service = FakeService()
+    w = writer(service, max_request_rows=10)
+    for i in range(25):
+        w.write({"id": i}, i)
+    # Two full requests were cut during write(); the open one waits for a bundle end.
+    assert not w.is_clean
+    w.start_flush()
+    assert w.flush() == []
+    assert service.requests == [list(range(10)), list(range(10, 20)), list(range(20, 25))]
+    assert w.is_clean and w.rows_appended == 25
+
+
+CDC = [SchemaField("id", "INT64"), SchemaField("bad", "BOOL")]
+
+
+def test_change_rows_are_encoded_on_arrival_and_a_request_never_holds_a_key_twice() -> None:
+    service = FakeService()
+    w = writer(service, OrderingMode.PER_TABLE)
+    w.sender._layout_source = TableLayout.of(CDC, ("id",))
+    w.write({"id": 1}, "plain")
+    for key in (1, 2, 1, 3):
+        w.write({"id": key, "_CHANGE_TYPE": "UPSERT"}, key)
+    assert w.flush() == []
+    # The plain row went as its own request; the change rows are cut before the second key 1.
+    assert service.requests == [[1], [1, 2], [1, 3]]
+
+
+def test_a_dirty_writer_released_at_the_active_destinations_cap_is_flushed_then_closed() -> None:
+    service = FakeService(stream=None)
+    options = BigQueryWriterOptions.builder().max_active_destinations(2).build()
+    sink = (
+        BigQuerySink.builder()
+        .set_destination_resolver(lambda r, c: TableDestination.of("p", "d", f"t{r['t']}"))
+        .set_serializer(BigQuerySerializer.of(lambda r: {"id": r["id"]}))
+        .set_writer_options(options)
+        .build()
+    )
+    config = sink._sink_config()
+    made = config.factory
+    sink_writer = SinkWriter(config)
+    _open_with(made, service)
+    closed: list[str] = []
+    original_close = TableWriter.close
+
+    def close(self: TableWriter) -> None:
+        # Released writers are flushed first: nothing of theirs is left to send.
+        assert self.is_clean
+        closed.append(self.destination.table)
+        original_close(self)
+
+    TableWriter.close = close  # type: ignore[method-assign]
+    try:
+        for i in range(60):
+            sink_writer.write({"t": i // 10, "id": i})
+        sink_writer.flush()
+    finally:
+        TableWriter.close = original_close  # type: ignore[method-assign]
+    assert sorted(service.committed) == list(range(60))
+    assert len(sink_writer.registry) == 2
+    assert sink_writer.registry.created == 6
+    assert closed == ["t0", "t1", "t2", "t3"]
+    made.close()
+
+
+class _Catalog:
+    """Bookkeeping stand-in for the REST lookup: every table has the same columns."""
+
+    tables_created = 0
+
+    def layout(self, destination: TableDestination) -> TableLayout:
+        return TableLayout.of(ENCODER_SCHEMA)
+
+    def close(self) -> None:
+        pass
+
+
+def _open_with(made: BigQueryWriterFactory, service: FakeService) -> None:
+    made.stub = service
+    made.executor = ThreadPoolExecutor(2)
+    made.metadata_executor = ThreadPoolExecutor(1)
+    made.catalog = _Catalog()  # type: ignore[assignment]
+
+
+class Passing(grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """An interceptor that passes every call through (it travels with the factory)."""
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(details, requests)
+
+
+def test_the_factory_pickles_its_configuration_only() -> None:
+    made = BigQueryWriterFactory(
+        sink_name="s",
+        resolver=None,
+        serializer=BigQuerySerializer.of(),
+        options=BigQueryWriterOptions(max_request_rows=7),
+        storage_endpoint="http://127.0.0.1:1",
+        rest_endpoint="http://127.0.0.1:2",
+    )
+    made.interceptors = (Passing(),)
+    with pytest.raises(WriteError, match="the writer factory is not open"):
+        made.create_writer(DEST)
+    made.open(SubtaskInfo("s", 0, 1))
+    assert made.stub is not None and made.catalog is not None
+    copy = pickle.loads(pickle.dumps(made))
+    made.close()
+    assert (copy.stub, copy.executor, copy.metadata_executor, copy.catalog) == (None,) * 4
+    assert copy.options.max_request_rows == 7
+    assert [type(i) for i in copy.interceptors] == [Passing]
+    assert (copy.storage_endpoint, copy.rest_endpoint) == (
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+    )
+    assert copy.tables_created == 0
