@@ -170,6 +170,35 @@ def test_the_java_marker_unpickles_to_the_tag_and_the_id(checkpoint_id):
     assert pickle.loads(data) == (MARKER_TAG, checkpoint_id)
 
 
+@pytest.mark.parametrize("typed", [False, True], ids=["pickled", "typed"])
+def test_markers_go_out_before_barriers_until_the_one_end_of_input_marker(typed):
+    """The rule both marker operators share: after the end of input no marker is due."""
+    import pickle
+
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+    from pyflink_gcp.core.runtime import END_OF_INPUT, MARKER_TAG, _java_class
+
+    add_jars_to_context_class_loader([bridge.build().as_uri()])
+    get_gateway()
+    markers = _java_class(bridge.MARKERS)(MARKER_TAG, typed)
+
+    def value(marker) -> tuple:
+        if typed:  # the row (id, null) of a typed stream
+            return (marker.getField(0), marker.getField(1))
+        return pickle.loads(bytes(marker))
+
+    def expected(marker_id: int) -> tuple:
+        return (marker_id, None) if typed else (MARKER_TAG, marker_id)
+
+    assert value(markers.beforeBarrier(1)) == expected(1)
+    assert value(markers.beforeBarrier(2)) == expected(2)
+    assert value(markers.atEndOfInput()) == expected(END_OF_INPUT)
+    assert markers.atEndOfInput() is None
+    assert markers.beforeBarrier(3) is None  # the final checkpoint follows the end of input
+
+
 class Slow:
     """A map that lets a few thousand records a second through, so the job is still running
     when it is stopped."""
