@@ -81,7 +81,7 @@ class Index:
 
 
 @dataclass(frozen=True)
-class TableSchema:
+class TableInfo:
     """What the writer knows of one table.
 
     Attributes:
@@ -123,9 +123,9 @@ class TableSchema:
 class DatabaseSchema:
     """The tables of a database, by lower-cased name."""
 
-    tables: dict[str, TableSchema] = field(default_factory=dict)
+    tables: dict[str, TableInfo] = field(default_factory=dict)
 
-    def table(self, name: str) -> TableSchema | None:
+    def table(self, name: str) -> TableInfo | None:
         return self.tables.get(name.lower()) if isinstance(name, str) else None
 
     def table_names(self) -> list[str]:
@@ -161,7 +161,7 @@ def read_schema(query: Callable[[str], list[list[Any]]]) -> DatabaseSchema:
             keys.setdefault(key, []).append((int(position or 0), str(name).lower()))
         else:
             indexes.setdefault(key, {}).setdefault(str(index), set()).add(str(name).lower())
-    tables: dict[str, TableSchema] = {}
+    tables: dict[str, TableInfo] = {}
     for key, name in declared.items():
         cols = columns[key]
         pk = tuple(cols[c] for _, c in sorted(keys.get(key, [])) if c in cols)
@@ -169,5 +169,5 @@ def read_schema(query: Callable[[str], list[list[Any]]]) -> DatabaseSchema:
             Index(index_name, frozenset(index_columns))
             for index_name, index_columns in sorted(indexes.get(key, {}).items())
         )
-        tables[key] = TableSchema(name, cols, pk, idx)
+        tables[key] = TableInfo(name, cols, pk, idx)
     return DatabaseSchema(tables)

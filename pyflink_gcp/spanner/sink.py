@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import Any
+from typing import Self
 
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.functions import ensure_picklable
+from pyflink_gcp.core.functions import ensure_picklable, with_context
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.spanner.destinations import DatabaseDestination
 from pyflink_gcp.spanner.options import SpannerWriterOptions
@@ -59,29 +57,22 @@ class SpannerSink(DynamicSink):
 class SpannerSinkBuilder(SinkBuilder):
     """Builder of :class:`SpannerSink`; :meth:`build` validates everything.
 
-    Spanner has no resolver: every record goes to the one database, and each Mutation names its
-    table. The serializer is ``(record, WriterContext) -> Mutation | list[Mutation] | None``, or
-    an object with ``serialize(record, context)``; a one-argument callable ``(record) -> ...``
-    is accepted too. None skips the record; a list is committed in one commit (and fails
-    together).
+    Spanner has no resolver: every record goes to the one database given to
+    :meth:`set_database`, and each Mutation names its table. The serializer is
+    ``(record, WriterContext) -> Mutation | list[Mutation] | None``, or an object with
+    ``serialize(record, context)``; a one-argument callable ``(record) -> ...`` is accepted too.
+    None skips the record; a list is committed in one commit (and fails together).
     """
 
     default_name = DEFAULT_SINK_NAME
     uses_resolver = False
+    options_type = SpannerWriterOptions
 
     def __init__(self) -> None:
         super().__init__()
         self._database: DatabaseDestination | None = None
-        self._options = SpannerWriterOptions()
 
-    def set_destination_resolver(self, resolver: Any) -> SpannerSinkBuilder:
-        """Not available: the sink writes to the one database given to :meth:`set_database`."""
-        raise ConfigurationError(
-            "SpannerSink has no destination resolver: set_database() names the database and "
-            "each Mutation names its table"
-        )
-
-    def set_database(self, database: DatabaseDestination) -> SpannerSinkBuilder:
+    def set_database(self, database: DatabaseDestination) -> Self:
         """The database every record is written to: ``DatabaseDestination.of(p, i, db)``."""
         if not isinstance(database, DatabaseDestination):
             raise ConfigurationError(
@@ -91,75 +82,30 @@ class SpannerSinkBuilder(SinkBuilder):
         self._database = database
         return self
 
-    def set_writer_options(self, options: SpannerWriterOptions) -> SpannerSinkBuilder:
-        """Commit budget, flush interval and retries: ``SpannerWriterOptions.builder()...``."""
-        if not isinstance(options, SpannerWriterOptions):
-            raise ConfigurationError(
-                "set_writer_options() takes SpannerWriterOptions "
-                f"(SpannerWriterOptions.builder()...build()), got {type(options).__name__}"
-            )
-        self._options = options
-        return self
-
     def build(self) -> SpannerSink:
         name = self._name
+        if self._resolver is not None:
+            raise ConfigurationError(
+                f"sink '{name}': SpannerSink has no destination resolver; use set_database() "
+                "to name the database (each Mutation names its table) instead of "
+                "set_destination_resolver()"
+            )
         if self._database is None:
             raise ConfigurationError(
                 f"sink '{name}': set_database() is required "
                 "(DatabaseDestination.of(project, instance, database))"
             )
         self._validate_common("a callable (record, context) -> Mutation or None")
-        serializer = _adapt_serializer(self._serializer, name)
+        serializer = self._serializer
+        if not callable(getattr(serializer, "serialize", None)):
+            serializer = with_context(serializer, "serializer", name)
         ensure_picklable(self._serializer, "serializer", name)
-        options = self._options
         factory = SpannerWriterFactory(
             sink_name=name,
             database=self._database,
-            options=options,
+            options=self._options,
             endpoint=self._endpoint,
             fail_fast=self._failure_handler.mode == "fail_job",
         )
-        config = self._sink_config(
-            name,
-            factory,
-            serializer,
-            idle_timeout_s=None,
-            max_buffered_records=options.flush_max_records,
-            max_buffer_time=options.flush_interval,
-            fixed_destination=self._database,
-        )
+        config = self._sink_config(name, factory, serializer, fixed_destination=self._database)
         return SpannerSink(config)
-
-
-class _RecordOnly:
-    """Adapts a one-argument serializer ``(record) -> ...`` to ``(record, context)``.
-
-    Carries the wrapped function's name so that error messages name the user's function.
-    """
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
-
-    def __call__(self, record: Any, context: Any) -> Any:
-        return self.fn(record)
-
-
-def _adapt_serializer(serializer: Any, name: str) -> Any:
-    method = getattr(serializer, "serialize", None)
-    if callable(method):
-        return serializer
-    if not callable(serializer):
-        raise ConfigurationError(
-            f"sink '{name}': the serializer must be a callable (record, context) or an object "
-            f"with serialize(record, context); got {type(serializer).__name__}"
-        )
-    try:
-        params = inspect.signature(serializer).parameters.values()
-    except (TypeError, ValueError):
-        return serializer  # a builtin or C callable: assume (record, context)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
-    if len(positional) == 1 and not variadic:
-        return _RecordOnly(serializer)
-    return serializer

@@ -1,0 +1,79 @@
+"""The subtask's session against a fake Spanner API: lifetime, renewal, schema reads, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as gexc
+
+from pyflink_gcp.core import DestinationNotFoundError, WriteError
+from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.spanner import session as session_module
+from pyflink_gcp.spanner.schema import TABLES_SQL
+from pyflink_gcp.spanner.session import Session
+from tests.unit.spanner.fakes import DB, FakeApi
+
+
+def open_session(api: FakeApi | None = None) -> tuple[Session, FakeApi]:
+    api = api or FakeApi()
+    retry = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.02, deadline_s=0.1)
+    return Session(api, DB, "unit", retry), api
+
+
+def test_one_session_created_on_first_use_and_kept() -> None:
+    s, api = open_session()
+    assert api.sessions == 0
+    assert s.name() == s.name() == "sessions/1"
+    assert api.sessions == 1
+
+
+def test_a_stale_session_is_replaced_and_an_idle_one_renewed(monkeypatch: Any) -> None:
+    s, api = open_session()
+    first = s.name()
+    s.renew("sessions/other")  # not ours: kept
+    assert s.name() == first
+    s.renew(first)
+    assert s.name() == "sessions/2"
+    clock = {"now": 1_000.0}
+    monkeypatch.setattr(session_module.time, "monotonic", lambda: clock["now"])
+    s.name()
+    clock["now"] += session_module.SESSION_MAX_IDLE_S + 1
+    assert s.name() == "sessions/3"
+
+
+def test_the_schema_is_read_in_the_session() -> None:
+    s, api = open_session()
+    schema = s.read_schema()
+    assert schema.table_names() == ["Audit", "Events", "sales.Orders"]
+    assert {session for session, _ in api.queries} == {"sessions/1"}
+
+
+def test_a_missing_database_and_other_errors_are_clear(monkeypatch: Any) -> None:
+    class NoDatabase(FakeApi):
+        def create_session(self, **kwargs: Any) -> Any:
+            raise gexc.NotFound("Database not found")
+
+    s, _ = open_session(NoDatabase())
+    with pytest.raises(DestinationNotFoundError, match="database .*db not found.*never creates"):
+        s.name()
+
+    s, api = open_session()
+    api.fail_query = lambda sql: gexc.InvalidArgument("syntax") if sql == TABLES_SQL else None
+    with pytest.raises(WriteError, match="only GoogleSQL-dialect databases"):
+        s.read_schema()
+
+    s, api = open_session()
+    api.fail_query = lambda sql: gexc.ServiceUnavailable("down")
+    with pytest.raises(WriteError, match="read the schema.*still failing"):
+        s.read_schema()
+
+
+def test_close_deletes_the_session_once() -> None:
+    s, api = open_session()
+    s.close()
+    assert api.deleted == []  # never created
+    name = s.name()
+    s.close()
+    s.close()
+    assert api.deleted == [name]
