@@ -93,6 +93,7 @@ class RecordingFactory(SpannerWriterFactory):
     """A factory whose writers log their commits to ``log_path``."""
 
     log_path = ""
+    _config_fields = (*SpannerWriterFactory._config_fields, "log_path")
 
     @staticmethod
     def replacing(factory: SpannerWriterFactory, log_path: str) -> RecordingFactory:
@@ -105,11 +106,6 @@ class RecordingFactory(SpannerWriterFactory):
         )
         recording.log_path = log_path
         return recording
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["log_path"] = self.log_path
-        return state
 
     def create_writer(self, destination: Any) -> SpannerWriter:
         writer = RecordingWriter(destination, self)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def test_two_tables_deletes_skips_budget_and_a_failure_lose_nothing(
         .set_writer_options(
             SpannerWriterOptions.builder()
             .max_mutations_per_commit(BUDGET)
-            .flush_interval(0.2)
+            .max_buffer_time(timedelta(milliseconds=200))
             .build()
         )
         .set_failure_handler(FailureHandler.send_to_dead_letter_queue(FileDeadLetterQueue(dead)))
