@@ -1,9 +1,26 @@
-"""Options of the Cloud Tasks sink: concurrency, retries, and the task size limit."""
+"""Options of the Cloud Tasks sink: the shared writer settings, concurrency and the task limits.
+
+Cloud Tasks has no batch API, so the settings that shape batches elsewhere shape only the
+writer operator here: ``max_buffered_records`` and ``max_buffer_time`` are its bundle size and
+time (a bundle end hands nothing new to the service, since every task's call starts as soon as
+the record is serialized, but it bounds how long calls stay unread between checkpoints).
+Throughput comes from calls in flight: ``max_in_flight_requests`` ``CreateTask`` calls per
+subtask, over all its queues.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Self
+
+from pyflink_gcp.core.options import (
+    DestinationOptionsBuilder,
+    DestinationWriterOptions,
+    check_bool,
+    check_duration,
+    check_int,
+)
 
 #: The documented maximum size of a task (``CreateTask``: "The maximum task size is 100KB").
 MAX_TASK_SIZE_BYTES = 100 * 1024
@@ -13,25 +30,27 @@ MAX_TASK_ID_LENGTH = 500
 STREAMS_PER_CONNECTION = 100
 
 
-@dataclass(frozen=True)
-class CloudTasksWriterOptions:
+@dataclass(frozen=True, kw_only=True)
+class CloudTasksWriterOptions(DestinationWriterOptions):
     """How one sink subtask sends ``CreateTask`` calls.
 
-    Cloud Tasks has no batch API, so throughput comes from many calls in flight at once. Each
-    record's call starts as soon as it is serialized; ``write`` blocks when ``max_in_flight``
-    calls are outstanding (backpressure), and every call is waited for before each checkpoint
-    barrier and at the end of input.
+    Each record's call starts as soon as it is serialized; ``write`` blocks when
+    ``max_in_flight_requests`` calls are outstanding (backpressure), and every call is waited
+    for before each checkpoint barrier and at the end of input. Build it with
+    :meth:`builder`; the shared settings (``max_buffer_time``, ``retry_deadline``,
+    ``per_destination_metrics``, ``idle_timeout``, ``max_active_destinations``) are those of
+    :class:`~pyflink_gcp.core.options.DestinationWriterOptions`.
 
     Attributes:
-        max_in_flight: Outstanding ``CreateTask`` calls per subtask, over all queues. Measured
-            against the local emulator on two cores, 256 calls on one channel reached the peak
-            (about 3x a sequential client); more only adds latency.
+        max_buffered_records: Records per subtask between two bundle ends of the writer
+            operator (default 10,000).
+        max_in_flight_requests: Outstanding ``CreateTask`` calls per subtask, over all queues.
+            Measured against the local emulator on two cores, 256 calls on one channel reached
+            the peak (about 3x a sequential client); more only adds latency.
         channel_count: gRPC channels (connections) the calls are spread over. One channel
             serves the emulator best (every extra channel cost Python CPU per call); against the
             service, where one HTTP/2 connection carries at most 100 concurrent streams, use
-            ``ceil(max_in_flight / 100)``.
-        retry_deadline: How long transient errors (UNAVAILABLE, DEADLINE_EXCEEDED,
-            RESOURCE_EXHAUSTED, ...) of one task are retried before the job fails.
+            ``ceil(max_in_flight_requests / 100)``.
         rpc_timeout: Deadline of a single ``CreateTask`` attempt.
         max_task_size_bytes: Tasks whose serialized size (body, headers, URL, name) exceeds this
             go to the failure handler instead of being sent (the service rejects them).
@@ -40,70 +59,50 @@ class CloudTasksWriterOptions:
             ``cloudtasks.queues.get`` permission (a caller with only ``cloudtasks.tasks.create``
             gets a warning and the check is skipped; a missing queue then still fails the job on
             its first ``CreateTask``).
-        idle_timeout: A queue unused this long is forgotten at the end of a successful flush
-            (its writer holds no client state; this only bounds bookkeeping).
+
+    A queue's writer holds no client state (one channel serves every queue), so
+    ``idle_timeout`` and ``max_active_destinations`` only bound the bookkeeping of calls per
+    queue.
     """
 
-    max_in_flight: int = 256
+    max_buffered_records: int = 10_000
+    max_in_flight_requests: int = 256
     channel_count: int = 1
-    retry_deadline: timedelta = timedelta(minutes=2)
     rpc_timeout: timedelta = timedelta(seconds=30)
     max_task_size_bytes: int = MAX_TASK_SIZE_BYTES
     verify_queues: bool = True
-    idle_timeout: timedelta = timedelta(minutes=15)
 
-    def __post_init__(self) -> None:
-        if self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-        if self.channel_count < 1:
-            raise ValueError("channel_count must be >= 1")
-        if self.retry_deadline < timedelta(0):
-            raise ValueError("retry_deadline must be >= 0")
-        if self.rpc_timeout <= timedelta(0):
-            raise ValueError("rpc_timeout must be positive")
-        if self.max_task_size_bytes < 1:
-            raise ValueError("max_task_size_bytes must be >= 1")
-        if self.idle_timeout <= timedelta(0):
-            raise ValueError("idle_timeout must be positive")
+    def _validate(self) -> None:
+        super()._validate()
+        owner = type(self).__name__
+        check_int(owner, "channel_count", self.channel_count)
+        check_duration(owner, "rpc_timeout", self.rpc_timeout)
+        check_int(owner, "max_task_size_bytes", self.max_task_size_bytes)
+        check_bool(owner, "verify_queues", self.verify_queues)
 
     @staticmethod
     def builder() -> CloudTasksWriterOptionsBuilder:
+        """A builder starting from the defaults."""
         return CloudTasksWriterOptionsBuilder()
 
 
-class CloudTasksWriterOptionsBuilder:
-    """Fluent builder of :class:`CloudTasksWriterOptions`."""
+class CloudTasksWriterOptionsBuilder(DestinationOptionsBuilder[CloudTasksWriterOptions]):
+    """Builder of :class:`CloudTasksWriterOptions`; validates every setting at :meth:`build`."""
 
-    def __init__(self) -> None:
-        self._o = CloudTasksWriterOptions()
+    options_type = CloudTasksWriterOptions
 
-    def max_in_flight(self, n: int) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, max_in_flight=n)
-        return self
+    def channel_count(self, channels: int) -> Self:
+        """gRPC connections the calls are spread over (default 1)."""
+        return self._set("channel_count", channels)
 
-    def channel_count(self, n: int) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, channel_count=n)
-        return self
+    def rpc_timeout(self, timeout: timedelta) -> Self:
+        """Deadline of one ``CreateTask`` attempt (default 30 s)."""
+        return self._set("rpc_timeout", timeout)
 
-    def retry_deadline(self, deadline: timedelta) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, retry_deadline=deadline)
-        return self
+    def max_task_size_bytes(self, size: int) -> Self:
+        """Larger tasks go to the failure handler without a call (default 102,400)."""
+        return self._set("max_task_size_bytes", size)
 
-    def rpc_timeout(self, timeout: timedelta) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, rpc_timeout=timeout)
-        return self
-
-    def max_task_size_bytes(self, n: int) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, max_task_size_bytes=n)
-        return self
-
-    def verify_queues(self, enabled: bool = True) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, verify_queues=enabled)
-        return self
-
-    def idle_timeout(self, timeout: timedelta) -> CloudTasksWriterOptionsBuilder:
-        self._o = replace(self._o, idle_timeout=timeout)
-        return self
-
-    def build(self) -> CloudTasksWriterOptions:
-        return self._o
+    def verify_queues(self, enabled: bool = True) -> Self:
+        """Check with ``GetQueue`` that each queue exists before its first task (default on)."""
+        return self._set("verify_queues", enabled)

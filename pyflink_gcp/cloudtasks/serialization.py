@@ -8,8 +8,8 @@ from typing import Any
 
 from google.cloud import tasks_v2
 
-from pyflink_gcp.core.errors import SerializerError
-from pyflink_gcp.core.functions import describe_callable, short_repr
+from pyflink_gcp.core.errors import ConfigurationError, SerializerError
+from pyflink_gcp.core.functions import describe_callable, short_repr, with_context
 
 # The raw protobuf classes: building these directly is several times cheaper than the
 # proto-plus wrappers, and the writer sends them without conversion.
@@ -22,30 +22,35 @@ _METHODS = {
     if name != "HTTP_METHOD_UNSPECIFIED"
 }
 
-UrlSpec = str | Callable[[Any], str]
-HeadersSpec = Mapping[str, str] | Callable[[Any], Mapping[str, str] | None]
+#: A user function of the schema: ``fn(record, context)``, or ``fn(record)``.
+RecordFn = Callable[[Any, Any], Any] | Callable[[Any], Any]
+UrlSpec = str | RecordFn
+HeadersSpec = Mapping[str, str] | RecordFn
 
 
 class CloudTasksSerializationSchema:
     """Builds the HTTP task of a record.
 
     Start from :meth:`http_target` and add what the task needs; every ``with_*`` returns a new
-    schema. The functions take the record and run on the writer's hot path, so keep them cheap.
+    schema. Every function is called as ``fn(record, ctx)`` (the
+    :class:`~pyflink_gcp.core.types.WriterContext`), like the resolver; one that takes only the
+    record works too (told apart once, when the schema is built). They run on the writer's hot
+    path, so keep them cheap.
 
-    - ``http_target(url)``: the target URL, fixed or ``fn(record) -> str`` (``http://`` or
+    - ``http_target(url)``: the target URL, fixed or ``fn(record, ctx) -> str`` (``http://`` or
       ``https://``).
-    - ``with_body(fn, content_type=None)``: ``fn(record) -> bytes | str | None`` (a str is sent
-      as UTF-8; None sends no body). ``content_type`` sets the Content-Type header.
-    - ``with_headers(fn_or_dict)``: extra headers, fixed or ``fn(record) -> dict[str, str]``.
+    - ``with_body(fn, content_type=None)``: ``fn(record, ctx) -> bytes | str | None`` (a str is
+      sent as UTF-8; None sends no body). ``content_type`` sets the Content-Type header.
+    - ``with_headers(fn_or_dict)``: extra headers, fixed or ``fn(record, ctx) -> dict[str, str]``.
     - ``with_http_method(method)``: ``"POST"`` (default), ``"PUT"``, ``"GET"`` ... or a
       ``tasks_v2.HttpMethod``.
-    - ``with_task_id(fn)``: ``fn(record) -> str`` (or int), the task's id within its queue:
+    - ``with_task_id(fn)``: ``fn(record, ctx) -> str`` (or int), the task's id within its queue:
       letters, digits, ``-`` and ``_``, at most 500 characters. A replayed record then maps to
       the same task name, and the service answers ALREADY_EXISTS instead of creating a second
       task (the sink counts that as success). Without it, a replay after a failure can create
       duplicate tasks. Prefer ids that do not grow sequentially (hash them): the service
       spreads task names by prefix.
-    - ``with_schedule_time(fn)``: ``fn(record) -> datetime | int | None``, when to dispatch
+    - ``with_schedule_time(fn)``: ``fn(record, ctx) -> datetime | int | None``, when to dispatch
       (an aware datetime, a naive one taken as UTC, or epoch milliseconds; None: now).
 
     The serialized form handed to the writer is a ``google.cloud.tasks_v2`` ``Task`` protobuf
@@ -74,37 +79,41 @@ class CloudTasksSerializationSchema:
         self,
         url: UrlSpec,
         method: int = _METHODS["POST"],
-        body: Callable[[Any], bytes | str | None] | None = None,
+        body: RecordFn | None = None,
         content_type: str | None = None,
         headers: HeadersSpec | None = None,
-        task_id: Callable[[Any], str | int | None] | None = None,
-        schedule: Callable[[Any], datetime | int | None] | None = None,
+        task_id: RecordFn | None = None,
+        schedule: RecordFn | None = None,
     ) -> None:
         if isinstance(url, str):
             _check_url(url)
         elif not callable(url):
-            raise TypeError(
+            raise ConfigurationError(
                 "CloudTasksSerializationSchema.http_target() takes a URL string or a callable "
-                f"record -> str, got {type(url).__name__}"
+                f"(record, ctx) -> str, got {type(url).__name__}"
             )
-        for label, fn in (("with_body", body), ("with_task_id", task_id)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{label}() takes a callable of the record")
-        if schedule is not None and not callable(schedule):
-            raise TypeError("with_schedule_time() takes a callable of the record")
+        else:
+            url = with_context(url, "URL function")
         if headers is not None and not callable(headers):
             if not isinstance(headers, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
             ):
-                raise TypeError("with_headers() takes a dict[str, str] or a callable of the record")
+                raise ConfigurationError(
+                    "with_headers() takes a dict[str, str] or a callable (record, ctx), "
+                    f"got {short_repr(headers)}"
+                )
             headers = dict(headers)
+        elif headers is not None:
+            headers = with_context(headers, "headers function")
         self._url = url
         self._method = method
-        self._body = body
+        self._body = None if body is None else with_context(body, "body function")
         self._content_type = content_type
         self._headers = headers
-        self._task_id = task_id
-        self._schedule = schedule
+        self._task_id = None if task_id is None else with_context(task_id, "task id function")
+        self._schedule = (
+            None if schedule is None else with_context(schedule, "schedule time function")
+        )
         self._prototype = self._encode_prototype()
 
     def _encode_prototype(self) -> bytes:
@@ -124,7 +133,7 @@ class CloudTasksSerializationSchema:
 
     @staticmethod
     def http_target(url: UrlSpec) -> CloudTasksSerializationSchema:
-        """HTTP tasks sent to ``url`` (a fixed URL, or ``fn(record) -> str``)."""
+        """HTTP tasks sent to ``url`` (a fixed URL, or ``fn(record, ctx) -> str``)."""
         return CloudTasksSerializationSchema(url)
 
     def _copy(self, **changes: Any) -> CloudTasksSerializationSchema:
@@ -141,13 +150,14 @@ class CloudTasksSerializationSchema:
         return CloudTasksSerializationSchema(**fields)
 
     def with_body(
-        self, fn: Callable[[Any], bytes | str | None], content_type: str | None = None
+        self, fn: RecordFn, content_type: str | None = None
     ) -> CloudTasksSerializationSchema:
-        """Send ``fn(record)`` as the body, optionally with a Content-Type header."""
+        """Send ``fn(record, ctx)`` (bytes, str or None) as the body, optionally with a
+        Content-Type header."""
         return self._copy(body=fn, content_type=content_type)
 
     def with_headers(self, headers: HeadersSpec) -> CloudTasksSerializationSchema:
-        """Send these headers (a fixed dict, or ``fn(record) -> dict[str, str]``)."""
+        """Send these headers (a fixed dict, or ``fn(record, ctx) -> dict[str, str]``)."""
         return self._copy(headers=headers)
 
     def with_http_method(self, method: str | int) -> CloudTasksSerializationSchema:
@@ -155,21 +165,23 @@ class CloudTasksSerializationSchema:
         if isinstance(method, str):
             code = _METHODS.get(method.upper())
             if code is None:
-                raise ValueError(f"unknown HTTP method {method!r}; choose from {sorted(_METHODS)}")
+                raise ConfigurationError(
+                    f"unknown HTTP method {method!r}; choose from {sorted(_METHODS)}"
+                )
         elif int(method) in _METHODS.values():
             code = int(method)
         else:
-            raise ValueError(f"unknown HTTP method {method!r}")
+            raise ConfigurationError(f"unknown HTTP method {method!r}")
         return self._copy(method=code)
 
-    def with_task_id(self, fn: Callable[[Any], str | int | None]) -> CloudTasksSerializationSchema:
-        """Name each task ``fn(record)`` within its queue (idempotent replays)."""
+    def with_task_id(self, fn: RecordFn) -> CloudTasksSerializationSchema:
+        """Name each task ``fn(record, ctx)`` (str or int) within its queue (idempotent
+        replays)."""
         return self._copy(task_id=fn)
 
-    def with_schedule_time(
-        self, fn: Callable[[Any], datetime | int | None]
-    ) -> CloudTasksSerializationSchema:
-        """Dispatch each task at ``fn(record)`` (datetime or epoch milliseconds; None: now)."""
+    def with_schedule_time(self, fn: RecordFn) -> CloudTasksSerializationSchema:
+        """Dispatch each task at ``fn(record, ctx)`` (datetime or epoch milliseconds; None:
+        now)."""
         return self._copy(schedule=fn)
 
     @property
@@ -183,16 +195,16 @@ class CloudTasksSerializationSchema:
         task = TaskPb.FromString(self._prototype)
         http = task.http_request
         if type(self._url) is not str:
-            http.url = self._call_url(record)
+            http.url = self._call_url(record, context)
         if self._body is not None:
-            body = self._body(record)
+            body = self._body(record, context)
             if body is not None:
                 if type(body) is not bytes:
                     body = self._coerce_body(body, record)
                 http.body = body
         spec = self._headers
         if spec is not None and type(spec) is not dict:
-            headers = spec(record)  # type: ignore[operator]
+            headers = spec(record, context)  # type: ignore[operator]
             if headers:
                 try:
                     http.headers.update(headers)
@@ -203,19 +215,19 @@ class CloudTasksSerializationSchema:
                         "dict[str, str]"
                     ) from exc
         if self._task_id is not None:
-            task_id = self._task_id(record)
+            task_id = self._task_id(record, context)
             if task_id is not None:
                 if type(task_id) is not str:
                     task_id = self._coerce_task_id(task_id, record)
                 task.name = task_id
         if self._schedule is not None:
-            when = self._schedule(record)
+            when = self._schedule(record, context)
             if when is not None:
                 self._set_schedule(task, when, record)
         return task
 
-    def _call_url(self, record: Any) -> str:
-        url = self._url(record)  # type: ignore[operator]
+    def _call_url(self, record: Any, context: Any) -> str:
+        url = self._url(record, context)  # type: ignore[operator]
         if type(url) is not str:
             raise SerializerError(
                 f"URL function {describe_callable(self._url)} returned {type(url).__name__} "
@@ -272,26 +284,6 @@ class CloudTasksSerializationSchema:
 
 def _check_url(url: str) -> None:
     if not url.startswith(("http://", "https://")):
-        raise ValueError(
+        raise ConfigurationError(
             f"a Cloud Tasks HTTP target URL must start with http:// or https://: {url!r}"
         )
-
-
-class TaskSerializer:
-    """Adapts a user callable ``record -> Task`` to the serializer contract.
-
-    The escape hatch for what :class:`CloudTasksSerializationSchema` does not build (App Engine
-    targets, OIDC or OAuth tokens, dispatch deadlines): the callable returns a
-    ``tasks_v2.Task`` (proto-plus or raw protobuf), or None to skip the record.
-    """
-
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self._fn = fn
-
-    def serialize(self, record: Any, context: Any = None) -> Any:
-        return self._fn(record)
-
-    def __repr__(self) -> str:
-        return f"TaskSerializer({describe_callable(self._fn)})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
-from pyflink_gcp.cloudtasks.serialization import CloudTasksSerializationSchema, TaskSerializer
+from pyflink_gcp.cloudtasks.serialization import CloudTasksSerializationSchema
 from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
@@ -23,8 +23,9 @@ class CloudTasksSink(DynamicSink):
                                                        f"webhooks-{e['customer_id'] % 4}"))
                 .set_serializer(
                     CloudTasksSerializationSchema.http_target("https://hooks.example.com/orders")
-                    .with_body(lambda e: json.dumps(e).encode(), content_type="application/json")
-                    .with_task_id(lambda e: e["event_id"]))
+                    .with_body(lambda e, ctx: json.dumps(e).encode(),
+                               content_type="application/json")
+                    .with_task_id(lambda e, ctx: e["event_id"]))
                 .build())
         ds.sink_to(sink)
 
@@ -43,43 +44,28 @@ class CloudTasksSinkBuilder(SinkBuilder):
     """Builder of :class:`CloudTasksSink`. Only the resolver and the serializer are required.
 
     The serializer is a :class:`CloudTasksSerializationSchema`, or a callable
-    ``record -> tasks_v2.Task`` (for App Engine targets, OIDC tokens ...; None skips the record).
+    ``(record, ctx) -> tasks_v2.Task`` (or ``record -> Task``) for what the schema does not
+    build (App Engine targets, OIDC tokens ...); None skips the record. Writer options:
+    ``set_writer_options(CloudTasksWriterOptions.builder()...build())``.
     """
 
     default_name = "cloudtasks-sink"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._options = CloudTasksWriterOptions()
-
-    def set_writer_options(self, options: CloudTasksWriterOptions) -> CloudTasksSinkBuilder:
-        """Calls in flight, channels, retry deadline, task size limit."""
-        self._options = options
-        return self
+    options_type = CloudTasksWriterOptions
 
     def build(self) -> CloudTasksSink:
         name = self._validate_common("CloudTasksSerializationSchema.http_target(url).with_body(fn)")
         serializer = self._serializer
-        if not isinstance(serializer, CloudTasksSerializationSchema | TaskSerializer):
-            if not callable(serializer):
-                raise ConfigurationError(
-                    f"sink '{name}': the serializer must be a CloudTasksSerializationSchema or a "
-                    f"callable record -> tasks_v2.Task, got {type(serializer).__name__}"
-                )
-            serializer = TaskSerializer(serializer)
-        if not isinstance(self._options, CloudTasksWriterOptions):
+        if not isinstance(serializer, CloudTasksSerializationSchema) and not callable(serializer):
             raise ConfigurationError(
-                f"sink '{name}': set_writer_options() takes CloudTasksWriterOptions"
+                f"sink '{name}': the serializer must be a CloudTasksSerializationSchema or a "
+                f"callable (record, ctx) -> tasks_v2.Task, got {type(serializer).__name__}"
             )
         ensure_picklable(serializer, "serializer", name)
-        options = self._options
+        options: CloudTasksWriterOptions = self._options
         factory = CloudTasksWriterFactory(
             sink_name=name,
             options=options,
             endpoint=self._endpoint,
-            retry=RetryPolicy(deadline_s=options.retry_deadline.total_seconds()),
+            retry=RetryPolicy(deadline_s=options.retry_deadline_s),
         )
-        config = self._sink_config(
-            name, factory, serializer, idle_timeout_s=options.idle_timeout.total_seconds()
-        )
-        return CloudTasksSink(config)
+        return CloudTasksSink(self._sink_config(name, factory, serializer))

@@ -3,255 +3,71 @@
 Cloud Tasks has no batch API, so throughput comes from overlapping calls. Per record (on the
 Flink processing thread) the writer completes the serialized ``Task`` (name, checks), encodes
 it once, prefixes the queue's pre-encoded ``parent`` field to make the ``CreateTaskRequest``
-bytes, and hands them to a ``grpc.aio`` channel run by an event-loop thread and shared by every
-queue of the subtask (:class:`AsyncChannel`). At most ``max_in_flight`` calls are outstanding:
-when the window is full, ``write`` waits for the oldest call (backpressure). Before each checkpoint
-barrier and at the end of input the sink calls :meth:`QueueWriter.flush` on every queue with
-calls in flight, which waits for each, retries transient failures with backoff, and hands
-rejected tasks to the failure handler.
+bytes, and hands them to the subtask's ``grpc.aio`` channel (:mod:`pyflink_gcp.cloudtasks.client`
+says why that transport), shared by every queue. At most ``max_in_flight_requests`` calls are
+outstanding per subtask: when the window is full, ``write`` waits for the oldest call
+(backpressure). Before each checkpoint barrier and at the end of input the sink calls
+:meth:`QueueWriter.flush` on every queue with calls in flight, which waits for each, retries
+transient failures with backoff, and hands rejected tasks to the failure handler.
 
-Why ``grpc.aio`` on a loop thread: on a machine whose cores the job shares, CPU per call bounds
-the sink. Measured against the emulator with 256 calls in flight and raw protobuf requests, a
-``grpc.aio`` call costs ~75-110 µs of client CPU, the synchronous channel's ``future()``
-160-310 µs, the generated client in a thread pool 500-610 µs (proto-plus wrapping, one thread
-per call). Several synchronous channels were slower than one (each adds a polling thread). The
-processing thread only appends encoded requests to the loop's inbox, waking it once per batch.
-
-Only the queue check (``GetQueue``, once per queue and subtask) uses the generated client, on a
-synchronous channel of its own.
+A task is one request, so a request rejected for its content names its record: nothing is
+split to find it (no :func:`~pyflink_gcp.core.isolation.isolate_rejected` here).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import re
-import threading
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
-import grpc
-from google.api_core.gapic_v1 import client_info as gapic_client_info
-from google.api_core.gapic_v1 import routing_header
 from google.cloud import tasks_v2
-from google.cloud.tasks_v2 import gapic_version
-from google.cloud.tasks_v2.services.cloud_tasks.transports import (
-    CloudTasksGrpcAsyncIOTransport,
-    CloudTasksGrpcTransport,
-)
 
-from pyflink_gcp._version import __version__
+from pyflink_gcp.cloudtasks.client import (
+    DEFAULT_HOST,
+    StartCall,
+    client_header,
+    create_task_caller,
+    open_async_channels,
+    queue_metadata,
+    request_head,
+    resolve_cloudtasks_endpoint,
+    varint,
+)
 from pyflink_gcp.cloudtasks.destinations import QueueDestination
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
+from pyflink_gcp.cloudtasks.queues import QueueCheck
 from pyflink_gcp.cloudtasks.serialization import TaskPb
-from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
-from pyflink_gcp.core.errors import (
-    DestinationNotFoundError,
-    SerializerError,
-    SinkError,
-    WriteError,
-)
+from pyflink_gcp.core.endpoints import Endpoint
+from pyflink_gcp.core.errors import DestinationNotFoundError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
-from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
+from pyflink_gcp.core.status import error_text, is_record_fault
+from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
 
 _LOG = logging.getLogger("pyflink_gcp.cloudtasks")
 
-EMULATOR_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
-DEFAULT_HOST = "cloudtasks.googleapis.com"
-_CREATE_TASK = "/google.cloud.tasks.v2.CloudTasks/CreateTask"
-_CreateTaskRequestPb: Any = tasks_v2.CreateTaskRequest.pb()
-# Field 2 of CreateTaskRequest (``task``), length-delimited: its tag byte.
-_TASK_FIELD_TAG = b"\x12"
 _TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,500}")
 _URL_SCHEMES = ("http://", "https://")
 # Pending calls of a queue are pruned of the successful ones once there are this many times
 # the in-flight window, so memory stays bounded between two flushes.
 _COMPACT_FACTOR = 4
+#: Statuses of ``CreateTask`` that blame the task: INVALID_ARGUMENT only. The others of the
+#: core's record-fault set describe the queue or the project (FAILED_PRECONDITION: a target
+#: the project cannot dispatch to), which no other record would fix, so they fail the job.
+TASK_FAULT_CODES = frozenset({"INVALID_ARGUMENT"})
 
 # A pending call: (future, encoded request, task, input record).
 _Call = tuple[Any, bytes, Any, Any]
 
 
-def resolve_cloudtasks_endpoint(explicit: str | None) -> Endpoint:
-    """The builder's endpoint, else ``CLOUD_TASKS_EMULATOR_HOST``, else the service (ADC)."""
-    return resolve_endpoint(explicit, EMULATOR_VARIABLE)
-
-
-def _channel_options(count: int) -> list[tuple[str, Any]]:
-    options: list[tuple[str, Any]] = [
-        ("grpc.max_send_message_length", -1),
-        ("grpc.max_receive_message_length", -1),
-    ]
-    if count > 1:
-        # Without a local pool, channels with equal arguments share one connection.
-        options.append(("grpc.use_local_subchannel_pool", 1))
-    return options
-
-
-def _target(endpoint: Endpoint) -> str:
-    host = endpoint.host or DEFAULT_HOST
-    if not endpoint.insecure and ":" not in host:
-        host += ":443"
-    return host
-
-
-def open_channels(endpoint: Endpoint, count: int) -> list[grpc.Channel]:
-    """``count`` gRPC channels to the endpoint: plain text for an emulator, else TLS with ADC."""
-    options = _channel_options(count)
-    if endpoint.insecure:
-        return [grpc.insecure_channel(_target(endpoint), options=options) for _ in range(count)]
-    return [
-        CloudTasksGrpcTransport.create_channel(_target(endpoint), options=options)
-        for _ in range(count)
-    ]
-
-
-def open_async_channels(endpoint: Endpoint, count: int) -> list[AsyncChannel]:
-    """``count`` :class:`AsyncChannel` s to the endpoint (the hot path's transport)."""
-    return [AsyncChannel(endpoint, _channel_options(count)) for _ in range(count)]
-
-
-class CallHandle:
-    """A call started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
-
-    __slots__ = ("_error", "_done", "_waited", "_channel")
-
-    def __init__(self, channel: AsyncChannel) -> None:
-        self._error: BaseException | None = None
-        self._done = False
-        self._waited = False
-        self._channel = channel
-
-    def done(self) -> bool:
-        return self._done
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Waits for the call's end; its error, or None if it succeeded."""
-        if not self._done:
-            self._channel.wait_for(self)
-        return self._error
-
-
-class AsyncChannel:
-    """A ``grpc.aio`` channel driven by its own event-loop thread, behind the synchronous
-    ``unary_unary(...).future(...)`` interface of a ``grpc.Channel``.
-
-    Why: per call, ``grpc.aio`` costs well under half the CPU of the synchronous channel's
-    ``future()`` (measured against the emulator: ~75 against ~170 µs per ``CreateTask``, and the
-    server needs fewer wake-ups too), which is what bounds the sink on a busy machine. The
-    processing thread only appends the encoded request to an inbox and wakes the loop once per
-    batch; a thread waits on a call only when it reads its outcome (window full, flush).
-    """
-
-    def __init__(self, endpoint: Endpoint, options: list[tuple[str, Any]]) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._inbox: deque[tuple[CallHandle, bytes, float, Any]] = deque()
-        self._scheduled = False
-        self._closed = False
-        self._done = threading.Condition()
-        self._call: Any = None
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="pyflink-gcp-cloudtasks-io", daemon=True
-        )
-        self._thread.start()
-        self._channel = self._run(self._open(endpoint, options))
-
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
-
-    @staticmethod
-    async def _open(endpoint: Endpoint, options: list[tuple[str, Any]]) -> Any:
-        # An aio channel belongs to the loop it is created on.
-        if endpoint.insecure:
-            return grpc.aio.insecure_channel(_target(endpoint), options=options)
-        return CloudTasksGrpcAsyncIOTransport.create_channel(_target(endpoint), options=options)
-
-    def unary_unary(self, method: str, **kwargs: Any) -> AsyncChannel:
-        """Binds the method this channel calls; returns the object whose ``future`` starts it."""
-        self._call = self._channel.unary_unary(method, **kwargs)
-        return self
-
-    def future(self, request: bytes, timeout: float, metadata: Any) -> CallHandle:
-        """Starts one call (on the loop thread, soon) and returns its handle."""
-        handle = CallHandle(self)
-        self._inbox.append((handle, request, timeout, metadata))
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon_threadsafe(self._drain)
-        return handle
-
-    def _drain(self) -> None:
-        # Reset the flag before reading the inbox: a request appended after the last pop then
-        # schedules another drain.
-        self._scheduled = False
-        inbox, start, one = self._inbox, self._loop.create_task, self._one
-        while inbox:
-            start(one(*inbox.popleft()))
-
-    async def _one(self, handle: CallHandle, request: bytes, timeout: float, metadata: Any) -> None:
-        try:
-            await self._call(request, timeout=timeout, metadata=metadata)
-        except BaseException as exc:  # noqa: BLE001 - the queue writer classifies it
-            handle._error = exc
-        handle._done = True
-        if handle._waited:
-            with self._done:
-                self._done.notify_all()
-
-    def wait_for(self, handle: CallHandle) -> None:
-        """Blocks until ``handle``'s call ended (or the channel closed)."""
-        with self._done:
-            handle._waited = True
-            while not handle._done:
-                if self._closed:
-                    handle._error = handle._error or grpc.aio.AioRpcError(
-                        grpc.StatusCode.CANCELLED,
-                        grpc.aio.Metadata(),
-                        grpc.aio.Metadata(),
-                        "the channel was closed",
-                    )
-                    handle._done = True
-                    break
-                self._done.wait(0.5)
-
-    def close(self) -> None:
-        """Cancels calls in flight and stops the loop thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._scheduled = True  # later calls are never started; wait_for releases their readers
-        try:
-            self._run(self._channel.close())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            if not self._thread.is_alive():
-                self._loop.close()
-            with self._done:
-                self._done.notify_all()
-
-
-def _varint(value: int) -> bytes:
-    """The protobuf base-128 encoding of a non-negative int (a length prefix)."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class CloudTasksWriterFactory(WriterFactory[QueueDestination]):
+class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestination]):
     """Owns what every queue of a subtask shares: channels, the in-flight window, the queue check.
 
-    Picklable configuration until :meth:`open`, which runs on the worker.
+    Pickles as its configuration (sink name, options, endpoint, retry policy); :meth:`open`
+    creates the rest on the worker.
 
     Attributes:
         created: Tasks the service accepted.
@@ -261,6 +77,7 @@ class CloudTasksWriterFactory(WriterFactory[QueueDestination]):
     """
 
     destination_type = QueueDestination
+    _config_fields: ClassVar[tuple[str, ...]] = ("sink_name", "options", "endpoint", "retry")
 
     def __init__(
         self,
@@ -272,74 +89,49 @@ class CloudTasksWriterFactory(WriterFactory[QueueDestination]):
         self.sink_name = sink_name
         self.options = options
         self.endpoint = endpoint
-        self.retry = retry or RetryPolicy(deadline_s=options.retry_deadline.total_seconds())
+        self.retry = retry or RetryPolicy(deadline_s=options.retry_deadline_s)
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._channels: list[Any] = []
-        self._endpoint: Endpoint | None = None
-        self._admin_channel: grpc.Channel | None = None
-        self._client: Any = None
-        self._start_call: Callable[..., Any] | None = None
+        self._start_call: StartCall | None = None
         self._window: deque[Any] = deque()
-        self._verified: set[str] = set()
-        self._api_client_header: tuple[str, str] | None = None
-        self._timeout = options.rpc_timeout.total_seconds()
-        self._max_in_flight = options.max_in_flight
+        self._header: tuple[str, str] | None = None
+        self.queue_check: QueueCheck | None = None
         self.created = 0
         self.already_existed = 0
         self.retried = 0
         self.rejected = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(
-            _channels=[],
-            _admin_channel=None,
-            _client=None,
-            _start_call=None,
-            _window=deque(),
-            _verified=set(),
-        )
-        return state
+        # Read on every call: plain attributes rather than the options' properties.
+        self._timeout = self.options.rpc_timeout.total_seconds()
+        self._max_in_flight = self.options.max_in_flight_requests
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, info: SubtaskInfo) -> None:
+        self._init_runtime()
+        options = self.options
         endpoint = resolve_cloudtasks_endpoint(self.endpoint)
-        self._window.clear()
-        self._verified.clear()
-        self.created = self.already_existed = self.retried = self.rejected = 0
-        self._endpoint = endpoint
         self._channels = self._open_channels(endpoint)
-        callables = [
-            channel.unary_unary(
-                _CREATE_TASK,
-                request_serializer=None,  # requests are encoded bytes already
-                response_deserializer=None,  # the created task is not needed
-            ).future
-            for channel in self._channels
-        ]
-        if len(callables) == 1:
-            self._start_call = callables[0]
-        else:
-            spread = itertools.cycle(callables)
-            self._start_call = lambda *args, **kwargs: next(spread)(*args, **kwargs)
-        self._api_client_header = gapic_client_info.ClientInfo(
-            gapic_version=gapic_version.__version__, user_agent=f"pyflink-gcp/{__version__}"
-        ).to_grpc_metadata()
+        self._start_call = create_task_caller(self._channels)
+        self._header = client_header()
+        if options.verify_queues:
+            self.queue_check = QueueCheck(self.sink_name, endpoint, self.retry, self._timeout)
         _LOG.info(
             "%s: subtask %d sends to %s over %d channel(s), %d calls in flight",
             self.sink_name,
             info.subtask_index,
             endpoint.host or DEFAULT_HOST,
             len(self._channels),
-            self._max_in_flight,
+            options.max_in_flight_requests,
         )
 
     def _open_channels(self, endpoint: Endpoint) -> list[Any]:
-        return open_async_channels(endpoint, self.options.channel_count)
+        return list(open_async_channels(endpoint, self.options.channel_count))
 
     def create_writer(self, destination: QueueDestination) -> QueueWriter:
-        if self.options.verify_queues and destination.resource_name not in self._verified:
-            self._verify(destination)
+        if self.queue_check is not None:
+            self.queue_check.verify(destination)
         return QueueWriter(destination, self)
 
     def flush_shared(self) -> list[FailedRecord]:
@@ -360,10 +152,9 @@ class CloudTasksWriterFactory(WriterFactory[QueueDestination]):
         for channel in self._channels:
             channel.close()  # cancels calls still in flight; they are replayed after a restart
         self._channels = []
-        if self._admin_channel is not None:
-            self._admin_channel.close()
-        self._admin_channel = None
-        self._client = None
+        if self.queue_check is not None:
+            self.queue_check.close()
+        self.queue_check = None
         self._start_call = None
 
     # -- shared pieces of the hot path -------------------------------------------------------
@@ -380,58 +171,8 @@ class CloudTasksWriterFactory(WriterFactory[QueueDestination]):
 
     def metadata_for(self, queue: str) -> tuple[tuple[str, str], ...]:
         """Request metadata of a queue's calls: the routing header and the client's identity."""
-        assert self._api_client_header is not None
-        return (routing_header.to_grpc_metadata((("parent", queue),)), self._api_client_header)
-
-    def _verify(self, destination: QueueDestination) -> None:
-        """Check once that the queue exists, to fail with its name rather than per task."""
-        name = destination.resource_name
-        what = f"sink '{self.sink_name}': checking Cloud Tasks queue {name}"
-        if self._client is None:
-            assert self._endpoint is not None, "the writer factory was not opened"
-            # A synchronous channel of its own: the generated client cannot use the aio one.
-            self._admin_channel = open_channels(self._endpoint, 1)[0]
-            self._client = tasks_v2.CloudTasksClient(
-                transport=CloudTasksGrpcTransport(channel=self._admin_channel)
-            )
-        client = self._client
-        try:
-            queue = self.retry.call(
-                lambda: client.get_queue(name=name, retry=None, timeout=self._timeout), what
-            )
-        except SinkError:
-            raise
-        except Exception as exc:
-            status = status_name(exc)
-            if status == "NOT_FOUND":
-                raise DestinationNotFoundError(
-                    f"sink '{self.sink_name}': Cloud Tasks queue '{name}' does not exist. The "
-                    f"sink never creates queues: create it (gcloud tasks queues create "
-                    f"{destination.queue} --location={destination.location} "
-                    f"--project={destination.project}) or fix the destination resolver."
-                ) from exc
-            if status == "PERMISSION_DENIED":
-                _LOG.warning(
-                    "%s: no permission to read queue %s (cloudtasks.queues.get); skipping the "
-                    "existence check, a missing queue will fail on its first task",
-                    self.sink_name,
-                    name,
-                )
-                self._verified.add(name)
-                return
-            raise WriteError(f"{what}: {status}: {exc}") from exc
-        if queue.state == tasks_v2.Queue.State.DISABLED:
-            raise WriteError(
-                f"sink '{self.sink_name}': Cloud Tasks queue '{name}' is DISABLED and accepts no "
-                "tasks; resume it (gcloud tasks queues resume) or fix the destination resolver"
-            )
-        if queue.state == tasks_v2.Queue.State.PAUSED:
-            _LOG.warning(
-                "%s: queue %s is PAUSED: tasks are created but not dispatched until it resumes",
-                self.sink_name,
-                name,
-            )
-        self._verified.add(name)
+        assert self._header is not None, "the writer factory was not opened"
+        return queue_metadata(queue, self._header)
 
 
 class QueueWriter(DestinationWriter[QueueDestination]):
@@ -444,15 +185,11 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         self._sink = factory.sink_name
         self._parent = destination.resource_name
         self._task_prefix = self._parent + "/tasks/"
-        # A CreateTaskRequest is its encoded ``parent`` field followed by its ``task`` field:
-        # encoding the parent once and appending each task's bytes spares a request message
-        # (a copy of the task) and a second walk of the task to size it.
-        self._request_head = (
-            _CreateTaskRequestPb(parent=self._parent).SerializeToString() + _TASK_FIELD_TAG
-        )
+        # The queue's encoded ``parent`` field: each request is it and the task's bytes.
+        self._request_head = request_head(self._parent)
         self._metadata = factory.metadata_for(self._parent)
         self._max_size = factory.options.max_task_size_bytes
-        self._compact_base = _COMPACT_FACTOR * factory.options.max_in_flight
+        self._compact_base = _COMPACT_FACTOR * factory.options.max_in_flight_requests
         self._compact_at = self._compact_base
         self._pending: list[_Call] = []
         self._rejected: list[FailedRecord] = []
@@ -484,7 +221,8 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 task, record, f"task of {size} bytes exceeds the {self._max_size}-byte limit"
             )
             return
-        request = self._request_head + _varint(size) + encoded
+        self.bytes_accepted += size
+        request = self._request_head + varint(size) + encoded
         pending = self._pending
         pending.append((self._start(request, self._metadata), request, task, record))
         if len(pending) >= self._compact_at:
@@ -562,14 +300,13 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 if error is None:
                     factory.created += 1
                     continue
-                status = status_name(error)
-                if status == "ALREADY_EXISTS":
+                if status_name(error) == "ALREADY_EXISTS":
                     factory.already_existed += 1
                 elif factory.retry.is_transient(error):
                     retry.append(call)
                     last_error = error
                 else:
-                    failures.append(self._classify(call, error, status))
+                    failures.append(self._classify(call, error))
             if not retry:
                 break
             if backoff is None:
@@ -583,18 +320,17 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         factory.rejected += len(failures)
         return failures
 
-    def _classify(self, call: _Call, error: BaseException, status: str | None) -> FailedRecord:
+    def _classify(self, call: _Call, error: BaseException) -> FailedRecord:
         """A failed task's fate: the failure handler if the task's content was refused, else fail."""
-        details = error.details() if isinstance(error, grpc.RpcError) else str(error)  # type: ignore[attr-defined]
-        if status == "INVALID_ARGUMENT":
-            return self._failed(call[2], call[3], f"INVALID_ARGUMENT: {details}")
-        if status == "NOT_FOUND":
+        if is_record_fault(error, TASK_FAULT_CODES):
+            return self._failed(call[2], call[3], error_text(error))
+        if status_name(error) == "NOT_FOUND":
             raise DestinationNotFoundError(
                 f"sink '{self._sink}': Cloud Tasks queue '{self._parent}' does not exist "
-                f"(CreateTask answered NOT_FOUND: {details}); the sink never creates queues"
+                f"(CreateTask answered {error_text(error)}); the sink never creates queues"
             )
         raise WriteError(
-            f"sink '{self._sink}': CreateTask in {self._parent} failed with {status}: {details} "
+            f"sink '{self._sink}': CreateTask in {self._parent} failed with {error_text(error)} "
             f"(record {short_repr(call[3])})"
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from collections import Counter
@@ -104,6 +105,53 @@ def test_tasks_reach_the_receiver_with_body_headers_and_queue(
         assert request["headers"]["x-cloudtasks-queuename"] == f"it-{run}-{record['customer'] % 4}"
 
 
+def test_lru_cap_on_queue_writers_and_context_functions(stack: EmulatorStack, project: str) -> None:
+    """With max_active_destinations below the number of queues, releasing the least recently
+    used queue writer (flushing it first when it has calls in flight) loses no task, and
+    (record, ctx) functions of the schema see the writer's context."""
+    run = suffix()
+    queues = create_queues(stack, [f"it-{run}-{i}" for i in range(4)])
+    prefix = f"/it/{run}"
+    options = (
+        CloudTasksWriterOptions.builder()
+        .max_active_destinations(2)
+        .max_in_flight_requests(16)
+        .build()
+    )
+    ids = [q.rsplit("/", 1)[1] for q in queues]
+    base = stack.receiver_url + prefix
+    schema = (
+        CloudTasksSerializationSchema.http_target(
+            lambda r, ctx: f"{base}/{ctx.subtask_index}/{r['id']}"
+        )
+        .with_body(lambda r: str(r["id"]))
+        .with_task_id(lambda r, ctx: f"t-{ctx.subtask_index}-{r['id']}")
+    )
+    sink = (
+        CloudTasksSink.builder()
+        .set_destination_resolver(
+            lambda r, ctx: QueueDestination.of(project, LOCATION, ids[r["id"] % 4])
+        )
+        .set_serializer(schema)
+        .set_writer_options(options)
+        .build()
+    )
+    writer = _open(sink)
+    for i in range(200):
+        writer.write({"id": i})
+        assert len(writer.registry) <= 2
+    writer.flush()
+    factory = writer.config.factory
+    assert factory.created == 200
+    assert writer.registry.evicted >= 100  # the records alternate over four queues
+    writer.close()
+
+    got = wait_for_dispatches(stack, prefix, 200)
+    assert sorted(int(r["body"]) for r in got) == list(range(200))
+    assert {r["path"] for r in got} == {f"{prefix}/0/{i}" for i in range(200)}
+    assert {r["headers"]["x-cloudtasks-taskname"] for r in got} == {f"t-0-{i}" for i in range(200)}
+
+
 def test_task_ids_make_a_replay_idempotent(stack: EmulatorStack, project: str) -> None:
     run = suffix()
     queues = create_queues(stack, [f"it-{run}-a", f"it-{run}-b"])
@@ -141,13 +189,14 @@ def test_missing_queue_is_a_clear_error_checked_once(stack: EmulatorStack, proje
     factory = writer.config.factory
     writer.write({"id": 0, "customer": 0})
     calls = []
-    original = factory._client.get_queue
+    client = factory.queue_check._client
+    original = client.get_queue
 
     def counting(**kwargs: Any) -> Any:
         calls.append(kwargs["name"])
         return original(**kwargs)
 
-    factory._client.get_queue = counting
+    client.get_queue = counting
     with pytest.raises(DestinationNotFoundError) as info:
         writer.write({"id": 1, "customer": 1})
     message = str(info.value)
@@ -226,7 +275,11 @@ def test_oversized_task_fails_the_job_by_default(stack: EmulatorStack, project: 
         CloudTasksSink.builder()
         .set_destination_resolver(lambda r, ctx: QueueDestination.from_resource_name(queues[0]))
         .set_serializer(
-            CloudTasksSerializationSchema.http_target(stack.receiver_url).with_body(bytes)
+            # bytes(n): n zero bytes. A builtin whose signature Python cannot read would be
+            # called (record, ctx), so it is wrapped.
+            CloudTasksSerializationSchema.http_target(stack.receiver_url).with_body(
+                lambda n: bytes(n)
+            )
         )
         .build()
     )
@@ -252,7 +305,7 @@ def test_unreachable_service_fails_after_the_retry_deadline(project: str) -> Non
             project,
             [f"projects/{project}/locations/{LOCATION}/queues/q"],
             "http://127.0.0.1:9",
-            options=options.__class__(**{**options.__dict__, "verify_queues": verify}),
+            options=dataclasses.replace(options, verify_queues=verify),
             endpoint=f"http://127.0.0.1:{port}",
         )
         writer = _open(sink)

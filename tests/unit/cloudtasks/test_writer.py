@@ -1,4 +1,5 @@
-"""The queue writer's bookkeeping against a scripted fake channel: outcomes, retries, limits."""
+"""The queue writer and its factory against a scripted fake channel: outcomes, retries, limits,
+the in-flight window, pickling."""
 
 from __future__ import annotations
 
@@ -217,7 +218,7 @@ def test_proto_plus_tasks_and_full_names_are_accepted() -> None:
 
 
 def test_in_flight_window_and_pending_stay_bounded() -> None:
-    factory, writer = _writer(max_in_flight=4)
+    factory, writer = _writer(max_in_flight_requests=4)
     factory.channel.script.extend([None] * 50 + [grpc.StatusCode.INVALID_ARGUMENT])
     for i in range(51):
         writer.write(_task(), i)
@@ -243,63 +244,53 @@ def test_channels_spread_and_close() -> None:
     assert all(c.closed for c in channels)
 
 
-def test_factory_pickles_without_live_state() -> None:
+def test_factory_pickles_as_its_configuration_only() -> None:
     import cloudpickle
 
     factory, writer = _writer(retry_deadline=timedelta(seconds=3))
+    writer.write(_task(), "record")
+    assert factory._window and factory._start_call is not None
     copy = cloudpickle.loads(cloudpickle.dumps(factory))
-    assert copy._channels == [] and copy._start_call is None
-    assert copy.options == factory.options
+    assert set(factory.__getstate__()) == {"sink_name", "options", "endpoint", "retry"}
+    assert copy._channels == [] and copy._start_call is None and not copy._window
+    assert copy.queue_check is None and copy.created == 0
+    assert copy.options == factory.options and copy.retry.deadline_s == 0.2
+    assert copy._max_in_flight == 256 and copy._timeout == 30.0
 
 
-class FakeAdmin:
-    """Answers GetQueue with a scripted queue state or error, counting calls."""
-
-    def __init__(self, outcome: Any) -> None:
-        self.outcome = outcome
-        self.calls: list[str] = []
-
-    def get_queue(self, name: str, retry: Any, timeout: float) -> Any:
-        self.calls.append(name)
-        if isinstance(self.outcome, BaseException):
-            raise self.outcome
-        return tasks_v2.Queue(name=name, state=self.outcome)
+def test_bytes_accepted_counts_the_encoded_tasks() -> None:
+    factory, writer = _writer()
+    task = _task("t", body=b"x" * 40)
+    writer.write(task, "record")
+    # The writer completed the name in place: the bytes counted are the task sent.
+    size = len(task.SerializeToString())
+    assert task.name == f"{QUEUE}/tasks/t" and writer.bytes_accepted == size
+    writer.write(_task(body=b"y" * 2_000_000), "too big")  # rejected: not accepted bytes
+    assert writer.bytes_accepted == size
 
 
-def _verifying_factory(outcome: Any) -> tuple[FakeFactory, FakeAdmin]:
+class RecordingCheck:
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+
+    def verify(self, destination: QueueDestination) -> None:
+        self.queues.append(str(destination))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_queue_check_runs_before_a_writer_is_created_when_enabled() -> None:
     factory = FakeFactory()
     factory.options = CloudTasksWriterOptions(verify_queues=True)
     factory.open(SubtaskInfo("hooks-sink"))
-    admin = FakeAdmin(outcome)
-    factory._client = admin
-    return factory, admin
-
-
-def test_queue_check_runs_once_per_queue() -> None:
-    factory, admin = _verifying_factory(tasks_v2.Queue.State.RUNNING)
+    assert factory.queue_check is not None
+    check = RecordingCheck()
+    factory.queue_check = check  # type: ignore[assignment]
     factory.create_writer(QUEUE)
-    factory.create_writer(QUEUE)
-    assert admin.calls == [str(QUEUE)]
-
-
-def test_queue_check_failures() -> None:
-    factory, _ = _verifying_factory(FakeError(grpc.StatusCode.NOT_FOUND))
-    with pytest.raises(DestinationNotFoundError, match="gcloud tasks queues create hooks"):
-        factory.create_writer(QUEUE)
-    factory, _ = _verifying_factory(tasks_v2.Queue.State.DISABLED)
-    with pytest.raises(WriteError, match="is DISABLED"):
-        factory.create_writer(QUEUE)
-    factory, _ = _verifying_factory(FakeError(grpc.StatusCode.UNAUTHENTICATED))
-    with pytest.raises(WriteError, match="UNAUTHENTICATED"):
-        factory.create_writer(QUEUE)
-
-
-def test_queue_check_without_permission_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    factory, admin = _verifying_factory(FakeError(grpc.StatusCode.PERMISSION_DENIED))
-    factory.create_writer(QUEUE)
-    factory.create_writer(QUEUE)
-    assert admin.calls == [str(QUEUE)]
-    assert "skipping the existence check" in caplog.text
+    assert check.queues == [str(QUEUE)]
+    unchecked, _ = _writer()
+    assert unchecked.queue_check is None
 
 
 @pytest.mark.parametrize("body_size", [0, 100, 127, 128, 16_383, 16_384, 90_000])
@@ -325,26 +316,3 @@ def test_request_bytes_equal_the_generated_encoding(body_size: int) -> None:
     ).SerializeToString()
     assert sent == [expected]
     assert factory.channel.requests[0].task.http_request.body == b"b" * body_size
-
-
-def test_schema_fixed_parts_and_per_record_parts() -> None:
-    """Fixed URL, method and headers come from the encoded prototype; per-record functions
-    and an explicit Content-Type header still override it."""
-    schema = (
-        CloudTasksSerializationSchema.http_target(lambda r: f"https://h.example/{r}")
-        .with_http_method("PUT")
-        .with_body(lambda r: r, content_type="text/plain")
-        .with_headers({"Content-Type": "application/x-custom", "X-A": "1"})
-    )
-    first, second = schema.serialize("a"), schema.serialize("b")
-    assert first.http_request.url == "https://h.example/a"
-    assert second.http_request.url == "https://h.example/b"
-    assert second.http_request.body == b"b"
-    assert second.http_request.http_method == tasks_v2.HttpMethod.PUT
-    assert dict(second.http_request.headers) == {
-        "Content-Type": "application/x-custom",
-        "X-A": "1",
-    }
-    dynamic = CloudTasksSerializationSchema.http_target(URL).with_headers(lambda r: {"X-R": r})
-    assert dict(dynamic.serialize("z").http_request.headers) == {"X-R": "z"}
-    assert dict(dynamic.serialize("y").http_request.headers) == {"X-R": "y"}

@@ -1,0 +1,251 @@
+"""The Cloud Tasks client room: endpoint, channels, the raw ``CreateTask`` call and its metadata.
+
+The hot path sends ``CreateTask`` as raw bytes on a ``grpc.aio`` channel driven by an
+event-loop thread (:class:`AsyncChannel`), behind the synchronous ``future()`` face of a
+``grpc.Channel``. Why ``grpc.aio`` on a loop thread: on a machine whose cores the job shares,
+CPU per call bounds the sink. Measured against the emulator with 256 calls in flight and raw
+protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of client CPU, the synchronous
+channel's ``future()`` 160-310 µs, the generated client in a thread pool 500-610 µs (proto-plus
+wrapping, one thread per call); several synchronous channels were slower than one (each adds a
+polling thread). The processing thread only appends encoded requests to the loop's inbox,
+waking it once per batch.
+
+Only the queue check (``GetQueue``) uses the generated client, on a synchronous channel of its
+own (:func:`admin_client`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from google.api_core.gapic_v1 import client_info as gapic_client_info
+from google.api_core.gapic_v1 import routing_header
+from google.cloud import tasks_v2
+from google.cloud.tasks_v2 import gapic_version
+from google.cloud.tasks_v2.services.cloud_tasks.transports import (
+    CloudTasksGrpcAsyncIOTransport,
+    CloudTasksGrpcTransport,
+)
+
+from pyflink_gcp._version import __version__
+from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_aio_channel, open_channel
+from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
+
+#: The emulator variable (no gcloud standard exists for Cloud Tasks): ``host:port``, insecure.
+EMULATOR_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
+DEFAULT_HOST = "cloudtasks.googleapis.com"
+#: The full method name of ``CreateTask``, called with encoded request bytes.
+CREATE_TASK = "/google.cloud.tasks.v2.CloudTasks/CreateTask"
+
+_CreateTaskRequestPb: Any = tasks_v2.CreateTaskRequest.pb()
+# Field 2 of CreateTaskRequest (``task``), length-delimited: its tag byte.
+_TASK_FIELD_TAG = b"\x12"
+
+#: ``(request bytes, timeout=..., metadata=...) -> handle``: starts one ``CreateTask`` call.
+StartCall = Callable[..., Any]
+
+
+def resolve_cloudtasks_endpoint(explicit: str | None) -> Endpoint:
+    """The builder's endpoint, else ``CLOUD_TASKS_EMULATOR_HOST``, else the service (ADC)."""
+    return resolve_endpoint(explicit, EMULATOR_VARIABLE)
+
+
+def channel_options(count: int) -> tuple[tuple[str, Any], ...]:
+    """gRPC options of ``count`` channels: no message size limit, and separate connections."""
+    if count > 1:
+        # Without a local pool, channels with equal arguments share one connection.
+        return (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1))
+    return UNLIMITED_MESSAGES
+
+
+def open_admin_channel(endpoint: Endpoint) -> grpc.Channel:
+    """A synchronous channel for the generated client (plain text for an emulator, else TLS)."""
+    return open_channel(endpoint, CloudTasksGrpcTransport, DEFAULT_HOST)
+
+
+def admin_client(channel: grpc.Channel) -> tasks_v2.CloudTasksClient:
+    """The generated client on ``channel`` (the queue check's ``GetQueue``)."""
+    return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
+
+
+def open_async_channels(endpoint: Endpoint, count: int) -> list[AsyncChannel]:
+    """``count`` :class:`AsyncChannel` s to the endpoint (the hot path's transport)."""
+    options = channel_options(count)
+    return [AsyncChannel(endpoint, options) for _ in range(count)]
+
+
+def create_task_caller(channels: Sequence[Any]) -> StartCall:
+    """The function that starts one raw ``CreateTask`` call, spread round-robin over
+    ``channels`` (anything with a ``grpc.Channel``'s ``unary_unary(...).future``)."""
+    callables = [
+        channel.unary_unary(
+            CREATE_TASK,
+            request_serializer=None,  # requests are encoded bytes already
+            response_deserializer=None,  # the created task is not needed
+        ).future
+        for channel in channels
+    ]
+    if len(callables) == 1:
+        return callables[0]  # type: ignore[no-any-return]
+    spread = itertools.cycle(callables)
+    return lambda *args, **kwargs: next(spread)(*args, **kwargs)
+
+
+def client_header() -> tuple[str, str]:
+    """The ``x-goog-api-client`` metadata the generated client would send."""
+    header: tuple[str, str] = gapic_client_info.ClientInfo(
+        gapic_version=gapic_version.__version__, user_agent=f"pyflink-gcp/{__version__}"
+    ).to_grpc_metadata()
+    return header
+
+
+def queue_metadata(queue: str, header: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """Request metadata of a queue's calls: the routing header and the client's identity."""
+    return (routing_header.to_grpc_metadata((("parent", queue),)), header)
+
+
+def request_head(queue: str) -> bytes:
+    """The encoded ``parent`` field of a queue's ``CreateTaskRequest`` and the ``task`` tag.
+
+    A request is this head, the task's length (:func:`varint`) and the task's bytes: encoding
+    the parent once per queue spares a request message (a copy of the task) and a second walk
+    of the task to size it.
+    """
+    head: bytes = _CreateTaskRequestPb(parent=queue).SerializeToString()
+    return head + _TASK_FIELD_TAG
+
+
+def varint(value: int) -> bytes:
+    """The protobuf base-128 encoding of a non-negative int (a length prefix)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class CallHandle:
+    """A call started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
+
+    __slots__ = ("_error", "_done", "_waited", "_channel")
+
+    def __init__(self, channel: AsyncChannel) -> None:
+        self._error: BaseException | None = None
+        self._done = False
+        self._waited = False
+        self._channel = channel
+
+    def done(self) -> bool:
+        return self._done
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Waits for the call's end; its error, or None if it succeeded."""
+        if not self._done:
+            self._channel.wait_for(self)
+        return self._error
+
+
+class AsyncChannel:
+    """A ``grpc.aio`` channel driven by its own event-loop thread, behind the synchronous
+    ``unary_unary(...).future(...)`` interface of a ``grpc.Channel``.
+
+    Why: per call, ``grpc.aio`` costs well under half the CPU of the synchronous channel's
+    ``future()`` (measured against the emulator: ~75 against ~170 µs per ``CreateTask``, and the
+    server needs fewer wake-ups too), which is what bounds the sink on a busy machine. The
+    processing thread only appends the encoded request to an inbox and wakes the loop once per
+    batch; a thread waits on a call only when it reads its outcome (window full, flush).
+    """
+
+    def __init__(self, endpoint: Endpoint, options: Sequence[tuple[str, Any]]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._inbox: deque[tuple[CallHandle, bytes, float, Any]] = deque()
+        self._scheduled = False
+        self._closed = False
+        self._done = threading.Condition()
+        self._call: Any = None
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="pyflink-gcp-cloudtasks-io", daemon=True
+        )
+        self._thread.start()
+        self._channel = self._run(self._open(endpoint, options))
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
+
+    @staticmethod
+    async def _open(endpoint: Endpoint, options: Sequence[tuple[str, Any]]) -> Any:
+        # An aio channel belongs to the loop it is created on.
+        return open_aio_channel(endpoint, CloudTasksGrpcAsyncIOTransport, DEFAULT_HOST, options)
+
+    def unary_unary(self, method: str, **kwargs: Any) -> AsyncChannel:
+        """Binds the method this channel calls; returns the object whose ``future`` starts it."""
+        self._call = self._channel.unary_unary(method, **kwargs)
+        return self
+
+    def future(self, request: bytes, timeout: float, metadata: Any) -> CallHandle:
+        """Starts one call (on the loop thread, soon) and returns its handle."""
+        handle = CallHandle(self)
+        self._inbox.append((handle, request, timeout, metadata))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon_threadsafe(self._drain)
+        return handle
+
+    def _drain(self) -> None:
+        # Reset the flag before reading the inbox: a request appended after the last pop then
+        # schedules another drain.
+        self._scheduled = False
+        inbox, start, one = self._inbox, self._loop.create_task, self._one
+        while inbox:
+            start(one(*inbox.popleft()))
+
+    async def _one(self, handle: CallHandle, request: bytes, timeout: float, metadata: Any) -> None:
+        try:
+            await self._call(request, timeout=timeout, metadata=metadata)
+        except BaseException as exc:  # noqa: BLE001 - the queue writer classifies it
+            handle._error = exc
+        handle._done = True
+        if handle._waited:
+            with self._done:
+                self._done.notify_all()
+
+    def wait_for(self, handle: CallHandle) -> None:
+        """Blocks until ``handle``'s call ended (or the channel closed)."""
+        with self._done:
+            handle._waited = True
+            while not handle._done:
+                if self._closed:
+                    handle._error = handle._error or grpc.aio.AioRpcError(
+                        grpc.StatusCode.CANCELLED,
+                        grpc.aio.Metadata(),
+                        grpc.aio.Metadata(),
+                        "the channel was closed",
+                    )
+                    handle._done = True
+                    break
+                self._done.wait(0.5)
+
+    def close(self) -> None:
+        """Cancels calls in flight and stops the loop thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduled = True  # later calls are never started; wait_for releases their readers
+        try:
+            self._run(self._channel.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+            with self._done:
+                self._done.notify_all()
