@@ -105,7 +105,7 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
         .set_destination_resolver(RegionTopics(project))
         .set_serializer(
             PubSubSerializationSchema.payload(lambda o: json.dumps(o).encode()).with_ordering_key(
-                lambda o: o["customer_id"]
+                lambda o, ctx: o["customer_id"]
             )
         )
         .set_publisher_options(
