@@ -16,6 +16,7 @@ import pytest
 from pyflink_gcp.bigtable import (
     BigtableSink,
     BigtableWriterOptions,
+    CreateDisposition,
     DeleteAllFromFamily,
     DeleteAllFromRow,
     DeleteRangeFromColumn,
@@ -74,9 +75,16 @@ def builder(instance: str, table: str | None = None, **options: Any) -> Any:
         .set_destination_resolver(
             lambda r, ctx: TableDestination.of(PROJECT, instance, r.get("table", table))
         )
-        .set_serializer(lambda r, ctx: r["entry"])
+        .set_serializer(lambda r: r["entry"])
         .set_writer_options(BigtableWriterOptions(**options))
     )
+
+
+def creating(builder: Any, families: dict[str, Any]) -> Any:
+    """``builder`` with table creation on, for tables with ``families``."""
+    return builder.set_create_disposition(
+        CreateDisposition.CREATE_IF_NEEDED
+    ).set_table_create_options(TableCreateOptions(column_families=families))
 
 
 def test_writes_every_mutation_type(instance: str) -> None:
@@ -126,11 +134,7 @@ def test_missing_table_without_creation_names_the_table(instance: str) -> None:
 
 def test_creates_tables_with_exactly_the_declared_families_up_to_the_bound(instance: str) -> None:
     families = {"cf": 2, "hist": timedelta(days=3), "raw": None}
-    sink = (
-        builder(instance)
-        .set_table_create_options(TableCreateOptions(column_families=families, max_tables=2))
-        .build()
-    )
+    sink = creating(builder(instance, max_created_destinations=2), families).build()
     create_table(instance, "existing", {"cf": 1})
     writer = open_writer(sink)
     for table in ("existing", "new_a", "new_b", "new_a"):
@@ -145,7 +149,7 @@ def test_creates_tables_with_exactly_the_declared_families_up_to_the_bound(insta
     with pytest.raises(CreationLimitExceededError) as err:
         writer.write({"table": "new_c", "entry": cell(2)})
     message = str(err.value)
-    assert "max_tables=2" in message and "already created 2 tables" in message
+    assert "max_created_destinations=2" in message and "already created 2 tables" in message
     assert "new_c" in message and "<lambda>" in message, message
     assert "new_c" not in list_tables(instance)
     writer.close()
@@ -155,13 +159,15 @@ def test_creates_tables_with_exactly_the_declared_families_up_to_the_bound(insta
 
 def test_a_table_another_subtask_created_first_is_not_an_error(instance: str) -> None:
     create_table(instance, "shared", {"cf": 1})
-    options = TableCreateOptions(column_families={"cf": 1}, max_tables=1)
     factory = BigtableWriterFactory(
-        sink_name="bt-it", options=BigtableWriterOptions(), create_options=options
+        sink_name="bt-it",
+        options=BigtableWriterOptions(max_created_destinations=1),
+        create_options=TableCreateOptions(column_families={"cf": 1}),
     )
     factory.open(SubtaskInfo("bt-it"))
-    factory._create_table(TableDestination.of(PROJECT, instance, "shared"), options)
-    assert factory.stats.tables_created == 0
+    assert factory.tables is not None
+    factory.tables.create(TableDestination.of(PROJECT, instance, "shared"))
+    assert factory.stats.tables_created == 0 and factory.tables.created == []
     factory.close()
 
 
@@ -340,7 +346,7 @@ def test_a_table_deleted_while_writing_names_the_table(instance: str) -> None:
 def test_idle_batchers_are_evicted_and_rebuilt(instance: str) -> None:
     for table in ("a", "b"):
         create_table(instance, table, {"cf": 1})
-    writer = open_writer(builder(instance, destination_idle_timeout=0.2).build())
+    writer = open_writer(builder(instance, idle_timeout=timedelta(seconds=0.2)).build())
     writer.write({"table": "a", "entry": cell(1)})
     writer.flush()
     time.sleep(0.3)
@@ -366,7 +372,7 @@ def test_tight_flow_control_still_writes_everything(instance: str) -> None:
         batch_max_entries=5,
         max_in_flight_entries=10,
         max_in_flight_bytes=2_000,
-        max_concurrent_requests=2,
+        max_in_flight_requests=2,
     ).build()
     writer = open_writer(sink)
     for i in range(1_000):
@@ -378,11 +384,7 @@ def test_tight_flow_control_still_writes_everything(instance: str) -> None:
 
 
 def test_many_tables_flush_together(instance: str) -> None:
-    sink = (
-        builder(instance, batch_max_entries=50)
-        .set_table_create_options(TableCreateOptions(column_families={"cf": 1}))
-        .build()
-    )
+    sink = creating(builder(instance, batch_max_entries=50), {"cf": 1}).build()
     writer = open_writer(sink)
     for i in range(2_000):
         writer.write({"table": f"t{i % 20:02d}", "entry": cell(i)})
@@ -391,4 +393,25 @@ def test_many_tables_flush_together(instance: str) -> None:
     for t in range(20):
         assert set(read_table(instance, f"t{t:02d}")) == {
             b"row-%06d" % i for i in range(t, 2_000, 20)
+        }
+
+
+def test_more_tables_than_active_batchers_releases_the_least_recently_used(instance: str) -> None:
+    sink = creating(
+        builder(instance, batch_max_entries=50, max_active_destinations=3), {"cf": 1}
+    ).build()
+    writer = open_writer(sink)
+    for i in range(1_200):
+        writer.write({"table": f"t{(i // 20) % 8}", "entry": cell(i)})
+        assert len(writer.registry) <= 3
+    writer.flush()
+    stats = factory_of(writer).stats
+    assert stats.tables_created == 8
+    # Runs of 20 records per table over 8 tables: every switch past the third table releases
+    # one batcher and builds another.
+    assert stats.batchers_created == 60 and stats.batchers_closed == 57
+    writer.close()
+    for t in range(8):
+        assert set(read_table(instance, f"t{t}")) == {
+            b"row-%06d" % i for i in range(1_200) if (i // 20) % 8 == t
         }
