@@ -7,7 +7,7 @@ Prints records/s (CreateTask calls accepted per second) of:
 - the raw google-cloud-tasks client outside Flink: sequential ``create_task`` calls, and with
   the sink's concurrency (256 calls in flight) three ways: a 256-thread pool over the client,
   the asyncio client with 256 tasks, raw protobuf requests on ``grpc.aio`` calls (the sink's own
-  transport) and on the synchronous channel's gRPC futures (its former one);
+  transport) and on the synchronous channel's gRPC futures (the transport it was chosen over);
 - the naive per-record blocking ``create_task`` inside a PyFlink ``map``, p=1 and p=2;
 - the sink (PyFlink job: source -> map -> CloudTasksSink over 4 queues), p=1 and p=2, in
   its default shape (the writer in an operator chain of its own); with ``--fused`` also fused
@@ -67,9 +67,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._common import flink_env, run_job, source, table, warm_up  # noqa: E402
-from bench._cpu import cpu_seconds, jvm_pid, per_record  # noqa: E402
-from pyflink_gcp.emulators import EmulatorStack  # noqa: E402
+from bench._common import flink_env, run_job, source, table, warm_up
+from bench._cpu import cpu_seconds, jvm_pid, per_record
+from pyflink_gcp.emulators import EmulatorStack
 
 PROJECT = "bench-project"
 LOCATION = "us-central1"
@@ -384,8 +384,8 @@ def raw_request(r: dict, url: str) -> tuple[str, bytes]:
 
 
 def raw_futures(host: str, url: str, records: int) -> Callable[[], None]:
-    """Raw protobuf requests on the synchronous channel's gRPC futures (the sink's former
-    transport: more than twice the CPU per call of ``grpc.aio``)."""
+    """Raw protobuf requests on the synchronous channel's gRPC futures (more than twice the CPU
+    per call of ``grpc.aio``, the sink's transport)."""
     from collections import deque
 
     import grpc
@@ -544,7 +544,9 @@ def sink_rates(
                 body, content_type="application/json"
             )
         )
-        .set_writer_options(CloudTasksWriterOptions.builder().max_in_flight(IN_FLIGHT).build())
+        .set_writer_options(
+            CloudTasksWriterOptions.builder().max_in_flight_requests(IN_FLIGHT).build()
+        )
         .set_endpoint(f"http://{backend.host}")  # workers outlive this variant's variables
         .set_chain_with_upstream(fused)
         .build()

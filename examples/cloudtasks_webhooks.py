@@ -26,6 +26,7 @@ import time
 import uuid
 import zlib
 from collections import Counter, defaultdict
+from datetime import timedelta
 
 import grpc
 from google.api_core import exceptions
@@ -82,7 +83,7 @@ class TaskId:
     def __init__(self, run: str) -> None:
         self.run = run
 
-    def __call__(self, event: dict) -> str:
+    def __call__(self, event: dict, context) -> str:
         return hashlib.sha256(f"{self.run}/{event['event_id']}".encode()).hexdigest()[:32]
 
 
@@ -126,11 +127,18 @@ def run_job(args: argparse.Namespace, run: str, target: str) -> None:
         .set_destination_resolver(WebhookQueues(args.project, args.location, args.queue_prefix))
         .set_serializer(
             CloudTasksSerializationSchema.http_target(target)
-            .with_body(lambda e: json.dumps(e).encode(), content_type="application/json")
-            .with_headers(lambda e: {"X-Customer-Id": e["customer_id"], "X-Event-Type": e["type"]})
+            .with_body(lambda e, ctx: json.dumps(e).encode(), content_type="application/json")
+            .with_headers(
+                lambda e, ctx: {"X-Customer-Id": e["customer_id"], "X-Event-Type": e["type"]}
+            )
             .with_task_id(TaskId(run))
         )
-        .set_writer_options(CloudTasksWriterOptions.builder().max_in_flight(256).build())
+        .set_writer_options(
+            CloudTasksWriterOptions.builder()
+            .max_in_flight_requests(256)
+            .retry_deadline(timedelta(minutes=2))
+            .build()
+        )
         .build()
     )
     events = env.from_source(

@@ -2,10 +2,10 @@
 
 Cloud Tasks has no batch API, so the settings that shape batches elsewhere shape only the
 writer operator here: ``max_buffered_records`` and ``max_buffer_time`` are its bundle size and
-time (a bundle end hands nothing new to the service, since every task's call starts as soon as
-the record is serialized, but it bounds how long calls stay unread between checkpoints).
-Throughput comes from calls in flight: ``max_in_flight_requests`` ``CreateTask`` calls per
-subtask, over all its queues.
+time. Every task's call starts as soon as its record is serialized, so a bundle end has nothing
+to send; without checkpoint markers it waits for the calls in flight. Throughput comes from
+calls in flight: ``max_in_flight_requests`` ``CreateTask`` calls per subtask, over all its
+queues.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import json
 import time
 import zlib
 from collections import Counter, defaultdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from pyflink_gcp.cloudtasks import (
     CloudTasksSerializationSchema,
     CloudTasksSink,
+    CloudTasksWriterOptions,
     QueueDestination,
 )
 from pyflink_gcp.core import FailureHandler
@@ -73,7 +75,8 @@ class RecordingTaskIds:
 
 
 def _failing_text(env: Any) -> str:
-    with pytest.raises(Exception) as info:  # noqa: PT011 - py4j wraps the job's failure
+    # py4j wraps the job's failure: no narrower type to expect.
+    with pytest.raises(Exception) as info:
         env.execute("cloudtasks-failing")
     return str(info.value)
 
@@ -100,20 +103,22 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
         fail_once.map(record)
         return QueueDestination.of(project, LOCATION, queue_ids[customer_queue(record["customer"])])
 
-    # Sink A: one webhook per record, idempotent task ids, four queues by customer.
+    # Sink A: one webhook per record, idempotent task ids, four queues by customer; schema
+    # functions of both shapes, (record, ctx) and (record).
     webhooks = (
         CloudTasksSink.builder()
         .set_sink_name("webhooks")
         .set_destination_resolver(route)
         .set_serializer(
             CloudTasksSerializationSchema.http_target(lambda r: f"{base}/a/{r['customer']}")
-            .with_body(lambda r: json.dumps(r).encode(), content_type="application/json")
+            .with_body(lambda r, ctx: json.dumps(r).encode(), content_type="application/json")
             .with_headers(lambda r: {"X-Customer": r["customer"]})
             .with_task_id(task_ids)
         )
         .build()
     )
-    # Sink B: no task ids (a replay may duplicate), oversized bodies to the dead-letter queue.
+    # Sink B: no task ids (a replay may duplicate), oversized bodies to the dead-letter queue,
+    # a smaller bundle and call window than the defaults.
     audit = (
         CloudTasksSink.builder()
         .set_sink_name("audit")
@@ -124,6 +129,13 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
             .with_body(lambda r: b"x" * 150_000 if r["id"] % OVERSIZED_EVERY == 7 else str(r["id"]))
         )
         .set_failure_handler(FailureHandler.send_to_dead_letter_queue(dlq))
+        .set_writer_options(
+            CloudTasksWriterOptions.builder()
+            .max_buffered_records(500)
+            .max_buffer_time(timedelta(milliseconds=200))
+            .max_in_flight_requests(64)
+            .build()
+        )
         .build()
     )
 
