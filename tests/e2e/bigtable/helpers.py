@@ -6,7 +6,8 @@ import time
 from typing import Any
 
 from pyflink_gcp.bigtable import RowMutationEntry, SetCell, TableDestination
-from pyflink_gcp.bigtable.writer import BigtableWriterFactory, TableBatcher
+from pyflink_gcp.bigtable.batcher import TableBatcher
+from pyflink_gcp.bigtable.writer import BigtableWriterFactory
 from pyflink_gcp.core import SubtaskInfo
 from tests.support.jsonl import append_json, read_json_lines
 
@@ -46,6 +47,9 @@ def event_entry(event: dict[str, Any], context: Any) -> RowMutationEntry:
 
 class RecordingFactory(BigtableWriterFactory):
     """The real factory, logging each batcher's creation and close (eviction) to a file."""
+
+    # The log's path travels to the workers with the factory's own configuration.
+    _config_fields = (*BigtableWriterFactory._config_fields, "events_path")
 
     @classmethod
     def replacing(cls, factory: BigtableWriterFactory, path: str) -> RecordingFactory:

@@ -13,6 +13,7 @@ import pytest
 from pyflink_gcp.bigtable import (
     BigtableSink,
     BigtableWriterOptions,
+    CreateDisposition,
     RowMutationEntry,
     SetCell,
     TableCreateOptions,
@@ -61,13 +62,15 @@ def test_day_tables_created_idle_batchers_evicted_and_a_failure_loses_nothing(
         BigtableSink.builder()
         .set_destination_resolver(DayTableResolver(instance, "events"))
         .set_serializer(event_entry)
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_table_create_options(
-            TableCreateOptions(column_families={"cf": 1, "meta": timedelta(days=7)}, max_tables=5)
+            TableCreateOptions(column_families={"cf": 1, "meta": timedelta(days=7)})
         )
         .set_writer_options(
             BigtableWriterOptions.builder()
-            .destination_idle_timeout(timedelta(seconds=0.5))
-            .flush_interval(timedelta(milliseconds=200))
+            .idle_timeout(timedelta(seconds=0.5))
+            .max_buffer_time(timedelta(milliseconds=200))
+            .max_created_destinations(5)
             .batch_max_entries(100)
             .build()
         )
@@ -157,6 +160,7 @@ def test_batches_over_100k_cells_are_split_and_bad_families_dead_lettered(
             .set_endpoint("http://" + proxy.host)
             .set_destination_resolver(lambda r, c: TableDestination.of(PROJECT, instance, "wide"))
             .set_serializer(wide_entry)
+            .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
             .set_table_create_options(TableCreateOptions(column_families={"cf": 1}))
             .set_failure_handler(
                 FailureHandler.send_to_dead_letter_queue(FileDeadLetterQueue(dead))
@@ -165,7 +169,7 @@ def test_batches_over_100k_cells_are_split_and_bad_families_dead_lettered(
                 BigtableWriterOptions.builder()
                 # One batch per subtask until the end of input: ~150,000 cells each.
                 .batch_max_bytes(1 << 30)
-                .flush_interval(timedelta(seconds=60))
+                .max_buffer_time(timedelta(seconds=60))
                 .build()
             )
             .build()
@@ -201,9 +205,9 @@ def test_bad_input_fails_the_job_with_a_clear_error(stack: Any, case: str) -> No
     if case == "wrong-type":
         builder.set_destination_resolver(
             lambda r, c: TableDestination.of(PROJECT, instance, "t")
-        ).set_serializer(bad_serializer).set_table_create_options(
-            TableCreateOptions(column_families={"cf": 1})
-        )
+        ).set_serializer(bad_serializer).set_create_disposition(
+            CreateDisposition.CREATE_IF_NEEDED
+        ).set_table_create_options(TableCreateOptions(column_families={"cf": 1}))
         expected = [
             "SerializerError: sink 'bad-input': the serializer returned dict",
             f"headed to table 'projects/{PROJECT}/instances/{instance}/tables/t'",
@@ -221,11 +225,13 @@ def test_bad_input_fails_the_job_with_a_clear_error(stack: Any, case: str) -> No
         builder.set_destination_resolver(
             lambda r, c: TableDestination.of(PROJECT, instance, f"t{r}")
         ).set_serializer(
-            lambda r, c: RowMutationEntry(b"k", SetCell("cf", b"q", b"v"))
-        ).set_table_create_options(TableCreateOptions(column_families={"cf": 1}, max_tables=3))
+            lambda r: RowMutationEntry(b"k", SetCell("cf", b"q", b"v"))
+        ).set_create_disposition(CreateDisposition.CREATE_IF_NEEDED).set_table_create_options(
+            TableCreateOptions(column_families={"cf": 1})
+        ).set_writer_options(BigtableWriterOptions.builder().max_created_destinations(3).build())
         expected = [
             "CreationLimitExceededError: sink 'bad-input': creating table",
-            "would exceed TableCreateOptions.max_tables=3",
+            "would exceed BigtableWriterOptions.max_created_destinations=3",
             "already created 3 tables",
             "test_bad_input_fails_the_job_with_a_clear_error.<locals>.<lambda> names more tables",
         ]
