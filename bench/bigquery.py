@@ -39,9 +39,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from google.cloud.bigquery import SchemaField  # noqa: E402
+from google.cloud.bigquery import SchemaField
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     SpanTimedFactory,
     new_spans,
     noop_ceiling,
@@ -51,15 +51,15 @@ from bench._common import (  # noqa: E402
     timed_factory,
     warm_up,
 )
-from pyflink_gcp.bigquery import (  # noqa: E402
+from pyflink_gcp.bigquery import (
     BigQuerySink,
     BigQueryWriterOptions,
     TableDestination,
 )
-from pyflink_gcp.bigquery.rows import RowEncoder  # noqa: E402
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory  # noqa: E402
-from pyflink_gcp.emulators import emulators_for  # noqa: E402
-from tests.support.jobs import record_stream  # noqa: E402
+from pyflink_gcp.bigquery.rows import RowEncoder
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
+from pyflink_gcp.emulators import emulators_for
+from tests.support.jobs import record_stream
 
 PROJECT = "test-project"
 TARGET = 0.8
@@ -98,6 +98,9 @@ class TableOf:
 class TimedFactory(SpanTimedFactory, BigQueryWriterFactory):
     """The sink's factory, noting when its subtask saw the first record and finished, and how
     many append requests it sent."""
+
+    # The spans file travels with the configuration to the workers.
+    _config_fields = (*BigQueryWriterFactory._config_fields, "spans_path")
 
     def create_writer(self, destination: Any) -> Any:
         writer = super().create_writer(destination)

@@ -93,15 +93,16 @@ class TableSchema:
 
 
 def as_table_schema(schema: Any) -> TableSchema | None:
-    """``schema`` as a :class:`TableSchema`: one already, a sequence of
-    ``google.cloud.bigquery.SchemaField`` (the client library's own idiom), or None.
+    """``schema`` as a :class:`TableSchema`: one already, a list of
+    ``google.cloud.bigquery.SchemaField`` (the client library's own idiom; ``(name, type[,
+    mode])`` tuples too), or None.
 
     Raises:
-        ConfigurationError: ``schema`` is neither (a ``TypeError`` subclass would hide which).
+        ConfigurationError: ``schema`` is none of these.
     """
     if schema is None or isinstance(schema, TableSchema):
         return schema
-    if isinstance(schema, list | tuple) and all(isinstance(f, SchemaField) for f in schema):
+    if isinstance(schema, list | tuple):
         return TableSchema(schema)
     raise ConfigurationError(
         "a table schema is a TableSchema or a list of google.cloud.bigquery.SchemaField, "

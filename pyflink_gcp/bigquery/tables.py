@@ -236,11 +236,16 @@ class TableCatalog:
 
     def _dataset_missing(self, destination: TableDestination) -> bool:
         client = self._client(destination.project)
-        try:
-            client.get_dataset(f"{destination.project}.{destination.dataset}", retry=None)
-        except gexc.NotFound:
-            return True
-        except Exception:  # noqa: BLE001 - only a definite NotFound answers the question
+        dataset = f"{destination.project}.{destination.dataset}"
+        # Twice: a server that answered the create with an internal error may have dropped the
+        # pooled connection too (the emulator does), which fails the first request on it.
+        for _ in range(2):
+            try:
+                client.get_dataset(dataset, retry=None, timeout=_REST_TIMEOUT_S)
+            except gexc.NotFound:
+                return True
+            except Exception:  # noqa: BLE001 - only a definite NotFound answers the question
+                continue
             return False
         return False
 
