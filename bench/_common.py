@@ -156,7 +156,7 @@ class SpanTimedFactory:
         super().close()  # type: ignore[misc]
 
 
-def timed_factory(cls: type, factory: Any, spans_path: str) -> Any:
+def timed_factory(cls: type[Any], factory: Any, spans_path: str) -> Any:
     """A copy of a built sink's (unopened) ``factory`` as ``cls``, a :class:`SpanTimedFactory`
     subclass of the factory's type, logging to ``spans_path``."""
     timed = cls.__new__(cls)

@@ -137,7 +137,7 @@ class DestinationWriterOptions(WriterOptions):
     Attributes:
         idle_timeout: A destination's writer unused this long is closed at the end of a
             successful flush, and re-created transparently when the destination is used again.
-            None keeps writers until the task ends.
+            Zero closes every writer at each flush; None keeps writers until the task ends.
         max_active_destinations: At most this many destination writers live per subtask; the
             least recently used clean one is released first (None: no cap).
     """
@@ -149,7 +149,7 @@ class DestinationWriterOptions(WriterOptions):
         super()._validate()
         owner = type(self).__name__
         if self.idle_timeout is not None:
-            check_duration(owner, "idle_timeout", self.idle_timeout)
+            check_duration(owner, "idle_timeout", self.idle_timeout, allow_zero=True)
         if self.max_active_destinations is not None:
             check_int(owner, "max_active_destinations", self.max_active_destinations)
 
@@ -234,7 +234,7 @@ class DestinationOptionsBuilder(OptionsBuilder[O]):
     """Adds the settings of sinks with a writer per destination."""
 
     def idle_timeout(self, timeout: timedelta | None) -> Self:
-        """Close a destination's writer unused this long (None: never; default 15 min)."""
+        """Close a destination's writer unused this long (0: at every flush; None: never)."""
         return self._set("idle_timeout", timeout)
 
     def max_active_destinations(self, count: int | None) -> Self:

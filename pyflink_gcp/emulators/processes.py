@@ -380,3 +380,29 @@ def wait_until(
             tail = f" Log {process.log_path}:\n{process.log_tail()}" if process is not None else ""
             raise EmulatorStartError(f"{what}: not ready after {timeout:g} s{detail}.{tail}")
         time.sleep(interval)
+
+
+def grpc_ready(port: int, method: str, parent: str) -> Callable[[], bool]:
+    """A readiness probe: the port accepts connections and a unary call of ``method`` on
+    ``parent`` is answered."""
+    target = f"{LOOPBACK}:{port}"
+
+    def probe() -> bool:
+        if not tcp_open(LOOPBACK, port):
+            return False
+        grpc_unary_probe(target, method, parent)
+        return True
+
+    return probe
+
+
+def http_ready(url: str, *ports: int) -> Callable[[], bool]:
+    """A readiness probe: every port accepts connections and ``GET url`` answers 200."""
+
+    def probe() -> bool:
+        if not all(tcp_open(LOOPBACK, p) for p in ports):
+            return False
+        status, _ = http_json("GET", url, timeout=2.0)
+        return status == 200
+
+    return probe

@@ -30,8 +30,9 @@ from pyflink_gcp.emulators.processes import (
     GroupReaper,
     ManagedProcess,
     free_port,
-    grpc_unary_probe,
+    grpc_ready,
     http_json,
+    http_ready,
     tcp_open,
     wait_until,
 )
@@ -341,28 +342,6 @@ class EmulatorStack:
     def _wait(self, name: str, process: ManagedProcess, probe: Callable[[], object]) -> None:
         wait_until(probe, timeout=self.start_timeout, what=f"{name} emulator", process=process)
 
-    @staticmethod
-    def _grpc_ready(port: int, method: str, parent: str) -> Callable[[], bool]:
-        target = f"{LOOPBACK}:{port}"
-
-        def probe() -> bool:
-            if not tcp_open(LOOPBACK, port):
-                return False
-            grpc_unary_probe(target, method, parent)
-            return True
-
-        return probe
-
-    @staticmethod
-    def _http_ready(url: str, *ports: int) -> Callable[[], bool]:
-        def probe() -> bool:
-            if not all(tcp_open(LOOPBACK, p) for p in ports):
-                return False
-            status, _ = http_json("GET", url, timeout=2.0)
-            return status == 200
-
-        return probe
-
     # -- one starter per service (each runs in its own thread) ------------------------
 
     def _start_pubsub(self) -> dict[str, str]:
@@ -384,9 +363,7 @@ class EmulatorStack:
         self._wait(
             "pubsub",
             process,
-            self._grpc_ready(
-                port, "/google.pubsub.v1.Publisher/ListTopics", f"projects/{self.project}"
-            ),
+            grpc_ready(port, "/google.pubsub.v1.Publisher/ListTopics", f"projects/{self.project}"),
         )
         return {"PUBSUB_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
 
@@ -399,7 +376,7 @@ class EmulatorStack:
         self._wait(
             "bigtable",
             process,
-            self._grpc_ready(
+            grpc_ready(
                 port,
                 "/google.bigtable.admin.v2.BigtableTableAdmin/ListTables",
                 f"projects/{self.project}/instances/probe",
@@ -424,7 +401,7 @@ class EmulatorStack:
         self._wait(
             "spanner",
             process,
-            self._http_ready(f"{rest}/{project}/instanceConfigs", port, rest_port),
+            http_ready(f"{rest}/{project}/instanceConfigs", port, rest_port),
         )
         # Created through the REST gateway so that the stack needs no Spanner client.
         instance = f"{project}/instances/{self.spanner_instance}"
@@ -512,7 +489,7 @@ class EmulatorStack:
         self._wait(
             "bigquery",
             process,
-            self._http_ready(
+            http_ready(
                 f"http://{LOOPBACK}:{rest_port}/bigquery/v2/projects/{self.project}/datasets",
                 rest_port,
                 grpc_port,
@@ -557,7 +534,7 @@ class EmulatorStack:
         self._wait(
             "gcs",
             process,
-            self._http_ready(f"http://{LOOPBACK}:{port}/storage/v1/b?{query}", port),
+            http_ready(f"http://{LOOPBACK}:{port}/storage/v1/b?{query}", port),
         )
         return {"STORAGE_EMULATOR_HOST": f"http://{LOOPBACK}:{port}"}
 
@@ -571,7 +548,7 @@ class EmulatorStack:
         self._wait(
             "cloudtasks",
             process,
-            self._grpc_ready(
+            grpc_ready(
                 port,
                 "/google.cloud.tasks.v2.CloudTasks/ListQueues",
                 f"projects/{self.project}/locations/us-central1",

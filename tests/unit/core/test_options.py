@@ -73,6 +73,7 @@ def test_a_service_changes_a_default_and_adds_its_own_settings():
         ("retry_deadline", timedelta(seconds=-1), "retry_deadline must be >= 0"),
         ("per_destination_metrics", 1, "per_destination_metrics must be True or False, got 1"),
         ("idle_timeout", 60, "idle_timeout must be a datetime.timedelta"),
+        ("idle_timeout", timedelta(seconds=-1), "idle_timeout must be >= 0"),
         ("max_active_destinations", 0, "max_active_destinations must be >= 1, got 0"),
         ("max_created_destinations", -1, "max_created_destinations must be >= 0, got -1"),
         ("batch_size", 101, "_ServiceOptions.batch_size must be in [1, 100], got 101"),
