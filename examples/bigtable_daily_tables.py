@@ -24,6 +24,7 @@ from typing import Any
 from pyflink_gcp.bigtable import (
     BigtableSink,
     BigtableWriterOptions,
+    CreateDisposition,
     RowMutationEntry,
     SetCell,
     TableCreateOptions,
@@ -89,9 +90,13 @@ def run_job(project: str, instance: str, count: int) -> None:
         .set_sink_name("daily-readings")
         .set_destination_resolver(DailyTables(project, instance))
         .set_serializer(to_row)
-        .set_table_create_options(TableCreateOptions(column_families={"m": 1}, max_tables=31))
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_table_create_options(TableCreateOptions(column_families={"m": 1}))
         .set_writer_options(
-            BigtableWriterOptions.builder().destination_idle_timeout(timedelta(minutes=15)).build()
+            BigtableWriterOptions.builder()
+            .idle_timeout(timedelta(minutes=15))
+            .max_created_destinations(31)
+            .build()
         )
         .build()
     )
