@@ -34,9 +34,9 @@ from pyflink_gcp import FailureHandler, UnroutableRecord
 from pyflink_gcp.bigquery import (
     BigQuerySerializer,
     BigQuerySink,
+    BigQueryWriterOptions,
     CreateDisposition,
     TableDestination,
-    TableSchema,
 )
 from pyflink_gcp.pubsub import PubSubDeadLetterQueue, TopicDestination
 
@@ -48,14 +48,13 @@ TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 FIRST_DAY = datetime(2024, 3, 1, tzinfo=UTC)
 DAYS = 10
 
-ORDERS = TableSchema.of(
-    [
-        bigquery.SchemaField("order_id", "INT64", mode="REQUIRED"),
-        bigquery.SchemaField("tenant", "STRING", mode="REQUIRED"),
-        bigquery.SchemaField("amount", "NUMERIC"),
-        bigquery.SchemaField("ordered_at", "TIMESTAMP"),
-    ]
-)
+# The tables' schema, in the client library's own idiom (a TableSchema works too).
+ORDERS = [
+    bigquery.SchemaField("order_id", "INT64", mode="REQUIRED"),
+    bigquery.SchemaField("tenant", "STRING", mode="REQUIRED"),
+    bigquery.SchemaField("amount", "NUMERIC"),
+    bigquery.SchemaField("ordered_at", "TIMESTAMP"),
+]
 
 
 def make_order(i: int) -> dict:
@@ -91,7 +90,8 @@ class DailyOrderTables:
         return TableDestination.of(self.project, DATASET, f"orders_{day}")
 
 
-def to_row(order: dict, context) -> dict:
+def to_row(order: dict) -> dict:
+    """The row of an order (a row function may also take the WriterContext as second argument)."""
     return {
         "order_id": order["order_id"],
         "tenant": order["tenant"],
@@ -148,6 +148,13 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
         .set_destination_resolver(DailyOrderTables(project))
         .set_serializer(BigQuerySerializer.of(to_row, schema=ORDERS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_writer_options(
+            BigQueryWriterOptions.builder()
+            # One table per day: more new tables than days means a resolver bug, so fail fast.
+            .max_created_destinations(DAYS)
+            .max_buffer_time(timedelta(seconds=2))
+            .build()
+        )
         .set_failure_handler(
             FailureHandler.send_to_dead_letter_queue(
                 PubSubDeadLetterQueue.of(TopicDestination.of(project, DLQ_TOPIC))

@@ -351,7 +351,7 @@ def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_d
         BigQuerySink.builder()
         .set_sink_name("fused-sink")
         .set_destination_resolver(ByTenant(project, dataset))
-        .set_serializer(BigQuerySerializer.of(lambda r, ctx: dict(r), schema=PLAIN))
+        .set_serializer(BigQuerySerializer.of(lambda r: dict(r), schema=PLAIN))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_chain_with_upstream()
         .build()

@@ -210,14 +210,15 @@ def test_create_never_writes_existing_tables(project: str) -> None:
 
 def test_created_tables_are_bounded(project: str) -> None:
     dataset = make_dataset(project)
-    options = BigQueryWriterOptions.builder().max_created_tables(3).build()
+    options = BigQueryWriterOptions.builder().max_created_destinations(3).build()
     writer = open_writer(_sink(project, dataset, options=options))
     for i in range(3):
         writer.write({"table": f"t{i}", "id": i})
     writer.flush()
     writer.write({"table": "t3", "id": 3})
     with pytest.raises(
-        CreationLimitExceededError, match=r"t3 would exceed max_created_tables=3.*3 tables.*ByTable"
+        CreationLimitExceededError,
+        match=r"t3 would exceed max_created_destinations=3.*3 tables.*ByTable",
     ):
         writer.flush()
     writer.close()
@@ -254,6 +255,76 @@ def test_idle_writers_are_evicted_and_recreated_with_a_fresh_schema(project: str
     rows = query(project, f"SELECT id, added FROM `{project}.{dataset}.t` ORDER BY id")
     assert rows == [{"id": 2, "added": "new column"}]
     writer.close()
+
+
+def test_more_tables_than_active_writers_lose_nothing(project: str) -> None:
+    """At the ``max_active_destinations`` cap the registry flushes the least recently used
+    writer (it still holds rows) and closes it; a table used again gets a new writer."""
+    dataset = make_dataset(project)
+    options = BigQueryWriterOptions.builder().max_active_destinations(3).build()
+    writer = open_writer(_sink(project, dataset, options=options))
+    tables = [f"t{i}" for i in range(8)]
+    for i in range(400):
+        # Runs of 20 rows per table, cycling through the tables twice.
+        writer.write({"table": tables[(i // 20) % len(tables)], "id": i})
+        assert len(writer.registry) <= 3
+    writer.flush()
+    assert writer.registry.created == 20  # every run of rows re-opened its table's writer
+    assert writer.registry.evicted == 17
+    writer.close()
+    assert table_names(project, dataset) == tables
+    for n, table in enumerate(tables):
+        ids = sorted(
+            r["id"] for r in query(project, f"SELECT id FROM `{project}.{dataset}.{table}`")
+        )
+        assert ids == [i for i in range(400) if (i // 20) % len(tables) == n], table
+
+
+NESTED = [
+    SchemaField("id", "INT64", mode="REQUIRED"),
+    SchemaField(
+        "customer",
+        "RECORD",
+        mode="NULLABLE",
+        fields=[
+            SchemaField("name", "STRING", mode="REQUIRED"),
+            SchemaField("emails", "STRING", mode="REPEATED"),
+            SchemaField("address", "RECORD", fields=[SchemaField("city", "STRING")]),
+        ],
+    ),
+    SchemaField("lines", "RECORD", mode="REPEATED", fields=[SchemaField("sku", "STRING")]),
+    SchemaField("note", "STRING"),
+]
+
+
+def _shape(fields: Any) -> list[Any]:
+    return [(f.name, f.field_type, f.mode or "NULLABLE", _shape(f.fields)) for f in fields]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [TableSchema.of(NESTED), NESTED, lambda destination: NESTED],
+    ids=["TableSchema", "SchemaField list", "function returning a SchemaField list"],
+)
+def test_tables_are_created_from_either_schema_form_with_nested_fields_and_modes(
+    project: str, schema: Any
+) -> None:
+    from tests.integration.bigquery.support import bq_client
+
+    dataset = make_dataset(project)
+    writer = open_writer(_sink(project, dataset, schema=schema))
+    writer.write({"table": "nested", "id": 1, "note": "first"})
+    # The emulator's Storage Write API cannot append to a table with RECORD columns, so the
+    # test waits for the table's lookup (which created it) instead of flushing the row.
+    layout = next(iter(writer.registry)).sender.layout()
+    assert layout.arrow is None and layout.encoder is not None
+    writer.close()
+    client = bq_client(project)
+    try:
+        table = client.get_table(f"{project}.{dataset}.nested")
+    finally:
+        client.close()
+    assert _shape(table.schema) == _shape(NESTED)
 
 
 def _recorded_sink(project: str, dataset: str, recorder: AppendRecorder, **settings: Any) -> Any:
