@@ -68,7 +68,7 @@ def test_options_are_frozen_values() -> None:
         ("metadata_threads", 1.5, "metadata_threads must be an integer"),
         ("ignore_unknown_values", "yes", "ignore_unknown_values must be True or False"),
         ("row_format", "ARROW", "row_format must be a RowFormat"),
-        ("idle_timeout", timedelta(0), "idle_timeout must be positive"),
+        ("idle_timeout", timedelta(seconds=-1), "idle_timeout must be >= 0"),
         ("max_buffer_time", 1.0, "max_buffer_time must be a datetime.timedelta"),
         ("max_buffered_records", 0, "max_buffered_records"),
         ("max_created_destinations", -1, "max_created_destinations"),
