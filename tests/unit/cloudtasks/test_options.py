@@ -62,7 +62,7 @@ def test_every_field_has_a_builder_setter_that_reaches_the_value() -> None:
         ("max_buffered_records", 0),
         ("max_buffer_time", 1.0),
         ("retry_deadline", timedelta(seconds=-1)),
-        ("idle_timeout", timedelta(0)),
+        ("idle_timeout", timedelta(seconds=-1)),
         ("max_active_destinations", 0),
         ("channel_count", 0),
         ("rpc_timeout", timedelta(0)),
