@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import reprlib
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -78,12 +80,32 @@ class RecordOnly:
         return (RecordOnly, (self.fn,))
 
 
-def takes_record_only(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` accepts exactly one positional argument (the record, no context).
+#: Callables implemented in C: none of them can take a WriterContext, and most have no signature
+#: Python can read, so they are one-argument conversions (``bytes``, ``str.encode``,
+#: ``operator.itemgetter("id")``).
+_BUILTIN_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    operator.itemgetter,
+    operator.attrgetter,
+    operator.methodcaller,
+)
 
-    Callables whose signature cannot be read (builtins, C functions) are assumed to take
+
+def takes_record_only(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is called with the record alone, without the context.
+
+    True for a callable of exactly one positional parameter, and for builtins (functions and
+    methods implemented in C, builtin types, ``operator`` getters), which never take a
+    ``WriterContext``. Any other callable whose signature cannot be read is called
     ``(record, context)``.
     """
+    if isinstance(fn, _BUILTIN_CALLABLES):
+        return True
+    if isinstance(fn, type) and fn.__module__ == "builtins":
+        return True
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):

@@ -70,6 +70,16 @@ def test_one_argument_callables_are_wrapped_once_and_two_argument_ones_kept():
     assert isinstance(partial, RecordOnly) and partial("ctx", None) == ("two", 1, "ctx")
 
 
+def test_builtins_are_conversions_of_the_record():
+    import operator
+
+    assert with_context(bytes, "body function")(3, "ctx") == b"\x00\x00\x00"
+    assert with_context(str.encode, "payload function")("é", "ctx") == "é".encode()
+    assert with_context(operator.itemgetter("id"), "task id")({"id": 7}, "ctx") == 7
+    assert with_context(len, "x")([1, 2], "ctx") == 2
+    assert with_context(",".join, "x")(["a", "b"], "ctx") == "a,b"
+
+
 def test_a_wrapped_callable_keeps_its_name_and_pickles():
     one = with_context(_record_only, "payload function")
     assert describe_callable(one) == "tests.unit.core.test_functions._record_only"
