@@ -4,6 +4,11 @@ Transient failures (the service is briefly unavailable, overloaded, or aborted a
 are retried; anything else is raised at once. The policy classifies errors by their gRPC status
 name so that this module needs no client library: ``google.api_core`` exceptions carry
 ``grpc_status_code``, raw ``grpc.RpcError`` s carry ``code()``, REST errors an HTTP ``code``.
+A REST client that never reached the service raises a connection-level error with no status
+at all (``requests``' ``ConnectionError`` and ``Timeout``, ``urllib3``'s errors, the builtin
+``ConnectionRefusedError`` and ``TimeoutError``); those are named ``UNAVAILABLE`` or
+``DEADLINE_EXCEEDED``, as a gRPC channel names the same failures, so that a refused or silent
+endpoint is retried until the deadline instead of failing the job at the first attempt.
 """
 
 from __future__ import annotations
@@ -43,8 +48,50 @@ _HTTP_TO_GRPC = {
 }
 
 
+#: Connection-level errors of the REST stack by (top-level module, class name), matched along
+#: the class's MRO, most specific class first, so that no client library is imported here
+#: (urllib3's ``NewConnectionError`` derives from its ``ConnectTimeoutError``; requests'
+#: ``ConnectTimeout`` from both ``ConnectionError`` and ``Timeout``).
+_TRANSPORT_ERRORS: dict[tuple[str, str], str] = {
+    ("requests", "ConnectTimeout"): "DEADLINE_EXCEEDED",
+    ("requests", "ReadTimeout"): "DEADLINE_EXCEEDED",
+    ("requests", "Timeout"): "DEADLINE_EXCEEDED",
+    ("requests", "ConnectionError"): "UNAVAILABLE",
+    ("requests", "ChunkedEncodingError"): "UNAVAILABLE",
+    ("urllib3", "NewConnectionError"): "UNAVAILABLE",
+    ("urllib3", "TimeoutError"): "DEADLINE_EXCEEDED",
+    ("urllib3", "ProtocolError"): "UNAVAILABLE",
+    ("urllib3", "MaxRetryError"): "UNAVAILABLE",
+    ("urllib3", "PoolError"): "UNAVAILABLE",
+    ("urllib3", "IncompleteRead"): "UNAVAILABLE",
+    ("google", "TransportError"): "UNAVAILABLE",
+}
+
+
+def transport_status_name(exc: BaseException) -> str | None:
+    """The status a connection-level error stands for, or None if ``exc`` is not one.
+
+    ``UNAVAILABLE`` for a refused, reset or dropped connection, ``DEADLINE_EXCEEDED`` for a
+    connection or read that timed out: the names a gRPC channel gives the same failures.
+    """
+    for cls in type(exc).__mro__:
+        top = (cls.__module__ or "").split(".", 1)[0]
+        name = _TRANSPORT_ERRORS.get((top, cls.__name__))
+        if name is not None:
+            return name
+    if isinstance(exc, TimeoutError):
+        return "DEADLINE_EXCEEDED"
+    if isinstance(exc, ConnectionError):
+        return "UNAVAILABLE"
+    return None
+
+
 def status_name(exc: BaseException) -> str | None:
-    """The gRPC status name of a client error (``"UNAVAILABLE"``), or None if it has none."""
+    """The gRPC status name of a client error (``"UNAVAILABLE"``), or None if it has none.
+
+    Connection-level errors of REST clients have no status; :func:`transport_status_name`
+    names them.
+    """
     code = getattr(exc, "grpc_status_code", None)
     if code is not None:
         return getattr(code, "name", str(code))
@@ -58,7 +105,7 @@ def status_name(exc: BaseException) -> str | None:
             return str(value.name)
     elif isinstance(code_attr, int):
         return _HTTP_TO_GRPC.get(code_attr)
-    return None
+    return transport_status_name(exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,3 +72,69 @@ def test_status_classification_and_retries_until_the_deadline():
         policy.call(lambda: (_ for _ in ()).throw(_RpcError("UNAVAILABLE")), "sink 's': write")
     with pytest.raises(_RpcError):
         policy.call(lambda: (_ for _ in ()).throw(_RpcError("PERMISSION_DENIED")), "x")
+
+
+def _transport_errors() -> list[tuple[BaseException, str]]:
+    import requests
+    import urllib3.exceptions as u3
+    from google.auth import exceptions as auth_exceptions
+
+    return [
+        (requests.exceptions.ConnectionError("Connection refused"), "UNAVAILABLE"),
+        (requests.exceptions.ConnectTimeout("connect timed out"), "DEADLINE_EXCEEDED"),
+        (requests.exceptions.ReadTimeout("read timed out"), "DEADLINE_EXCEEDED"),
+        (requests.exceptions.ChunkedEncodingError("connection broken"), "UNAVAILABLE"),
+        (u3.NewConnectionError(None, "Connection refused"), "UNAVAILABLE"),
+        (u3.MaxRetryError(None, "http://127.0.0.1:1/"), "UNAVAILABLE"),
+        (u3.ProtocolError("Connection aborted."), "UNAVAILABLE"),
+        (u3.ReadTimeoutError(None, "http://127.0.0.1:1/", "read timed out"), "DEADLINE_EXCEEDED"),
+        (ConnectionRefusedError(111, "Connection refused"), "UNAVAILABLE"),
+        (ConnectionResetError(104, "Connection reset by peer"), "UNAVAILABLE"),
+        (TimeoutError("timed out"), "DEADLINE_EXCEEDED"),
+        (auth_exceptions.TransportError("token endpoint unreachable"), "UNAVAILABLE"),
+    ]
+
+
+@pytest.mark.parametrize(("error", "expected"), _transport_errors(), ids=lambda v: type(v).__name__)
+def test_connection_level_errors_of_rest_clients_are_transient(
+    error: BaseException, expected: str
+) -> None:
+    assert status_name(error) == expected
+    assert RetryPolicy().is_transient(error)
+
+
+def test_errors_with_a_response_or_of_configuration_stay_permanent() -> None:
+    import requests
+    import urllib3.exceptions as u3
+    from google.auth import exceptions as auth_exceptions
+
+    for error in (
+        requests.exceptions.HTTPError("400 Client Error"),
+        requests.exceptions.InvalidURL("no host"),
+        u3.LocationParseError("http://"),
+        auth_exceptions.RefreshError("invalid_grant"),
+        OSError(2, "No such file"),
+        ValueError("bad"),
+    ):
+        assert not RetryPolicy().is_transient(error), error
+
+
+def test_a_refused_rest_endpoint_is_retried_until_the_deadline_then_named() -> None:
+    import socket
+
+    import requests
+
+    with socket.socket() as probe:  # a free port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    policy = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.05, deadline_s=0.3)
+    attempts = []
+
+    def get() -> None:
+        attempts.append(1)
+        requests.get(f"http://127.0.0.1:{port}/", timeout=1)
+
+    with pytest.raises(WriteError, match=r"sink 's': get table .*UNAVAILABLE") as info:
+        policy.call(get, f"sink 's': get table p.d.t at 127.0.0.1:{port}")
+    assert len(attempts) > 1
+    assert f"127.0.0.1:{port}" in str(info.value)
