@@ -31,6 +31,9 @@ TRANSIENT_CODES: frozenset[str] = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL"}
 )
 
+#: The shortest timeout :meth:`RetryPolicy.attempt_timeout` gives one attempt.
+MIN_ATTEMPT_TIMEOUT_S = 5.0
+
 _HTTP_TO_GRPC = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -138,6 +141,16 @@ class RetryPolicy:
 
     def is_transient(self, exc: BaseException) -> bool:
         return status_name(exc) in self.transient_codes
+
+    def attempt_timeout(self, timeout_s: float) -> float:
+        """The timeout of one attempt: ``timeout_s``, but no longer than the retry deadline.
+
+        An endpoint that accepts connections and never answers fails each attempt only at its
+        timeout; capping the attempt at the deadline (and at least
+        :data:`MIN_ATTEMPT_TIMEOUT_S`, so a zero deadline still gets one fair attempt) makes a
+        call fail within the deadline plus one attempt, whatever the service's own timeout.
+        """
+        return min(timeout_s, max(self.deadline_s, MIN_ATTEMPT_TIMEOUT_S))
 
     def backoffs(self) -> BackoffSequence:
         """A fresh sequence of waits for one logical call."""

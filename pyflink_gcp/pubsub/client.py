@@ -3,7 +3,9 @@
 The sink publishes with the generated protobuf classes over a plain unary call instead of the
 high-level ``PublisherClient``: that client runs its own batching threads and futures per message,
 while the sink already batches per topic and flushes at checkpoint barriers. Admin calls (get and
-create topic) go through the generated ``PublisherClient`` on the same channel.
+create topic) go through the generated ``PublisherClient`` on the same channel, always with
+``retry=None`` and an explicit timeout: the library's default retry would wait up to 600 s on
+an unreachable service, outside the sink's own ``retry_deadline``.
 """
 
 from __future__ import annotations
@@ -44,10 +46,16 @@ def resolve_pubsub_endpoint(explicit: str | None) -> Endpoint:
 class PubSubRpc:
     """A channel to Pub/Sub (or its emulator) with the calls the sink makes.
 
-    Thread-safe: Publish is called from the writer's thread pool.
+    Thread-safe: Publish is called from the writer's thread pool. Every call is one attempt
+    bounded by ``request_timeout_s``; the caller retries under its
+    :class:`~pyflink_gcp.core.retry.RetryPolicy`.
+
+    Attributes:
+        endpoint: ``host:port`` the channel connects to, for error messages.
     """
 
     def __init__(self, endpoint: Endpoint, request_timeout_s: float = 60.0) -> None:
+        self.endpoint = endpoint.host or f"{DEFAULT_HOST}:443"
         self.channel = open_channel(
             endpoint, PublisherGrpcTransport, DEFAULT_HOST, _CHANNEL_OPTIONS
         )
@@ -65,6 +73,14 @@ class PubSubRpc:
         return self._publish(
             request, timeout=self._timeout, metadata=(("x-goog-request-params", f"topic={topic}"),)
         )
+
+    def get_topic(self, name: str) -> Any:
+        """One GetTopic attempt (no library retry). Raises ``google.api_core`` errors."""
+        return self.admin.get_topic(topic=name, retry=None, timeout=self._timeout)
+
+    def create_topic(self, request: dict[str, Any]) -> Any:
+        """One CreateTopic attempt (no library retry). Raises ``google.api_core`` errors."""
+        return self.admin.create_topic(request=request, retry=None, timeout=self._timeout)
 
     def close(self) -> None:
         """Close the channel (the admin client shares it)."""

@@ -30,6 +30,9 @@ from pyflink_gcp.pubsub.writer import publish_batch
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub.dlq")
 
+#: Timeout of one GetTopic or Publish attempt (capped by the retry deadline).
+_CALL_TIMEOUT_S = 60.0
+
 #: Attributes added to every dead-lettered message.
 ATTR_DESTINATION = "dlq-destination"
 ATTR_REASON = "dlq-reason"
@@ -100,12 +103,14 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
 
     def open(self, info: SubtaskInfo) -> None:
         self._sink = info.sink_name
-        self._rpc = PubSubRpc(resolve_pubsub_endpoint(self.endpoint))
+        rpc = self._rpc = PubSubRpc(
+            resolve_pubsub_endpoint(self.endpoint), self.retry.attempt_timeout(_CALL_TIMEOUT_S)
+        )
         name = str(self.topic)
         try:
             self.retry.call(
-                lambda: self._rpc.admin.get_topic(topic=name),
-                f"sink '{self._sink}': get dead-letter topic {name}",
+                lambda: rpc.get_topic(name),
+                f"sink '{self._sink}': get dead-letter topic {name} at {rpc.endpoint}",
             )
         except gexc.NotFound:
             raise DestinationNotFoundError(

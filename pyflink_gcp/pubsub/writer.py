@@ -48,6 +48,8 @@ _LOG = logging.getLogger("pyflink_gcp.pubsub")
 
 #: Bytes a message costs besides data, key and attributes (protobuf framing; conservative).
 _MESSAGE_OVERHEAD = 64
+#: Timeout of one Publish, GetTopic or CreateTopic attempt (capped by the retry deadline).
+_CALL_TIMEOUT_S = 60.0
 #: The dead-letter attribute carrying a rejected message's ordering key.
 ATTR_ORDERING_KEY = "dlq-ordering-key"
 
@@ -82,7 +84,7 @@ def publish_batch(
     """
 
     def send(part: Sequence[Any]) -> None:
-        what = f"sink '{sink}': publishing {len(part)} messages to {topic}"
+        what = f"sink '{sink}': publishing {len(part)} messages to {topic} at {rpc.endpoint}"
         try:
             retry.call(lambda: rpc.publish(topic, part), what)
         except WriteError:
@@ -289,7 +291,9 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self.created_topics = 0
 
     def open(self, info: SubtaskInfo) -> None:
-        self.rpc = PubSubRpc(resolve_pubsub_endpoint(self.endpoint))
+        self.rpc = PubSubRpc(
+            resolve_pubsub_endpoint(self.endpoint), self.retry.attempt_timeout(_CALL_TIMEOUT_S)
+        )
         self.pool = ThreadPoolExecutor(
             max_workers=16, thread_name_prefix=f"{self.sink}-{info.subtask_index}-publish"
         )
@@ -302,9 +306,12 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         name = str(destination)
         if name in self._known:
             return
-        admin = self.rpc.admin
+        rpc = self.rpc
         try:
-            self.retry.call(lambda: admin.get_topic(topic=name), f"sink '{self.sink}': get {name}")
+            self.retry.call(
+                lambda: rpc.get_topic(name),
+                f"sink '{self.sink}': get topic {name} at {rpc.endpoint}",
+            )
         except gexc.NotFound:
             if self.create_disposition is CreateDisposition.CREATE_NEVER:
                 raise DestinationNotFoundError(
@@ -333,8 +340,8 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
             request["message_retention_duration"] = retention
         try:
             self.retry.call(
-                lambda: self.rpc.admin.create_topic(request=request),
-                f"sink '{self.sink}': create {name}",
+                lambda: self.rpc.create_topic(request),
+                f"sink '{self.sink}': create topic {name} at {self.rpc.endpoint}",
             )
             self.created_topics += 1
             _LOG.info(

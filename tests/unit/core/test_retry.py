@@ -138,3 +138,10 @@ def test_a_refused_rest_endpoint_is_retried_until_the_deadline_then_named() -> N
         policy.call(get, f"sink 's': get table p.d.t at 127.0.0.1:{port}")
     assert len(attempts) > 1
     assert f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_one_attempt_never_outlasts_the_retry_deadline() -> None:
+    assert RetryPolicy(deadline_s=120).attempt_timeout(60) == 60
+    assert RetryPolicy(deadline_s=8).attempt_timeout(60) == 8
+    assert RetryPolicy(deadline_s=0).attempt_timeout(60) == 5.0  # one fair attempt
+    assert RetryPolicy(deadline_s=0).attempt_timeout(2) == 2

@@ -31,6 +31,7 @@ class FakeRpc:
         self.calls = 0
         self.failures = list(failures or [])
         self.lock = threading.Lock()
+        self.endpoint = "127.0.0.1:8085"
 
     def publish(self, topic, messages):
         with self.lock:

@@ -42,3 +42,32 @@ def test_an_emulator_endpoint_gets_a_plain_text_channel_and_a_publish_error_is_a
         assert err.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         rpc.close()
+
+
+def test_admin_calls_are_one_attempt_bounded_by_the_timeout_not_the_library_retry():
+    # The library's default retry on GetTopic/CreateTopic waits up to 600 s on an unreachable
+    # service; each call here must be one attempt that ends at the rpc's timeout.
+    import time
+
+    from google.api_core import exceptions as gexc
+
+    from tests.support.endpoints import black_hole_endpoint, refusing_endpoint
+
+    rpc = PubSubRpc(Endpoint(refusing_endpoint(), True), request_timeout_s=1.0)
+    try:
+        start = time.monotonic()
+        with pytest.raises(gexc.ServiceUnavailable):
+            rpc.get_topic("projects/p/topics/orders")
+        assert time.monotonic() - start < 3
+    finally:
+        rpc.close()
+    with black_hole_endpoint() as silent:
+        rpc = PubSubRpc(Endpoint(silent, True), request_timeout_s=1.0)
+        assert rpc.endpoint == silent
+        try:
+            start = time.monotonic()
+            with pytest.raises(gexc.DeadlineExceeded):
+                rpc.create_topic({"name": "projects/p/topics/orders"})
+            assert time.monotonic() - start < 3
+        finally:
+            rpc.close()

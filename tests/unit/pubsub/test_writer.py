@@ -105,7 +105,8 @@ def test_a_non_content_error_fails_the_job_and_is_not_halved():
     with pytest.raises(WriteError) as err:
         publish_batch(rpc, TOPIC, messages([b"a", b"b", b"bad"]), FAST_RETRY, "s")
     assert str(err.value) == (
-        f"sink 's': publishing 3 messages to {TOPIC} failed: PERMISSION_DENIED: no access"
+        f"sink 's': publishing 3 messages to {TOPIC} at 127.0.0.1:8085 failed: "
+        "PERMISSION_DENIED: no access"
     )
     assert rpc.calls == 1
 
