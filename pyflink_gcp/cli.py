@@ -3,20 +3,30 @@
 ``pyflink-gcp emulators setup`` installs the emulator tools once and ``pyflink-gcp bridge
 build`` compiles the Java bridge jar (``make test`` runs both); ``pyflink-gcp emulators up``
 runs the whole local stack in the foreground and prints the ``export`` lines that point
-another terminal's clients and jobs at it.
+another terminal's clients and jobs at it; ``pyflink-gcp emulators restart SERVICE`` asks that
+running ``up`` to restart one emulator on the same port.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
-from pyflink_gcp.emulators import ALL_SERVICES, EmulatorError, EmulatorStack, setup_tools
+from pyflink_gcp.emulators import (
+    ALL_SERVICES,
+    EmulatorError,
+    EmulatorStack,
+    cache_root,
+    setup_tools,
+)
 
 __all__ = ["main"]
 
@@ -56,6 +66,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--services", nargs="+", metavar="SERVICE", help=services_help)
     up.add_argument("--project", default="test-project", help="project id (default: %(default)s)")
+    restart = actions.add_parser(
+        "restart",
+        help="restart one emulator of the running `emulators up` on the same port (it comes "
+        "back empty)",
+    )
+    restart.add_argument("service", choices=[s for s in ALL_SERVICES if s != "receiver"])
+    restart.add_argument(
+        "--pid", type=int, help="the pid of the `emulators up` to ask, when several run"
+    )
+    restart.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to wait (default: %(default)s)"
+    )
     bridge = commands.add_parser("bridge", help="the Java bridge jar")
     bridge_actions = bridge.add_subparsers(dest="action", required=True)
     build = bridge_actions.add_parser(
@@ -92,6 +114,83 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def _control_root() -> Path:
+    """Where each running ``up`` keeps its control directory, named by its pid."""
+    return cache_root() / "up"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _serve_restarts(stack: EmulatorStack, control: Path, dead: set[str]) -> None:
+    """Carries out the restart requests ``pyflink-gcp emulators restart`` left in ``control``."""
+    for request in sorted(control.glob("restart-*")):
+        if request.suffix == ".result":
+            continue
+        service = request.name.removeprefix("restart-")
+        request.unlink(missing_ok=True)
+        print(f"# restarting the {service} emulator", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        try:
+            stack.restart(service)
+        except EmulatorError as err:
+            outcome = f"error: {err}"
+        else:
+            dead.discard(service)
+            outcome = f"ok: {service} restarted in {time.monotonic() - started:.1f} s"
+        print(f"# {outcome}", file=sys.stderr, flush=True)
+        result = control / f"restart-{service}.result"
+        partial = control / f".restart-{service}.result"
+        partial.write_text(outcome)
+        partial.replace(result)
+
+
+def _restart(service: str, pid: int | None, timeout: float) -> int:
+    """Asks a running ``up`` to restart ``service`` and waits for its answer."""
+    root = _control_root()
+    running = [
+        d
+        for d in (root.iterdir() if root.is_dir() else ())
+        if d.name.isdigit() and _pid_alive(int(d.name))
+    ]
+    if pid is not None:
+        running = [d for d in running if d.name == str(pid)]
+    if len(running) != 1:
+        found = ", ".join(d.name for d in running) or "none"
+        print(
+            f"pyflink-gcp: restart needs exactly one running `pyflink-gcp emulators up`"
+            f"{f' with pid {pid}' if pid is not None else ''} (found: {found}; pass --pid)",
+            file=sys.stderr,
+        )
+        return 1
+    control = running[0]
+    result = control / f"restart-{service}.result"
+    result.unlink(missing_ok=True)
+    request = control / f".restart-{service}.{os.getpid()}"
+    request.write_text("")
+    request.replace(control / f"restart-{service}")
+    deadline = time.monotonic() + timeout
+    while not result.exists():
+        if not _pid_alive(int(control.name)):
+            print(f"pyflink-gcp: `emulators up` (pid {control.name}) ended", file=sys.stderr)
+            return 1
+        if time.monotonic() > deadline:
+            print(f"pyflink-gcp: no answer to the restart within {timeout:.0f} s", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    outcome = result.read_text()
+    result.unlink(missing_ok=True)
+    print(f"pyflink-gcp: {outcome}", file=sys.stderr if outcome.startswith("error") else sys.stdout)
+    return 0 if outcome.startswith("ok") else 1
+
+
 def _up(services: tuple[str, ...], project: str) -> int:
     # Installed before the stack starts, so the stack's own SIGTERM clean-up chains to it
     # and the foreground wait below ends normally. SIGINT is taken explicitly because a
@@ -104,8 +203,11 @@ def _up(services: tuple[str, ...], project: str) -> int:
     started = time.monotonic()
     stack = EmulatorStack(services=services, project=project)
     status = 1
+    control = _control_root() / str(os.getpid())
+    dead: set[str] = set()
     try:
         stack.start()
+        control.mkdir(parents=True, exist_ok=True)
         print(
             f"# pyflink-gcp emulators ready in {time.monotonic() - started:.1f} s; "
             f"logs in {stack.log_dir}. Paste these lines into another shell:",
@@ -114,23 +216,37 @@ def _up(services: tuple[str, ...], project: str) -> int:
         for name, value in sorted(stack.env.items()):
             print(f"export {name}={shlex.quote(value)}")
         sys.stdout.flush()
-        print("# Ctrl-C stops every emulator.", file=sys.stderr, flush=True)
+        print(
+            f"# Ctrl-C stops every emulator; `pyflink-gcp emulators restart SERVICE` (pid "
+            f"{os.getpid()}) restarts one.",
+            file=sys.stderr,
+            flush=True,
+        )
         while True:
-            time.sleep(1.0)
+            time.sleep(0.5)
             for name, process in stack.processes.items():
-                code = process.exited()
-                if code is not None:
+                how = process.describe_exit()
+                if how is not None and name not in dead:
+                    dead.add(name)
                     print(
-                        f"pyflink-gcp: the {name} emulator exited with code {code}; stopping. "
-                        f"Log {process.log_path}:\n{process.log_tail()}",
+                        f"pyflink-gcp: the {name} emulator {how}. Log {process.log_path}:\n"
+                        f"{process.log_tail()}\n# the other emulators keep running; "
+                        f"`pyflink-gcp emulators restart {name}` starts it again on the same "
+                        "port.",
                         file=sys.stderr,
+                        flush=True,
                     )
-                    return 1
+            _serve_restarts(stack, control, dead)
     except (KeyboardInterrupt, _Stop):
         print("# stopping the emulators", file=sys.stderr, flush=True)
-        status = 0
+        # An emulator that died and was not restarted is a failure worth its logs.
+        status = 1 if dead else 0
         return status
     finally:
+        for leftover in control.glob("*") if control.is_dir() else ():
+            leftover.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            control.rmdir()
         # The logs are only worth keeping when something went wrong.
         stack.keep_logs = status != 0
         if stack.keep_logs:
@@ -148,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build_bridge(args.force)
         if args.command == "emulators" and args.action == "up":
             return _up(_services(args.services), args.project)
+        if args.command == "emulators" and args.action == "restart":
+            return _restart(args.service, args.pid, args.timeout)
     except EmulatorError as err:
         print(f"pyflink-gcp: {err}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ Cloud Tasks targets. See ``docs/emulators.md``.
 
 from pyflink_gcp.emulators.processes import EmulatorError, EmulatorStartError
 from pyflink_gcp.emulators.receiver import Receiver, fetch_received
-from pyflink_gcp.emulators.stack import EmulatorStack, emulators_for, stop_all_stacks
+from pyflink_gcp.emulators.scoped import emulators_for
+from pyflink_gcp.emulators.stack import EmulatorStack, stop_all_stacks
 from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, cache_root, setup_tools
 
 __all__ = [

@@ -197,6 +197,26 @@ for sig, pause in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
 """
 
 
+_SIGNAL_NUMBERS = frozenset(int(s) for s in signal.Signals)
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL (9)`` for 9; the number alone for one this platform does not name."""
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
+
+
+def _command(pid: int) -> str:
+    """The program name of ``pid`` (``java``, ``emulator_main``), or ``?`` once it is gone."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return "?"
+    return Path(argv0.decode(errors="replace")).name or "?"
+
+
 class GroupReaper:
     """A watchdog process that stops the registered process groups if their owner dies.
 
@@ -291,6 +311,9 @@ class ManagedProcess:
                 raise EmulatorError(f"{name}: cannot run {self.argv[0]!r}: {err}") from err
         # With start_new_session the child is the leader: its pgid is its pid.
         self.pgid = self.popen.pid
+        #: The group's other members once it was ready (``pid -> command``): the real server
+        #: when the direct child is a wrapper such as ``gcloud``.
+        self.servers: dict[int, str] = {}
 
     @property
     def pid(self) -> int:
@@ -300,6 +323,39 @@ class ManagedProcess:
     def exited(self) -> int | None:
         """Returns the direct child's exit code, or None while it runs."""
         return self.popen.poll()
+
+    def note_servers(self) -> None:
+        """Remembers the group's members besides the direct child, once it is ready.
+
+        ``gcloud`` exits with code 0 when the emulator it started is killed, so how the real
+        server ended can only be told by knowing which process it was.
+        """
+        self.servers = {
+            pid: _command(pid) for pid in group_members(self.pgid) if pid != self.popen.pid
+        }
+
+    def describe_exit(self) -> str | None:
+        """How the process ended, in words for a message; None while it runs.
+
+        A signal death reads "was killed by signal SIGKILL (9)"; a wrapper that exited 0 after
+        its server ended names the server, since the wrapper hides how the server ended.
+        """
+        code = self.popen.poll()
+        if code is None:
+            return None
+        if code < 0:
+            return f"was killed by signal {_signal_name(-code)}"
+        if code == 0 and self.servers:
+            servers = ", ".join(f"{cmd} (pid {pid})" for pid, cmd in self.servers.items())
+            return (
+                f"stopped: its server {servers} ended and its wrapper {Path(self.argv[0]).name} "
+                "exited with code 0, which it also does when the server is killed by a signal"
+            )
+        if code > 128 and code - 128 in _SIGNAL_NUMBERS:
+            return (
+                f"exited with code {code} (a shell's report of signal {_signal_name(code - 128)})"
+            )
+        return f"exited with code {code}"
 
     def alive(self) -> bool:
         """Tells whether any process of the group is still running."""
@@ -372,7 +428,7 @@ def wait_until(
             last_error = err
         if process is not None and process.exited() is not None:
             raise EmulatorStartError(
-                f"{what}: the process exited with code {process.exited()} before it was "
+                f"{what}: the process {process.describe_exit()} before it was "
                 f"ready. Log {process.log_path}:\n{process.log_tail()}"
             )
         if time.monotonic() >= deadline:

@@ -17,7 +17,7 @@ import signal
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -39,7 +39,7 @@ from pyflink_gcp.emulators.processes import (
 from pyflink_gcp.emulators.receiver import Receiver
 from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, setup_tools
 
-__all__ = ["EmulatorStack", "emulators_for", "stop_all_stacks"]
+__all__ = ["EmulatorStack", "stop_all_stacks"]
 
 # Variables a parent environment may carry that would point a child at the wrong
 # Python or packages (the BigQuery venv and gcloud run their own interpreters).
@@ -154,6 +154,7 @@ class EmulatorStack:
         self.log_dir = Path(log_dir) if log_dir is not None else self._root / "logs"
         self.keep_logs = keep_logs or log_dir is not None
         self.processes: dict[str, ManagedProcess] = {}
+        self._ports: dict[str, list[int]] = {}
         self._env: dict[str, str] = {}
         self._receiver: Receiver | None = None
         self._reaper: GroupReaper | None = None
@@ -235,15 +236,7 @@ class EmulatorStack:
             _live_stacks.add(self)
         _install_hooks()
         self._env["GOOGLE_CLOUD_PROJECT"] = self.project
-        starters: dict[str, Callable[[], dict[str, str]]] = {
-            "pubsub": self._start_pubsub,
-            "bigtable": self._start_bigtable,
-            "spanner": self._start_spanner,
-            "bigquery": self._start_bigquery,
-            "cloudtasks": self._start_cloudtasks,
-            "gcs": self._start_gcs,
-            "receiver": self._start_receiver,
-        }
+        starters = self._starters()
         failures: list[tuple[str, Exception]] = []
         pool = ThreadPoolExecutor(max_workers=len(self.services) or 1)
         try:
@@ -269,6 +262,32 @@ class EmulatorStack:
                 raise type(first)(f"{first}{also}") from first
             raise EmulatorStartError(f"{first_name}: {first!r}{also}") from first
         return self
+
+    def restart(self, service: str) -> None:
+        """Stops one emulator and starts it again on the same ports.
+
+        The exported variables stay right, so running clients and jobs reconnect. The
+        emulator comes back empty (the Spanner instance and database are created again),
+        like a fresh start; its log goes on in the same file.
+
+        Raises:
+            EmulatorError: The service is not an emulator of this running stack, or it did not
+                become ready again (the message carries its log tail).
+        """
+        with self._lock:
+            if not self._started or self._stopping:
+                raise EmulatorError(f"{service}: the stack is not running")
+        if service not in self.services or service == "receiver":
+            emulators = [s for s in self.services if s != "receiver"]
+            raise EmulatorError(
+                f"cannot restart {service!r}: this stack's emulators are {', '.join(emulators)}"
+            )
+        process = self.processes.get(service)
+        if process is not None:
+            process.stop()
+            if self._reaper is not None:
+                self._reaper.forget(process.pgid)
+        self._env.update(self._starters()[service]())
 
     def stop(self) -> None:
         """Stops every emulator's process group and the receiver; idempotent.
@@ -341,11 +360,30 @@ class EmulatorStack:
 
     def _wait(self, name: str, process: ManagedProcess, probe: Callable[[], object]) -> None:
         wait_until(probe, timeout=self.start_timeout, what=f"{name} emulator", process=process)
+        process.note_servers()
+
+    def _port(self, name: str, index: int = 0) -> int:
+        """A free port for ``name``, and the same one again when it restarts."""
+        ports = self._ports.setdefault(name, [])
+        while len(ports) <= index:
+            ports.append(free_port())
+        return ports[index]
+
+    def _starters(self) -> dict[str, Callable[[], dict[str, str]]]:
+        return {
+            "pubsub": self._start_pubsub,
+            "bigtable": self._start_bigtable,
+            "spanner": self._start_spanner,
+            "bigquery": self._start_bigquery,
+            "cloudtasks": self._start_cloudtasks,
+            "gcs": self._start_gcs,
+            "receiver": self._start_receiver,
+        }
 
     # -- one starter per service (each runs in its own thread) ------------------------
 
     def _start_pubsub(self) -> dict[str, str]:
-        port = free_port()
+        port = self._port("pubsub")
         data_dir = self._data / "pubsub-data"
         data_dir.mkdir(parents=True, exist_ok=True)  # the emulator requires it to exist
         process = self._gcloud(
@@ -368,7 +406,7 @@ class EmulatorStack:
         return {"PUBSUB_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
 
     def _start_bigtable(self) -> dict[str, str]:
-        port = free_port()
+        port = self._port("bigtable")
         process = self._gcloud(
             "bigtable",
             ["beta", "emulators", "bigtable", "start", f"--host-port={LOOPBACK}:{port}"],
@@ -385,7 +423,7 @@ class EmulatorStack:
         return {"BIGTABLE_EMULATOR_HOST": f"{LOOPBACK}:{port}"}
 
     def _start_spanner(self) -> dict[str, str]:
-        port, rest_port = free_port(), free_port()
+        port, rest_port = self._port("spanner"), self._port("spanner", 1)
         process = self._gcloud(
             "spanner",
             [
@@ -455,7 +493,7 @@ class EmulatorStack:
 
     def _start_bigquery(self) -> dict[str, str]:
         assert self._tools is not None
-        rest_port, grpc_port = free_port(), free_port()
+        rest_port, grpc_port = self._port("bigquery"), self._port("bigquery", 1)
         # Started through a launcher that serialises the emulator's use of its single DuckDB
         # connection (see bq_serialized.py), with the emulator's own interpreter.
         python = Path(self._tools.bqemulator).parent / "python"
@@ -517,7 +555,7 @@ class EmulatorStack:
 
     def _start_gcs(self) -> dict[str, str]:
         assert self._tools is not None
-        port = free_port()
+        port = self._port("gcs")
         self._gcs_objects_dir()
         process = self._spawn(
             "gcs",
@@ -540,7 +578,7 @@ class EmulatorStack:
 
     def _start_cloudtasks(self) -> dict[str, str]:
         assert self._tools is not None
-        port = free_port()
+        port = self._port("cloudtasks")
         process = self._spawn(
             "cloudtasks",
             [str(self._tools.cloud_tasks_binary), "-host", LOOPBACK, "-port", str(port)],
@@ -570,31 +608,3 @@ class EmulatorStack:
     def __repr__(self) -> str:
         state = "stopped" if self._stopping else ("started" if self._started else "new")
         return f"EmulatorStack(services={self.services!r}, project={self.project!r}, {state})"
-
-
-@contextlib.contextmanager
-def emulators_for(
-    services: Iterable[str], *variables: str, **stack_options: Any
-) -> Iterator[EmulatorStack | None]:
-    """The emulators the environment already names, else a stack started for the block.
-
-    If every one of ``variables`` is set, the block runs against those endpoints. Otherwise an
-    :class:`EmulatorStack` of ``services`` starts (``stack_options`` go to it, logs are not
-    kept), its variables are exported to ``os.environ`` for the block and removed after it, and
-    the stack stops. Used by the examples and the benchmarks, which run against a developer's
-    running emulators as well as alone.
-
-    Yields:
-        The stack started for the block, or None when the environment named the emulators.
-    """
-    if variables and all(os.environ.get(name) for name in variables):
-        yield None
-        return
-    stack_options.setdefault("keep_logs", False)
-    with EmulatorStack(services=tuple(services), **stack_options) as stack:
-        os.environ.update(stack.env)
-        try:
-            yield stack
-        finally:
-            for name in stack.env:
-                os.environ.pop(name, None)

@@ -363,3 +363,95 @@ def test_emulators_of_a_killed_process_are_stopped_by_the_reaper(tmp_path: Path)
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live direct children of ``pid`` and their command lines."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def test_up_reports_a_killed_emulator_and_restarts_it_on_the_same_port(tmp_path: Path) -> None:
+    """A SIGKILLed emulator is reported as killed by signal 9, and `restart` brings it back."""
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from google.cloud import tasks_v2
+    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+
+    cli = [sys.executable, "-m", "pyflink_gcp.cli", "emulators"]
+    up = subprocess.Popen(
+        [*cli, "up", "--services", "cloudtasks"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert up.stdout is not None and up.stderr is not None
+    threading.Thread(target=lambda: [lines.put(x) for x in up.stderr], daemon=True).start()
+
+    def wait_for(text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if text in line:
+                return line
+        raise AssertionError(f"no stderr line with {text!r} within {timeout} s")
+
+    try:
+        exports = {}
+        for line in up.stdout:
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            exports[name] = value
+            if name == "PYFLINK_GCP_RECEIVER_URL" or len(exports) == 2:
+                break
+        host = exports["CLOUD_TASKS_EMULATOR_HOST"]
+        wait_for("restarts one")
+        emulator = [p for p, cmd in _children(up.pid).items() if "cloud-tasks-emulator" in cmd]
+        assert len(emulator) == 1, _children(up.pid)
+        os.kill(emulator[0], signal.SIGKILL)
+        report = wait_for("the cloudtasks emulator")
+        assert "was killed by signal SIGKILL (9)" in report, report
+        assert "code 0" not in report
+
+        restart = subprocess.run(
+            [*cli, "restart", "cloudtasks", "--pid", str(up.pid), "--timeout", "60"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert restart.returncode == 0, restart.stderr
+        assert "ok: cloudtasks restarted" in restart.stdout
+
+        # The same exported endpoint answers again, through the real client library.
+        client = tasks_v2.CloudTasksClient(
+            transport=CloudTasksGrpcTransport(channel=grpc.insecure_channel(host))
+        )
+        parent = "projects/test-project/locations/us-central1"
+        queue_name = f"{parent}/queues/restarted-{_suffix()}"
+        client.create_queue(parent=parent, queue={"name": queue_name}, timeout=10)
+        assert queue_name in [q.name for q in client.list_queues(parent=parent, timeout=10)]
+
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(timeout=10)
