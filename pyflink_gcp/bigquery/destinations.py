@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination
+from pyflink_gcp.core.types import Destination, with_project
 
 # Dataset ids: letters, digits and underscores, up to 1,024 characters.
 _DATASET_ID = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
@@ -37,17 +37,28 @@ class TableDestination(Destination):
         self._init_name(f"projects/{project}/datasets/{dataset}/tables/{table}")
 
     @staticmethod
-    def of(project: str, dataset: str, table: str) -> TableDestination:
-        """The table ``project.dataset.table``."""
+    def of(*ids: str) -> TableDestination:
+        """``of(project, dataset, table)``; ``of(dataset, table)`` is in ``GOOGLE_CLOUD_PROJECT``.
+
+        The variable is read where the value is built (on the task managers for a resolver)
+        and becomes part of the resource name, so equality stays the resource name.
+
+        Raises:
+            ValueError: An invalid id, or no project given and the variable unset.
+        """
+        project, dataset, table = with_project(
+            "TableDestination", ids, ("project", "dataset", "table")
+        )
         return TableDestination(project, dataset, table)
 
     @staticmethod
     def from_table_id(table_id: str) -> TableDestination:
-        """Parse ``project.dataset.table`` (the form BigQuery's console and SQL use)."""
+        """Parse ``project.dataset.table`` or ``dataset.table`` (the forms BigQuery's SQL uses;
+        the short one is in ``GOOGLE_CLOUD_PROJECT``)."""
         parts = table_id.split(".")
-        if len(parts) != 3:
-            raise ValueError(f"not a table id of the form project.dataset.table: {table_id!r}")
-        return TableDestination(*parts)
+        if len(parts) not in (2, 3):
+            raise ValueError(f"not a table id of the form [project.]dataset.table: {table_id!r}")
+        return TableDestination.of(*parts)
 
     @property
     def project(self) -> str:

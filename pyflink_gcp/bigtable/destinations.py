@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination
+from pyflink_gcp.core.types import Destination, with_project
 
 # Bigtable's own id rules, checked here so a resolver bug fails on the record that caused it
 # (the resolver's error names the record) rather than later as an RPC error naming nothing.
@@ -51,17 +51,28 @@ class TableDestination(Destination):
         self._init_name(f"projects/{project}/instances/{instance}/tables/{table}")
 
     @staticmethod
-    def of(project: str, instance: str, table: str) -> TableDestination:
-        """The table ``table`` of Bigtable instance ``instance`` in project ``project``.
+    def of(*ids: str) -> TableDestination:
+        """``of(project, instance, table)``: the table ``table`` of Bigtable instance
+        ``instance`` in ``project``; ``of(instance, table)`` is in ``GOOGLE_CLOUD_PROJECT``.
+
+        The variable is read where the value is built (on the task managers for a resolver)
+        and becomes part of the resource name, so equality stays the resource name.
 
         Raises:
-            ValueError: An id that Bigtable would reject.
+            ValueError: An id that Bigtable would reject, or no project given and the variable
+                unset.
         """
+        if len(ids) == 3:
+            project, instance, table = ids
+        else:
+            project, instance, table = with_project(
+                "TableDestination", ids, ("project", "instance", "table")
+            )
         key = (project, instance, table)
         cached = _CACHE.get(key)
         if cached is not None:
             return cached
-        destination = TableDestination(project, instance, table)
+        destination = TableDestination(*key)
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
         _CACHE[key] = destination

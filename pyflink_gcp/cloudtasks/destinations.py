@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from pyflink_gcp.core.types import Destination
+from pyflink_gcp.core.types import Destination, with_project
 
 # Queue ids: 1-100 letters, digits and hyphens. Projects and locations are checked loosely
 # (non-empty, no slash): the service is the authority on which ones exist.
@@ -36,12 +36,23 @@ class QueueDestination(Destination):
         self._init_name(f"projects/{project}/locations/{location}/queues/{queue}")
 
     @staticmethod
-    def of(project: str, location: str, queue: str) -> QueueDestination:
-        """The queue ``queue`` of ``project`` in ``location``.
+    def of(*ids: str) -> QueueDestination:
+        """``of(project, location, queue)``: the queue ``queue`` of ``project`` in
+        ``location``; ``of(location, queue)`` is in ``GOOGLE_CLOUD_PROJECT``.
 
+        The variable is read where the value is built (on the task managers for a resolver)
+        and becomes part of the resource name, so equality stays the resource name.
         Resolvers call this once per record; equal arguments return the same (immutable) value
         from a small cache, so the hot path skips validation and allocation.
+
+        Raises:
+            ValueError: An invalid id, or no project given and the variable unset.
         """
+        if len(ids) == 3:
+            return _cached(*ids)
+        project, location, queue = with_project(
+            "QueueDestination", ids, ("project", "location", "queue")
+        )
         return _cached(project, location, queue)
 
     @staticmethod

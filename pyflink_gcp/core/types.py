@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
+
+#: The variable a destination built without a project takes its project from.
+PROJECT_VARIABLE = "GOOGLE_CLOUD_PROJECT"
 
 # Flink encodes "no timestamp" as Long.MIN_VALUE; anything this far in the past is treated as absent.
 _NO_TIMESTAMP_BELOW = -(2**62)
@@ -49,6 +53,42 @@ class Destination:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_destination, (type(self), self._name))
+
+
+def with_project(kind: str, ids: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+    """The full ids of a destination, the project first, given with or without it.
+
+    A destination built without its project takes ``GOOGLE_CLOUD_PROJECT`` from the process
+    that builds it, so one job runs unchanged in every project it is deployed to. The value is
+    read when the destination is built and is part of its resource name: resolvers run on the
+    task managers, so the variable must be set there (a MiniCluster inherits it from the
+    client's environment).
+
+    Args:
+        kind: The destination class, for messages (``TopicDestination``).
+        ids: The ids the caller passed.
+        names: The names of all the ids, the project first (``("project", "topic")``).
+
+    Raises:
+        ValueError: The project was left out and ``GOOGLE_CLOUD_PROJECT`` is not set.
+        TypeError: Neither the full number of ids nor one fewer.
+    """
+    if len(ids) == len(names):
+        return ids
+    if len(ids) != len(names) - 1:
+        raise TypeError(
+            f"{kind}.of({', '.join(names)}) or {kind}.of({', '.join(names[1:])}) in the project "
+            f"{PROJECT_VARIABLE} names; got {len(ids)} argument(s) {ids!r}"
+        )
+    project = os.environ.get(PROJECT_VARIABLE)
+    if not project:
+        raise ValueError(
+            f"{kind}.of({', '.join(map(repr, ids))}) names no project and {PROJECT_VARIABLE} is "
+            f"not set in this process; pass the project first ({kind}.of('my-project', ...)) or "
+            f"set {PROJECT_VARIABLE} where the destination is built (for a resolver: on the "
+            "task managers)"
+        )
+    return (project, *ids)
 
 
 def _rebuild_destination(cls: type[Destination], name: str) -> Destination:

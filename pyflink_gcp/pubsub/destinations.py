@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination
+from pyflink_gcp.core.types import Destination, with_project
 
 # Pub/Sub topic ids: 3-255 characters, start with a letter, then letters, digits, - _ . ~ + %,
 # and never start with "goog".
@@ -31,8 +31,16 @@ class TopicDestination(Destination):
         self._init_name(f"projects/{project}/topics/{topic}")
 
     @staticmethod
-    def of(project: str, topic: str) -> TopicDestination:
-        """The topic ``topic`` of ``project``."""
+    def of(*ids: str) -> TopicDestination:
+        """``of(project, topic)``; ``of(topic)`` is the topic in ``GOOGLE_CLOUD_PROJECT``.
+
+        The variable is read where the value is built (on the task managers for a resolver)
+        and becomes part of the resource name, so equality stays the resource name.
+
+        Raises:
+            ValueError: An invalid id, or no project given and the variable unset.
+        """
+        project, topic = with_project("TopicDestination", ids, ("project", "topic"))
         return TopicDestination(project, topic)
 
     @staticmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination
+from pyflink_gcp.core.types import Destination, with_project
 
 # Spanner's own id rules, checked at build() so that a typo fails before the job starts rather
 # than as a NOT_FOUND on the workers.
@@ -40,12 +40,20 @@ class DatabaseDestination(Destination):
         self._init_name(f"projects/{project}/instances/{instance}/databases/{database}")
 
     @staticmethod
-    def of(project: str, instance: str, database: str) -> DatabaseDestination:
-        """The database ``database`` of Spanner instance ``instance`` in project ``project``.
+    def of(*ids: str) -> DatabaseDestination:
+        """``of(project, instance, database)``: the database ``database`` of Spanner instance
+        ``instance`` in ``project``; ``of(instance, database)`` is in ``GOOGLE_CLOUD_PROJECT``.
+
+        A Spanner sink's database is built with the job (``set_database``), so the variable is
+        read in the process that builds the job, and becomes part of the resource name.
 
         Raises:
-            ValueError: An id that Spanner would reject.
+            ValueError: An id that Spanner would reject, or no project given and the variable
+                unset.
         """
+        project, instance, database = with_project(
+            "DatabaseDestination", ids, ("project", "instance", "database")
+        )
         return DatabaseDestination(project, instance, database)
 
     @property

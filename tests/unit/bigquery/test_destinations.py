@@ -40,6 +40,23 @@ def test_impossible_table_names_fail_when_built(args: tuple[str, str, str], mess
         TableDestination.of(*args)
 
 
-def test_a_table_id_needs_three_parts() -> None:
-    with pytest.raises(ValueError, match="project.dataset.table"):
+def test_a_table_id_has_two_or_three_parts() -> None:
+    with pytest.raises(ValueError, match=r"\[project.\]dataset.table"):
+        TableDestination.from_table_id("t")
+    with pytest.raises(ValueError, match=r"\[project.\]dataset.table"):
+        TableDestination.from_table_id("a.b.c.d")
+
+
+def test_a_table_without_project_is_in_google_cloud_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
+    short = TableDestination.of("ds", "t")
+    assert short == TableDestination.of("env-project", "ds", "t")
+    assert TableDestination.from_table_id("ds.t") == short
+    assert pickle.loads(pickle.dumps(short)) == short
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
         TableDestination.from_table_id("ds.t")
+    with pytest.raises(TypeError, match=r"TableDestination.of\(dataset, table\)"):
+        TableDestination.of("t")
