@@ -44,7 +44,12 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-from pyflink_gcp.bigquery.client import AppendConnection, AppendRowsRequest, ProtoSchema
+from pyflink_gcp.bigquery.client import (
+    DEFAULT_STORAGE_HOST,
+    AppendConnection,
+    AppendRowsRequest,
+    ProtoSchema,
+)
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.tables import TableLayout
@@ -156,12 +161,13 @@ class TableSender:
         max_in_flight: int,
         max_request_bytes: int,
         connection_timeout_s: float,
+        endpoint: str = DEFAULT_STORAGE_HOST,
     ) -> None:
         self.destination = destination
         self._sink = sink_name
         self._name = str(destination)
         self._stream = destination.default_stream
-        self._what = f"sink '{sink_name}': append to {destination.table_id}"
+        self._what = f"sink '{sink_name}': append to {destination.table_id} at {endpoint}"
         self._stub = stub
         self._executor = executor
         self._retry = retry

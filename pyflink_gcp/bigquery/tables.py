@@ -33,8 +33,8 @@ from pyflink_gcp.core.retry import RetryPolicy, status_name
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
-#: Timeout of one REST call (table metadata, creation).
-_REST_TIMEOUT_S = 60
+#: Timeout of one REST call (table metadata, creation), capped by the retry deadline.
+_REST_TIMEOUT_S = 60.0
 
 
 class TableLayout:
@@ -89,6 +89,13 @@ class TableCatalog:
         self.retry = retry
         self.tables_created = 0
         self._endpoint = resolve_rest_endpoint(rest_endpoint)
+        #: Where the REST calls go, for error messages.
+        self.endpoint_name = (
+            self._endpoint.http_url if self._endpoint.host else "https://bigquery.googleapis.com"
+        )
+        # One REST attempt never outlasts the retry deadline; the library's own retry is off
+        # (``retry=None`` on every call) so the sink's policy alone decides.
+        self._timeout_s = retry.attempt_timeout(_REST_TIMEOUT_S)
         self._lock = threading.Lock()
         self._rest: Any = None
 
@@ -155,8 +162,8 @@ class TableCatalog:
         table_id = destination.table_id
         try:
             return self.retry.call(
-                lambda: client.get_table(table_id, retry=None, timeout=_REST_TIMEOUT_S),
-                f"sink '{self.sink_name}': get table {table_id}",
+                lambda: client.get_table(table_id, retry=None, timeout=self._timeout_s),
+                f"sink '{self.sink_name}': get table {table_id} at {self.endpoint_name}",
             )
         except gexc.NotFound:
             pass
@@ -208,15 +215,15 @@ class TableCatalog:
         if schema.clustering_fields:
             table.clustering_fields = list(schema.clustering_fields)
         client = self._client(destination.project)
-        what = f"sink '{self.sink_name}': create table {table_id}"
+        what = f"sink '{self.sink_name}': create table {table_id} at {self.endpoint_name}"
         backoff = self.retry.backoffs()
         while True:
             try:
-                created = client.create_table(table, retry=None, timeout=_REST_TIMEOUT_S)
+                created = client.create_table(table, retry=None, timeout=self._timeout_s)
             except gexc.Conflict:
                 # Another subtask created it first: not counted against this subtask.
                 existing = self.retry.call(
-                    lambda: client.get_table(table_id, retry=None, timeout=_REST_TIMEOUT_S), what
+                    lambda: client.get_table(table_id, retry=None, timeout=self._timeout_s), what
                 )
                 with self._lock:
                     self.tables_created -= 1
@@ -241,7 +248,7 @@ class TableCatalog:
         # pooled connection too (the emulator does), which fails the first request on it.
         for _ in range(2):
             try:
-                client.get_dataset(dataset, retry=None, timeout=_REST_TIMEOUT_S)
+                client.get_dataset(dataset, retry=None, timeout=self._timeout_s)
             except gexc.NotFound:
                 return True
             except Exception:  # noqa: BLE001 - only a definite NotFound answers the question

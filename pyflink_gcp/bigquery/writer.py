@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.client import (
+    DEFAULT_STORAGE_HOST,
     append_rows_stub,
     open_storage_channel,
     resolve_storage_endpoint,
@@ -71,7 +72,8 @@ class TableWriter(DestinationWriter[TableDestination]):
             retry=factory.retry,
             max_in_flight=1 if ordered else options.max_in_flight_requests,
             max_request_bytes=options.max_request_bytes,
-            connection_timeout_s=factory.connection_timeout_s,
+            connection_timeout_s=factory.retry.attempt_timeout(factory.connection_timeout_s),
+            endpoint=factory.storage_endpoint_name,
         )
         # The open request. Until the table's first change-data-capture row, rows stay pending
         # (encoded by the sender); after it, they are encoded on arrival.
@@ -254,6 +256,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        self.storage_endpoint_name = DEFAULT_STORAGE_HOST
         self._channel: Any = None
         self.stub: Any = None
         self.executor: Any = None
@@ -269,7 +272,9 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     def open(self, info: SubtaskInfo) -> None:
         self.sink_name = info.sink_name
-        self._channel = open_storage_channel(resolve_storage_endpoint(self.storage_endpoint))
+        endpoint = resolve_storage_endpoint(self.storage_endpoint)
+        self.storage_endpoint_name = endpoint.host or DEFAULT_STORAGE_HOST
+        self._channel = open_storage_channel(endpoint)
         self.stub = append_rows_stub(self._channel, self.interceptors)
         self.executor = ThreadPoolExecutor(
             max_workers=self.options.sender_threads,

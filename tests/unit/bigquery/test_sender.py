@@ -209,7 +209,10 @@ def test_persistent_transport_errors_fail_after_the_retry_deadline() -> None:
     service = FakeService(outages=10**9)
     w = writer(service)
     w.write({"id": 1}, 1)
-    with pytest.raises(WriteError, match=r"sink 'test-sink': append to p\.d\.t: still failing"):
+    with pytest.raises(
+        WriteError,
+        match=r"sink 'test-sink': append to p\.d\.t at bigquerystorage\.googleapis\.com:443: still failing",
+    ):
         w.flush()
     # The failure sticks: a later flush does not pretend the row was written.
     with pytest.raises(WriteError):
@@ -288,7 +291,10 @@ def test_a_status_that_blames_the_stream_is_not_a_bad_row() -> None:
 
     s = sender(Refusing(), TableLayout.of(ENCODER_SCHEMA))
     s.submit(Batch(None, [{"id": 1}], ["r1"], False))
-    with pytest.raises(WriteError, match="append to p.d.t failed: FAILED_PRECONDITION"):
+    with pytest.raises(
+        WriteError,
+        match="append to p.d.t at bigquerystorage.googleapis.com:443 failed: FAILED_PRECONDITION",
+    ):
         s.settle()
     assert not s.is_idle  # a dead sender's error reaches every later flush
     with pytest.raises(WriteError):

@@ -83,3 +83,39 @@ def test_the_creation_bound_fails_before_any_request() -> None:
         tables._create(DEST)
     assert tables.tables_created == 0
     tables.close()
+
+
+def test_an_unreachable_rest_endpoint_is_retried_until_the_deadline_and_named() -> None:
+    # A refused connection has no HTTP status; it is transient (retried), and the final error
+    # names the sink, the table and the endpoint, within the deadline plus one attempt.
+    import time
+
+    from pyflink_gcp.core.errors import WriteError
+    from tests.support.endpoints import black_hole_endpoint, refusing_endpoint
+
+    def lookup(endpoint: str) -> tuple[str, float]:
+        tables = TableCatalog(
+            sink_name="orders-bq",
+            resolver_name="Resolver",
+            serializer=Listed(),
+            options=BigQueryWriterOptions(),
+            create_disposition=CreateDisposition.CREATE_NEVER,
+            rest_endpoint=f"http://{endpoint}",
+            retry=RetryPolicy(initial_backoff_s=0.05, max_backoff_s=0.2, deadline_s=1.0),
+        )
+        start = time.monotonic()
+        try:
+            with pytest.raises(WriteError) as err:
+                tables.layout(DEST)
+        finally:
+            tables.close()
+        return str(err.value), time.monotonic() - start
+
+    refused = refusing_endpoint()
+    message, elapsed = lookup(refused)
+    assert f"sink 'orders-bq': get table p.d.t at http://{refused}: still failing" in message
+    assert "UNAVAILABLE" in message and elapsed < 3
+    with black_hole_endpoint() as silent:
+        message, elapsed = lookup(silent)
+    assert f"get table p.d.t at http://{silent}" in message and "DEADLINE_EXCEEDED" in message
+    assert elapsed < 1.0 + 5.0 + 2
