@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode, WriteMethod
 from pyflink_gcp.bigquery.serialization import as_serializer, has_schema
@@ -12,6 +12,9 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.sink_writer import SinkConfig
 
 
 class BigQuerySink(DynamicSink):
@@ -33,6 +36,11 @@ class BigQuerySink(DynamicSink):
     ``UnroutableRecord.of(payload, reason)`` for a record that has no table; the failure handler
     decides what happens to it.
     """
+
+    def __init__(self, config: SinkConfig) -> None:
+        """Made by ``BigQuerySink.builder()...build()``, which validates the configuration; not
+        called directly."""
+        super().__init__(config)
 
     @staticmethod
     def builder() -> BigQuerySinkBuilder:

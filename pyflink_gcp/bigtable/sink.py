@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
@@ -10,6 +10,9 @@ from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import describe_callable, ensure_picklable, with_context
 from pyflink_gcp.core.runtime import DynamicSink
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.sink_writer import SinkConfig
 
 DEFAULT_SINK_NAME = "bigtable-sink"
 
@@ -31,6 +34,11 @@ class BigtableSink(DynamicSink):
                 .build())
         ds.sink_to(sink)
     """
+
+    def __init__(self, config: SinkConfig) -> None:
+        """Made by ``BigtableSink.builder()...build()``, which validates the configuration; not
+        called directly."""
+        super().__init__(config)
 
     @staticmethod
     def builder() -> BigtableSinkBuilder:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
 from pyflink_gcp.cloudtasks.serialization import CloudTasksSerializationSchema
 from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory
@@ -10,6 +12,9 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime import DynamicSink
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.sink_writer import SinkConfig
 
 
 class CloudTasksSink(DynamicSink):
@@ -34,6 +39,11 @@ class CloudTasksSink(DynamicSink):
     replayed record maps to the same task name and creates no second task; without it, a replay
     after a failure can create duplicates. The sink never creates queues.
     """
+
+    def __init__(self, config: SinkConfig) -> None:
+        """Made by ``CloudTasksSink.builder()...build()``, which validates the configuration; not
+        called directly."""
+        super().__init__(config)
 
     @staticmethod
     def builder() -> CloudTasksSinkBuilder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
@@ -16,6 +16,9 @@ from pyflink_gcp.pubsub.options import (
 )
 from pyflink_gcp.pubsub.serialization import PubSubSerializationSchema
 from pyflink_gcp.pubsub.writer import PubSubWriterFactory
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.sink_writer import SinkConfig
 
 
 class PubSubSink(DynamicSink):
@@ -34,6 +37,11 @@ class PubSubSink(DynamicSink):
     At least once: every record received before a checkpoint barrier is published (or handed to
     the failure handler) before the checkpoint completes.
     """
+
+    def __init__(self, config: SinkConfig) -> None:
+        """Made by ``PubSubSink.builder()...build()``, which validates the configuration; not
+        called directly."""
+        super().__init__(config)
 
     @staticmethod
     def builder() -> PubSubSinkBuilder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
@@ -11,6 +11,9 @@ from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.spanner.destinations import DatabaseDestination
 from pyflink_gcp.spanner.options import SpannerWriterOptions
 from pyflink_gcp.spanner.writer import SpannerWriterFactory
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.sink_writer import SinkConfig
 
 DEFAULT_SINK_NAME = "spanner-sink"
 
@@ -38,6 +41,11 @@ class SpannerSink(DynamicSink):
                 .build())
         ds.sink_to(sink)
     """
+
+    def __init__(self, config: SinkConfig) -> None:
+        """Made by ``SpannerSink.builder()...build()``, which validates the configuration; not
+        called directly."""
+        super().__init__(config)
 
     @staticmethod
     def builder() -> SpannerSinkBuilder:

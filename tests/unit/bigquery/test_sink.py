@@ -188,3 +188,15 @@ def test_a_one_argument_serializer_object_keeps_its_schema() -> None:
     )
     factory = sink._sink_config().factory
     assert factory.serializer.schema(TableDestination.of("p", "d", "t")) == SCHEMA
+
+
+def test_help_shows_the_sinks_own_documentation() -> None:
+    """help() must not show PyFlink's inherited "java Sink object" constructor text."""
+    import pydoc
+
+    from pyflink_gcp.bigquery import BigQuerySink
+
+    text = pydoc.render_doc(BigQuerySink, renderer=pydoc.plaintext)
+    assert "java Sink object" not in text
+    assert (BigQuerySink.__doc__ or "").split("\n", 1)[0] in text
+    assert "BigQuerySink.builder()...build()" in text

@@ -155,3 +155,15 @@ def test_builder_rejects_incomplete_or_unpicklable_configuration() -> None:
         base().set_endpoint("").build()
     with pytest.raises(ConfigurationError, match="set_admin_endpoint"):
         base().set_admin_endpoint("").build()
+
+
+def test_help_shows_the_sinks_own_documentation() -> None:
+    """help() must not show PyFlink's inherited "java Sink object" constructor text."""
+    import pydoc
+
+    from pyflink_gcp.bigtable import BigtableSink
+
+    text = pydoc.render_doc(BigtableSink, renderer=pydoc.plaintext)
+    assert "java Sink object" not in text
+    assert (BigtableSink.__doc__ or "").split("\n", 1)[0] in text
+    assert "BigtableSink.builder()...build()" in text

@@ -131,3 +131,15 @@ def test_a_task_callable_is_adapted_to_record_and_context_and_pickles() -> None:
 
     config = _builder().set_serializer(two_args).build()._sink_config()
     assert config.serializer is two_args
+
+
+def test_help_shows_the_sinks_own_documentation() -> None:
+    """help() must not show PyFlink's inherited "java Sink object" constructor text."""
+    import pydoc
+
+    from pyflink_gcp.cloudtasks import CloudTasksSink
+
+    text = pydoc.render_doc(CloudTasksSink, renderer=pydoc.plaintext)
+    assert "java Sink object" not in text
+    assert (CloudTasksSink.__doc__ or "").split("\n", 1)[0] in text
+    assert "CloudTasksSink.builder()...build()" in text

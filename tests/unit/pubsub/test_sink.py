@@ -186,3 +186,15 @@ def test_a_serializer_is_required():
         "sink 'pubsub-sink': set_serializer() is required, e.g. "
         "PubSubSerializationSchema.payload(fn)"
     )
+
+
+def test_help_shows_the_sinks_own_documentation() -> None:
+    """help() must not show PyFlink's inherited "java Sink object" constructor text."""
+    import pydoc
+
+    from pyflink_gcp.pubsub import PubSubSink
+
+    text = pydoc.render_doc(PubSubSink, renderer=pydoc.plaintext)
+    assert "java Sink object" not in text
+    assert (PubSubSink.__doc__ or "").split("\n", 1)[0] in text
+    assert "PubSubSink.builder()...build()" in text

@@ -182,3 +182,15 @@ def test_fail_job_handler_fails_on_a_rejected_record() -> None:
         core.write(i)
     with pytest.raises(RecordRejectedError, match="rejected record 3: table Events"):
         core.flush()
+
+
+def test_help_shows_the_sinks_own_documentation() -> None:
+    """help() must not show PyFlink's inherited "java Sink object" constructor text."""
+    import pydoc
+
+    from pyflink_gcp.spanner import SpannerSink
+
+    text = pydoc.render_doc(SpannerSink, renderer=pydoc.plaintext)
+    assert "java Sink object" not in text
+    assert (SpannerSink.__doc__ or "").split("\n", 1)[0] in text
+    assert "SpannerSink.builder()...build()" in text
