@@ -6,6 +6,9 @@ element into the writer's input just before each checkpoint barrier and at the e
 Each takes PyFlink's constructor arguments plus ``(tag, typed)``: the marker's tag, and whether
 the records are typed (then wrapped in a row with the markers). The writer then waits for its
 writes only at those markers instead of at every bundle end (see :mod:`pyflink_gcp.core.runtime`).
+They also take the line a Python error a restart cannot fix carries
+(:data:`~pyflink_gcp.core.errors.NON_RETRIABLE_MARKER`) and end the job on such an error
+without Flink's restart loop (``NonRetriableErrors``).
 
 The jar is compiled with ``javac`` against the Flink jars inside the installed ``apache-flink``
 wheel, so it always matches the Flink classes that run it; no download is involved. In a source
@@ -30,7 +33,8 @@ from pyflink_gcp.core.errors import ConfigurationError
 _LOG = logging.getLogger("pyflink_gcp.bridge")
 
 #: The operator classes inside the jar (plain and keyed streams, each of pickled or typed
-#: records); both take ``(config, function, input type, output type, tag, typed)``.
+#: records); both take ``(config, function, input type, output type, tag, typed,
+#: non-retriable marker)``.
 MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
 KEYED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.KeyedCheckpointMarkerProcessOperator"
 #: What a marker is and when one is due, shared by both operators.

@@ -33,6 +33,14 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   keyed stream the value is wrapped); the operator is told which at construction. Markers
   need a chain of the writer's own; otherwise, with ``set_checkpoint_markers(False)`` or
   without the bridge jar, every bundle end waits.
+- **Errors a restart cannot fix.** Every :class:`NonRetriableSinkError` leaving the writer
+  function (from ``open``, a record, a marker or a bundle end) is marked on its way out
+  (:func:`~pyflink_gcp.core.errors.mark_non_retriable`); the bridge's operator finds the mark in
+  the failure PyFlink reports and rethrows it as Flink's ``SuppressRestartsException``, so the
+  job fails once with that error instead of restarting forever. PyFlink's own operator (no
+  bridge jar, ``set_chain_with_upstream()``, ``set_checkpoint_markers(False)``) cannot do that:
+  the job then restarts on these errors as on any other, and a warning says so when the job is
+  built.
 """
 
 from __future__ import annotations
@@ -47,7 +55,12 @@ from pyflink.datastream.connectors.base import Sink, StreamTransformer, Supports
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
 from pyflink_gcp.core.bridge import KEYED_MARKER_OPERATOR, MARKER_OPERATOR, bridge_jar
-from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.errors import (
+    NON_RETRIABLE_MARKER,
+    ConfigurationError,
+    NonRetriableSinkError,
+    mark_non_retriable,
+)
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
 
@@ -85,6 +98,13 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         self.markers = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        try:
+            self._open(runtime_context)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+
+    def _open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group()
         if group is None:
             raise ConfigurationError(
@@ -115,17 +135,25 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
 
     def _on_bundle_end(self) -> int:
         assert self._writer is not None
-        if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
-            self._writer.start_sends()
-        else:
-            self._writer.flush()
+        try:
+            if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
+                self._writer.start_sends()
+            else:
+                self._writer.flush()
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
         return self._writer.flushes
 
     def _on_marker(self, marker_id: int) -> None:
         """A checkpoint barrier (or the end of input) follows: everything written must be durable."""
         assert self._writer is not None
         self.markers += 1
-        self._writer.flush()
+        try:
+            self._writer.flush()
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
         _LOG.debug(
             "%s: flushed for %s",
             self._config.sink_name,
@@ -136,7 +164,11 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         writer = self._writer
         assert writer is not None
         writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
-        writer.write(value)
+        try:
+            writer.write(value)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
 
     process_element = _write
 
@@ -213,12 +245,14 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         # Typed records (a keyed stream's typed values) go to Python as the row (None, record),
         # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id).
         operator_class = marker_class
-        marker_args = (MARKER_TAG, typed)
+        marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
         func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
-    elif keyed:
-        operator_class = process.ExternalPythonKeyedProcessOperator
     else:
-        operator_class = process.ExternalPythonProcessOperator
+        _warn_restarts_not_suppressed(config)
+        if keyed:
+            operator_class = process.ExternalPythonKeyedProcessOperator
+        else:
+            operator_class = process.ExternalPythonProcessOperator
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)
@@ -229,6 +263,31 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
     return out.start_new_chain()
+
+
+def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
+    """Say, once per sink when the job is built, that its errors cannot end the job at once.
+
+    Without the bridge's operator nothing turns a non-retriable error into Flink's
+    ``SuppressRestartsException``, so under a restart strategy (unbounded by default once
+    checkpointing is on) a resolver returning None or a missing destination restarts the job
+    again and again; the warning is the only place a user learns that before it happens.
+    """
+    if config.chain_with_upstream:
+        why = "set_chain_with_upstream() fuses it into the Python operator before it"
+    elif not config.checkpoint_markers:
+        why = "set_checkpoint_markers(False)"
+    else:
+        why = "the Java bridge jar is unavailable"
+    _LOG.warning(
+        "sink '%s': the writer runs as PyFlink's own Python operator (%s), which cannot stop "
+        "Flink's restart strategy: configuration and contract errors (a resolver returning "
+        "None, a serializer raising, a destination missing under CREATE_NEVER, a creation "
+        "bound reached) restart the job like transient errors until the restart strategy "
+        "gives up, instead of ending it once",
+        config.sink_name,
+        why,
+    )
 
 
 def _marker_operator_class(

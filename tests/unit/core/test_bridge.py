@@ -22,6 +22,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/CheckpointMarkerProcessOperator.class",
     "dev/pyflinkgcp/bridge/KeyedCheckpointMarkerProcessOperator.class",
     "dev/pyflinkgcp/bridge/CheckpointMarkers.class",
+    "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
 }
 
 

@@ -20,6 +20,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.fn_execution import flink_fn_execution_pb2
 
 from pyflink_gcp.core import ConfigurationError, bridge, runtime
+from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import make_env, record_stream
 
@@ -180,3 +181,40 @@ def test_a_job_without_python_metrics_is_refused_at_sink_to():
     ds = record_stream(env, 10, lambda i: {"i": i})
     with pytest.raises(ConfigurationError, match="python.metric.enabled"):
         ds.sink_to(sink_of())
+
+
+WARNED = {
+    # mode: (sink options, the bridge jar present, the reason the warning names)
+    "no bridge jar": ({}, False, "the Java bridge jar is unavailable"),
+    "markers off": ({"checkpoint_markers": False}, True, "set_checkpoint_markers(False)"),
+    "chained with upstream": ({"chain_with_upstream": True}, True, "set_chain_with_upstream()"),
+}
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("mode", WARNED)
+def test_a_writer_on_pyflinks_own_operator_warns_that_restarts_go_on(monkeypatch, caplog, mode):
+    """Only the bridge's operator can end a job on a non-retriable error; say so otherwise."""
+    options, jar_present, reason = WARNED[mode]
+    if not jar_present:
+        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
+    env, ds = pipeline(keyed=False, typed=False)
+    with caplog.at_level("WARNING", logger="pyflink_gcp.runtime"):
+        ds.sink_to(sink_of(**options))
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "pyflink_gcp.runtime"]
+    assert "sink 'file-sink'" in warning and reason in warning, warning
+    assert "cannot stop Flink's restart strategy" in warning, warning
+
+
+@pytest.mark.usefixtures("jar")
+def test_the_marker_operator_is_told_the_non_retriable_mark(caplog):
+    env, ds = pipeline(keyed=False, typed=False)
+    with caplog.at_level("WARNING", logger="pyflink_gcp.runtime"):
+        ds.sink_to(sink_of())
+    assert not [r for r in caplog.records if r.name == "pyflink_gcp.runtime"]
+    from pyflink.util.java_utils import get_field_value
+
+    graph = env._generate_stream_graph(False)
+    [node] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == WRITER]
+    errors = get_field_value(node.getOperator(), "errors")
+    assert get_field_value(errors, "marker") == NON_RETRIABLE_MARKER

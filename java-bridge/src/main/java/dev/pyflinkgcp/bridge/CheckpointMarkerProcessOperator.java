@@ -26,12 +26,16 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     private final CheckpointMarkers markers;
 
+    private final NonRetriableErrors errors;
+
     /**
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
      *     {@code typed}
      * @param tag the first item of a pickled marker
      * @param typed whether the records are typed: the runner then takes the row {@code (marker,
      *     record)}
+     * @param nonRetriableMarker the line a Python error a restart cannot fix carries: such a
+     *     failure ends the job without restarts ({@link NonRetriableErrors})
      */
     @SuppressWarnings("unchecked")
     public CheckpointMarkerProcessOperator(
@@ -40,7 +44,8 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
             TypeInformation<?> inputTypeInfo,
             TypeInformation<OUT> outputTypeInfo,
             String tag,
-            boolean typed) {
+            boolean typed,
+            String nonRetriableMarker) {
         super(
                 config,
                 pythonFunctionInfo,
@@ -48,6 +53,7 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
                         (typed ? CheckpointMarkers.wrappedType(inputTypeInfo) : inputTypeInfo),
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typed);
+        this.errors = new NonRetriableErrors(nonRetriableMarker);
     }
 
     @Override
@@ -55,7 +61,11 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
         if (markers.typed()) {
             element = element.copy(CheckpointMarkers.wrap(element.getValue()));
         }
-        super.processElement(element);
+        try {
+            super.processElement(element);
+        } catch (Exception e) {
+            throw errors.classify(e);
+        }
     }
 
     @Override
@@ -72,7 +82,21 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     private void mark(Object marker) throws Exception {
         if (marker != null) {
-            super.processElement(new StreamRecord<>(marker));
+            try {
+                super.processElement(new StreamRecord<>(marker));
+            } catch (Exception e) {
+                throw errors.classify(e);
+            }
+        }
+    }
+
+    /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */
+    @Override
+    protected void invokeFinishBundle() throws Exception {
+        try {
+            super.invokeFinishBundle();
+        } catch (Exception e) {
+            throw errors.classify(e);
         }
     }
 }

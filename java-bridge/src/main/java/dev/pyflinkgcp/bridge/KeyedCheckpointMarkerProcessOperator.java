@@ -23,6 +23,8 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     private final CheckpointMarkers markers;
 
+    private final NonRetriableErrors errors;
+
     private transient Object lastKey;
 
     /**
@@ -30,6 +32,8 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
      * @param tag the first item of a pickled marker
      * @param typedValues whether the values are typed: the runner then takes the row {@code (key,
      *     (marker, value))}
+     * @param nonRetriableMarker the line a Python error a restart cannot fix carries: such a
+     *     failure ends the job without restarts ({@link NonRetriableErrors})
      */
     public KeyedCheckpointMarkerProcessOperator(
             Configuration config,
@@ -37,13 +41,15 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
             RowTypeInfo inputTypeInfo,
             TypeInformation<OUT> outputTypeInfo,
             String tag,
-            boolean typedValues) {
+            boolean typedValues,
+            String nonRetriableMarker) {
         super(
                 config,
                 pythonFunctionInfo,
                 typedValues ? wrapValues(inputTypeInfo) : inputTypeInfo,
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typedValues);
+        this.errors = new NonRetriableErrors(nonRetriableMarker);
     }
 
     private static RowTypeInfo wrapValues(RowTypeInfo keyed) {
@@ -61,7 +67,11 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
         if (markers.typed()) {
             element = element.copy(Row.of(lastKey, CheckpointMarkers.wrap(row.getField(1))));
         }
-        super.processElement(element);
+        try {
+            super.processElement(element);
+        } catch (Exception e) {
+            throw errors.classify(e);
+        }
     }
 
     @Override
@@ -78,7 +88,21 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     private void mark(Object marker) throws Exception {
         if (marker != null && lastKey != null) {
-            super.processElement(new StreamRecord<>(Row.of(lastKey, marker)));
+            try {
+                super.processElement(new StreamRecord<>(Row.of(lastKey, marker)));
+            } catch (Exception e) {
+                throw errors.classify(e);
+            }
+        }
+    }
+
+    /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */
+    @Override
+    protected void invokeFinishBundle() throws Exception {
+        try {
+            super.invokeFinishBundle();
+        } catch (Exception e) {
+            throw errors.classify(e);
         }
     }
 }
