@@ -32,6 +32,10 @@ MutateRowsEntryPb: Any = _bigtable_types.MutateRowsRequest.Entry.pb()
 
 MUTATE_ROWS_METHOD = "/google.bigtable.v2.Bigtable/MutateRows"
 
+#: Google's data and admin hosts, named by errors when no endpoint is given.
+_DATA_HOST = "bigtable.googleapis.com"
+_ADMIN_HOST = "bigtableadmin.googleapis.com"
+
 #: The data channel's options: no message size limit, and unary-stream calls read on the
 #: calling thread instead of one extra thread per call.
 _DATA_CHANNEL_OPTIONS = (
@@ -97,6 +101,17 @@ class BigtableClient:
             request_serializer=MutateRowsRequestPb.SerializeToString,
             response_deserializer=MutateRowsResponsePb.FromString,
         )
+
+    @property
+    def endpoint_name(self) -> str:
+        """``host:port`` of the data channel, named by errors."""
+        return self.endpoint.host or f"{_DATA_HOST}:443"
+
+    @property
+    def admin_endpoint_name(self) -> str:
+        """``host:port`` the admin client connects to, named by errors."""
+        endpoint = admin_endpoint(self._admin_explicit, self._data_explicit)
+        return endpoint.host or f"{_ADMIN_HOST}:443"
 
     @property
     def admin(self) -> Any:

@@ -101,6 +101,7 @@ class MutateRowsCall:
         timeout_s: Timeout of one attempt.
         metadata: The request headers (:func:`~pyflink_gcp.bigtable.client.request_metadata`).
         stats: The subtask's counters.
+        endpoint: The data endpoint (``host:port``), named by errors.
     """
 
     __slots__ = ("stub", "sink", "table_name", "what", "policy", "timeout_s", "metadata", "stats")
@@ -115,11 +116,13 @@ class MutateRowsCall:
         timeout_s: float,
         metadata: tuple[tuple[str, str], ...],
         stats: BigtableWriterStats,
+        endpoint: str = "",
     ) -> None:
         self.stub = stub
         self.sink = sink_name
         self.table_name = table_name
-        self.what = f"sink '{sink_name}': table '{table_name}'"
+        at = f" at {endpoint}" if endpoint else ""
+        self.what = f"sink '{sink_name}': table '{table_name}'{at}"
         self.policy = policy
         self.timeout_s = timeout_s
         self.metadata = metadata

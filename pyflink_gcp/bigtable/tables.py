@@ -43,6 +43,7 @@ class BigtableTables:
         resolver_name: Named by the creation-bound error.
         subtask_index: Named by the creation-bound error.
         stats: Counts ``tables_created``.
+        endpoint: The admin endpoint (``host:port``), named by errors.
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class BigtableTables:
         resolver_name: str = "",
         subtask_index: int = 0,
         stats: BigtableWriterStats | None = None,
+        endpoint: str = "",
     ) -> None:
         self._sink = sink_name
+        self._at = f" at {endpoint}" if endpoint else ""
         self._admin = admin
         self._policy = policy
         self._timeout_s = timeout_s
@@ -90,7 +93,7 @@ class BigtableTables:
         from google.cloud.bigtable_admin_v2.types import table as admin_table
 
         name = str(destination)
-        what = f"sink '{self._sink}': table '{name}'"
+        what = f"sink '{self._sink}': table '{name}'{self._at}"
         admin = self._admin()
         try:
             self._policy.call(
@@ -152,7 +155,7 @@ class BigtableTables:
             for family, rule in options.column_families.items()
         }
         admin = self._admin()
-        what = f"sink '{self._sink}': table '{name}'"
+        what = f"sink '{self._sink}': table '{name}'{self._at}"
         try:
             self._policy.call(
                 lambda: admin.create_table(

@@ -110,12 +110,13 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             sink_name=self.sink_name,
             admin=self._admin,
             policy=self.retry_policy,
-            timeout_s=self.options.rpc_timeout_s,
+            timeout_s=self.retry_policy.attempt_timeout(self.options.rpc_timeout_s),
             create_options=self.create_options,
             max_created=self.options.max_created_destinations,
             resolver_name=self.resolver_name,
             subtask_index=subtask_index,
             stats=self.stats,
+            endpoint=self.client.admin_endpoint_name if self.client is not None else "",
         )
 
     def create_writer(self, destination: TableDestination) -> TableBatcher:
@@ -129,9 +130,10 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             sink_name=self.sink_name,
             table_name=table_name,
             policy=self.retry_policy,
-            timeout_s=self.options.rpc_timeout_s,
+            timeout_s=self.retry_policy.attempt_timeout(self.options.rpc_timeout_s),
             metadata=request_metadata(table_name, self.options.app_profile_id),
             stats=self.stats,
+            endpoint=self.client.endpoint_name,
         )
         return TableBatcher(destination, call, self.submit, self.options)
 

@@ -127,3 +127,39 @@ def test_gc_rules() -> None:
     assert gc_rule(3).max_num_versions == 3
     assert gc_rule(timedelta(days=2)).max_age == timedelta(days=2)
     assert "max_num_versions" not in str(gc_rule(None)) and "max_age" not in str(gc_rule(None))
+
+
+def test_an_unreachable_admin_endpoint_fails_within_the_deadline_naming_it() -> None:
+    # Real admin client on a real channel: a refused endpoint is UNAVAILABLE (retried until
+    # the deadline), and the error names the sink, the table and the admin endpoint.
+    import time
+
+    from pyflink_gcp.bigtable.client import BigtableClient
+    from pyflink_gcp.core.errors import WriteError
+    from pyflink_gcp.core.retry import RetryPolicy
+    from tests.support.endpoints import refusing_endpoint
+
+    refused = refusing_endpoint()
+    client = BigtableClient("orders-bt", f"http://{refused}")
+    policy = RetryPolicy(initial_backoff_s=0.05, max_backoff_s=0.2, deadline_s=1.0)
+    tables = BigtableTables(
+        sink_name="orders-bt",
+        admin=lambda: client.admin,
+        policy=policy,
+        timeout_s=policy.attempt_timeout(60),
+        create_options=None,
+        max_created=1,
+        endpoint=client.admin_endpoint_name,
+    )
+    start = time.monotonic()
+    try:
+        with pytest.raises(WriteError) as err:
+            tables.ensure(TableDestination.of("p", "i", "orders"))
+    finally:
+        client.close()
+    assert time.monotonic() - start < 3
+    assert (
+        f"sink 'orders-bt': table 'projects/p/instances/i/tables/orders' at {refused}: "
+        "checking that it exists: still failing"
+    ) in str(err.value)
+    assert "UNAVAILABLE" in str(err.value)
