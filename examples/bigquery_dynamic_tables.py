@@ -107,6 +107,8 @@ def bigquery_client(project: str) -> bigquery.Client:
     from google.api_core.client_options import ClientOptions
     from google.auth.credentials import AnonymousCredentials
 
+    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST: point it at the emulator and
+    # give it anonymous credentials, or it looks for Application Default Credentials.
     return bigquery.Client(
         project=project,
         credentials=AnonymousCredentials(),
@@ -136,6 +138,8 @@ def prepare(project: str) -> None:
 
 def run_job(project: str, orders: int, parallelism: int) -> None:
     conf = Configuration()
+    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
+    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)

@@ -79,6 +79,8 @@ def run_job(project: str, instance: str, count: int) -> None:
 
     conf = Configuration()
     # The Python workers must run this interpreter (the one with pyflink-gcp installed).
+    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
+    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)

@@ -115,6 +115,8 @@ def prepare_queues(project: str, location: str, prefix: str) -> None:
 
 def run_job(args: argparse.Namespace, run: str, target: str) -> None:
     conf = Configuration()
+    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
+    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)

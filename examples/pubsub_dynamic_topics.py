@@ -70,7 +70,12 @@ class RegionTopics:
 
 
 def prepare_topics(project: str) -> None:
-    """Create the region topics and an ordered subscription on each (idempotent)."""
+    """Create the region topics and an ordered subscription on each (idempotent).
+
+    Before the job runs: Pub/Sub delivers a message only to the subscriptions that exist when
+    it is published, so a subscription created afterwards would read nothing back. With
+    PUBSUB_EMULATOR_HOST set the clients talk to the emulator without credentials.
+    """
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
     for region in REGIONS:
         topic = publisher.topic_path(project, f"orders-{region}")
@@ -93,6 +98,8 @@ def prepare_topics(project: str) -> None:
 
 def run_job(project: str, orders: int, parallelism: int) -> None:
     conf = Configuration()
+    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
+    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
