@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup venv tools bridge lint clean bench
+.PHONY: demo test setup venv tools bridge lint clean bench dist resolve-time
 
 demo: setup
 	$(PY) examples/demo.py
@@ -36,9 +36,24 @@ bridge: venv
 
 # ruff (its rules include unused-noqa detection, so a stale suppression fails) and mypy.
 lint: venv
-	$(VENV)/bin/ruff check pyflink_gcp tests examples bench
-	$(VENV)/bin/ruff format --check pyflink_gcp tests examples bench
+	$(VENV)/bin/ruff check pyflink_gcp tests examples bench setup.py
+	$(VENV)/bin/ruff format --check pyflink_gcp tests examples bench setup.py
 	$(VENV)/bin/mypy pyflink_gcp
 
+# The sdist and the wheel (with the bridge jar, compiled by setup.py) in dist/. The build runs
+# in an isolated environment with apache-flink-libraries, the Flink jars the bridge compiles
+# against; about 10 s with a warm pip cache.
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# How long pip takes to resolve and install the wheel with [all] into a fresh venv from the
+# ranges in pyproject.toml alone (no constraints file), as a pip user installs it.
+resolve-time: dist
+	rm -rf build/resolve-venv
+	$(PYTHON) -m venv build/resolve-venv
+	build/resolve-venv/bin/python -m pip install --quiet --upgrade pip
+	bash -c 'time build/resolve-venv/bin/python -m pip install --quiet "$$(ls dist/*.whl)[all]"'
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info
