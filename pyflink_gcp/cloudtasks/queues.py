@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from google.cloud import tasks_v2
 
-from pyflink_gcp.cloudtasks.client import admin_client, open_admin_channel
+from pyflink_gcp.cloudtasks.client import DEFAULT_HOST, admin_client, open_admin_channel
 from pyflink_gcp.cloudtasks.destinations import QueueDestination
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
@@ -58,7 +58,8 @@ class QueueCheck:
         name = destination.resource_name
         if name in self._verified:
             return
-        what = f"sink '{self._sink}': checking Cloud Tasks queue {name}"
+        where = self._endpoint.host or f"{DEFAULT_HOST}:443"
+        what = f"sink '{self._sink}': checking Cloud Tasks queue {name} at {where}"
         client = self._client if self._client is not None else self._open()
         try:
             queue = self._retry.call(

@@ -98,12 +98,15 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         self._window: deque[Any] = deque()
         self._header: tuple[str, str] | None = None
         self.queue_check: QueueCheck | None = None
+        self.endpoint_name = f"{DEFAULT_HOST}:443"
         self.created = 0
         self.already_existed = 0
         self.retried = 0
         self.rejected = 0
         # Read on every call: plain attributes rather than the options' properties.
-        self._timeout = self.options.rpc_timeout.total_seconds()
+        # One attempt never outlasts the retry deadline (a silent endpoint fails each attempt
+        # only at its timeout).
+        self._timeout = self.retry.attempt_timeout(self.options.rpc_timeout.total_seconds())
         self._max_in_flight = self.options.max_in_flight_requests
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -112,6 +115,7 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         self._init_runtime()
         options = self.options
         endpoint = resolve_cloudtasks_endpoint(self.endpoint)
+        self.endpoint_name = endpoint.host or f"{DEFAULT_HOST}:443"
         self._channels = self._open_channels(endpoint)
         self._start_call = create_task_caller(self._channels)
         self._header = client_header()
@@ -313,7 +317,9 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 backoff = factory.retry.backoffs()
             assert last_error is not None
             backoff.wait_or_raise(
-                last_error, f"sink '{self._sink}': creating {len(retry)} tasks in {self._parent}"
+                last_error,
+                f"sink '{self._sink}': creating {len(retry)} tasks in {self._parent} at "
+                f"{factory.endpoint_name}",
             )
             factory.retried += len(retry)
             pending = [(self._start(c[1], self._metadata), c[1], c[2], c[3]) for c in retry]
@@ -330,8 +336,8 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 f"(CreateTask answered {error_text(error)}); the sink never creates queues"
             )
         raise WriteError(
-            f"sink '{self._sink}': CreateTask in {self._parent} failed with {error_text(error)} "
-            f"(record {short_repr(call[3])})"
+            f"sink '{self._sink}': CreateTask in {self._parent} at {self._factory.endpoint_name} "
+            f"failed with {error_text(error)} (record {short_repr(call[3])})"
         )
 
     @property

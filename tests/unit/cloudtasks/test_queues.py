@@ -106,3 +106,27 @@ def test_close_forgets_the_client_and_the_queues() -> None:
     check._client = admin
     check.verify(QUEUE)
     assert len(admin.calls) == 2
+
+
+def test_a_silent_endpoint_fails_get_queue_at_its_timeout_naming_the_endpoint() -> None:
+    # The real generated client on a real channel to a peer that never answers: each GetQueue
+    # attempt ends at its timeout (no library retry), and the deadline ends the check.
+    import time
+
+    from tests.support.endpoints import black_hole_endpoint
+
+    retry = RetryPolicy(initial_backoff_s=0.05, max_backoff_s=0.1, deadline_s=0.5)
+    with black_hole_endpoint() as silent:
+        check = QueueCheck("hooks-sink", Endpoint(silent, True), retry, 1.0)
+        start = time.monotonic()
+        try:
+            with pytest.raises(WriteError) as err:
+                check.verify(QueueDestination.of("p", "us-central1", "hooks"))
+        finally:
+            check.close()
+    assert time.monotonic() - start < 0.5 + 1.0 + 1.5
+    assert (
+        f"sink 'hooks-sink': checking Cloud Tasks queue projects/p/locations/us-central1/"
+        f"queues/hooks at {silent}"
+    ) in str(err.value)
+    assert "DEADLINE_EXCEEDED" in str(err.value)

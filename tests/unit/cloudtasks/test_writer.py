@@ -255,7 +255,8 @@ def test_factory_pickles_as_its_configuration_only() -> None:
     assert copy._channels == [] and copy._start_call is None and not copy._window
     assert copy.queue_check is None and copy.created == 0
     assert copy.options == factory.options and copy.retry.deadline_s == 0.2
-    assert copy._max_in_flight == 256 and copy._timeout == 30.0
+    # rpc_timeout is 30 s, but one attempt never outlasts the 0.2 s deadline (at least 5 s).
+    assert copy._max_in_flight == 256 and copy._timeout == 5.0
 
 
 def test_bytes_accepted_counts_the_encoded_tasks() -> None:
