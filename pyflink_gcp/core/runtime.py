@@ -224,11 +224,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     keyed = isinstance(ds, KeyedStream)
     j_stream = ds._j_data_stream
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
-    if str(j_env_conf.toMap().get("python.metric.enabled")).lower() == "false":
-        raise ConfigurationError(
-            f"sink '{config.sink_name}': python.metric.enabled=false disables the pre-barrier "
-            "flush hook pyflink-gcp relies on for at-least-once delivery; enable it."
-        )
+    _check_python_metrics(j_env_conf, config)
     j_conf = jvm.org.apache.flink.configuration.Configuration(j_env_conf)
     j_conf.setString("python.execution-mode", "process")
     j_conf.setString("python.fn-execution.bundle.size", str(config.max_buffered_records))
@@ -248,6 +244,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
         func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
     else:
+        _require_no_bridge(config)
         _warn_restarts_not_suppressed(config)
         if keyed:
             operator_class = process.ExternalPythonKeyedProcessOperator
@@ -263,6 +260,43 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
     return out.start_new_chain()
+
+
+def _check_python_metrics(j_env_conf: Any, config: SinkConfig) -> None:
+    """Refuse a job without Python metrics when it is built: the flush hook is a metric gauge.
+
+    The writer's ``open()`` checks again on the worker (a cluster's own configuration may turn
+    metrics off), where the error ends the job without restarts.
+    """
+    if str(j_env_conf.toMap().get("python.metric.enabled")).lower() == "false":
+        raise ConfigurationError(
+            f"sink '{config.sink_name}': python.metric.enabled=false disables the pre-barrier "
+            "flush hook pyflink-gcp relies on for at-least-once delivery; enable it."
+        )
+
+
+def _require_no_bridge(config: SinkConfig) -> None:
+    """Refuse, when the job is built, a sink that cannot run without the bridge's operator.
+
+    A write method that commits after the checkpoint completes (exactly once) needs the
+    operator's checkpoint ids; without them it could only fail on the worker, record after
+    record. The hook for such methods: a sink sets ``SinkConfig.requires_bridge``.
+    """
+    if config.requires_bridge is None:
+        return
+    if config.chain_with_upstream:
+        why = "set_chain_with_upstream() fuses the writer into the Python operator before it"
+    elif not config.checkpoint_markers:
+        why = "set_checkpoint_markers(False) turns it off"
+    else:
+        why = (
+            "the Java bridge jar is unavailable (see the warning above; `pyflink-gcp bridge "
+            "build` compiles it with a JDK)"
+        )
+    raise ConfigurationError(
+        f"sink '{config.sink_name}': {config.requires_bridge} needs the writer to run as the "
+        f"Java bridge's checkpoint-marker operator, but {why}"
+    )
 
 
 def _warn_restarts_not_suppressed(config: SinkConfig) -> None:

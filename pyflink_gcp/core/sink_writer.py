@@ -45,6 +45,10 @@ class SinkConfig:
             settings instead of ``max_buffered_records`` / ``max_buffer_time_ms``.
         checkpoint_markers: Use the Java bridge's marker operator where possible, so that only
             checkpoint barriers and the end of input wait for the writes.
+        requires_bridge: What needs the Java bridge's operator (an exactly-once write method,
+            say ``"WriteMethod.FILE_LOADS"``), or None. Such a sink cannot run without it, so
+            building the job without the jar (or with markers off, or chained upstream) fails
+            with a ConfigurationError naming this, before any record is written.
     """
 
     sink_name: str
@@ -60,6 +64,7 @@ class SinkConfig:
     fixed_destination: Destination | None = None
     chain_with_upstream: bool = False
     checkpoint_markers: bool = True
+    requires_bridge: str | None = None
 
 
 class SinkWriter:

@@ -218,3 +218,22 @@ def test_the_marker_operator_is_told_the_non_retriable_mark(caplog):
     [node] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == WRITER]
     errors = get_field_value(node.getOperator(), "errors")
     assert get_field_value(errors, "marker") == NON_RETRIABLE_MARKER
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("mode", WARNED)
+def test_a_sink_that_needs_the_bridge_is_refused_at_sink_to_without_it(monkeypatch, mode):
+    """The hook for exactly-once methods: refused on the client, before any record or restart."""
+    options, jar_present, _ = WARNED[mode]
+    if not jar_present:
+        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
+    env, ds = pipeline(keyed=False, typed=False)
+    with pytest.raises(ConfigurationError, match=r"sink 'file-sink': WriteMethod\.X needs"):
+        ds.sink_to(sink_of(requires_bridge="WriteMethod.X", **options))
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_sink_that_needs_the_bridge_runs_with_it():
+    env, ds = pipeline(keyed=True, typed=False)
+    ds.sink_to(sink_of(requires_bridge="WriteMethod.X"))
+    assert writer_node(env).operator_class == bridge.KEYED_MARKER_OPERATOR
