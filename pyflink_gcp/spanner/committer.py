@@ -86,7 +86,9 @@ class Committer:
             # commit keeps being aborted.
             quiet_attempts=3,
         )
-        self._timeout = options.commit_timeout.total_seconds()
+        # One attempt never outlasts the retry deadline (a silent endpoint fails an attempt
+        # only at its timeout).
+        self._timeout = retry.attempt_timeout(options.commit_timeout.total_seconds())
         #: Moving average of a successful commit's duration: how long the transaction that
         #: aborted ours is likely to hold on (see :meth:`aborted_backoffs`).
         self.commit_seconds = 0.0

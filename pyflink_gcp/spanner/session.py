@@ -26,6 +26,12 @@ from pyflink_gcp.spanner.schema import DatabaseSchema, read_schema
 
 _LOG = logging.getLogger("pyflink_gcp.spanner")
 
+#: Timeouts of one attempt of session creation, a schema query and the (best-effort) session
+#: deletion at close; the first two are capped by the retry deadline.
+_CREATE_TIMEOUT_S = 30.0
+_QUERY_TIMEOUT_S = 60.0
+_DELETE_TIMEOUT_S = 5.0
+
 #: A regular session unused this long may have been deleted by Spanner (after one hour).
 SESSION_MAX_IDLE_S = 50 * 60.0
 
@@ -38,16 +44,27 @@ class Session:
         database: The database the session belongs to.
         sink_name: For errors and logs.
         retry: The retry policy of the calls made here (session creation, schema queries).
+        endpoint: ``host:port`` of the service, named by errors.
     """
 
     def __init__(
-        self, api: Any, database: DatabaseDestination, sink_name: str, retry: RetryPolicy
+        self,
+        api: Any,
+        database: DatabaseDestination,
+        sink_name: str,
+        retry: RetryPolicy,
+        endpoint: str = "",
     ) -> None:
         self.api = api
         self.database = database
         self.metadata = call_metadata(database)
         self._sink = sink_name
         self._retry = retry
+        self._at = f" at {endpoint}" if endpoint else ""
+        # Every call is one attempt (``retry=None``: the library's default retry would wait
+        # outside the sink's deadline) that never outlasts the retry deadline.
+        self._create_timeout = retry.attempt_timeout(_CREATE_TIMEOUT_S)
+        self._query_timeout = retry.attempt_timeout(_QUERY_TIMEOUT_S)
         self._name: str | None = None
         self._used = 0.0
         self._lock = threading.Lock()
@@ -71,7 +88,10 @@ class Session:
         def create() -> str:
             return str(
                 self.api.create_session(
-                    database=str(self.database), timeout=30.0, metadata=self.metadata
+                    database=str(self.database),
+                    retry=None,
+                    timeout=self._create_timeout,
+                    metadata=self.metadata,
                 ).name
             )
 
@@ -80,7 +100,7 @@ class Session:
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """Run an RPC other than a commit with retries, translating permanent errors."""
         try:
-            return self._retry.call(fn, f"sink '{self._sink}': {what} in {self.database}")
+            return self._retry.call(fn, f"sink '{self._sink}': {what} in {self.database}{self._at}")
         except SinkError:
             raise
         except api_exceptions.NotFound as exc:
@@ -91,7 +111,7 @@ class Session:
             ) from exc
         except Exception as exc:
             raise WriteError(
-                f"sink '{self._sink}': could not {what} in {self.database}: "
+                f"sink '{self._sink}': could not {what} in {self.database}{self._at}: "
                 f"{status_name(exc) or type(exc).__name__}: {exc}"
             ) from exc
 
@@ -106,7 +126,8 @@ class Session:
             def run() -> Any:
                 return self.api.execute_sql(
                     request={"session": session, "sql": sql},
-                    timeout=60.0,
+                    retry=None,
+                    timeout=self._query_timeout,
                     metadata=self.metadata,
                 )
 
@@ -130,7 +151,9 @@ class Session:
         if name is None:
             return
         try:
-            self.api.delete_session(name=name, timeout=5.0, metadata=self.metadata)
+            self.api.delete_session(
+                name=name, retry=None, timeout=_DELETE_TIMEOUT_S, metadata=self.metadata
+            )
         except Exception:  # noqa: BLE001 - best effort
             _LOG.debug("%s: deleting session %s failed", self._sink, name)
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
+from pyflink_gcp.core.endpoints import resolve_endpoint
 from pyflink_gcp.core.errors import (
     DestinationNotFoundError,
     SerializerError,
@@ -41,7 +42,7 @@ from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
 from pyflink_gcp.spanner.batch import Batch, Shape, compile_shape, diagnose, has_unknown_columns
-from pyflink_gcp.spanner.client import open_client
+from pyflink_gcp.spanner.client import DEFAULT_HOST, EMULATOR_VARIABLE, open_client
 from pyflink_gcp.spanner.committer import (
     Committer,
     OrderedExecutor,
@@ -100,9 +101,12 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
         self.committer: Committer | None = None
         self.schema = DatabaseSchema()
         self.info: SubtaskInfo | None = None
+        self.endpoint_name = ""
 
     def open(self, info: SubtaskInfo) -> None:
         self.info = info
+        resolved = resolve_endpoint(self.endpoint, EMULATOR_VARIABLE)
+        self.endpoint_name = resolved.host or f"{DEFAULT_HOST}:443"
         self.connect(open_client(self.endpoint, self.sink_name))
         self.schema = self.refresh_schema()
         _LOG.info(
@@ -119,7 +123,7 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
         retry = RetryPolicy(
             initial_backoff_s=0.05, max_backoff_s=5.0, deadline_s=self.options.retry_deadline_s
         )
-        self.session = Session(api, self.database, self.sink_name, retry)
+        self.session = Session(api, self.database, self.sink_name, retry, self.endpoint_name)
         self.committer = Committer(self.session, self.options, retry)
 
     def refresh_schema(self) -> DatabaseSchema:
@@ -465,7 +469,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._committer.commit(
             request,
             f"sink '{self._sink}': commit of {records} record(s) ({mutations} mutations) to "
-            f"{self.destination}",
+            f"{self.destination} at {self._factory.endpoint_name}",
         )
         self.commits += 1
         self.mutations_committed += mutations

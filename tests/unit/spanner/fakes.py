@@ -77,15 +77,23 @@ class FakeApi:
         self.metadata: list[Any] = []
         #: (sql) -> exception or None, for execute_sql.
         self.fail_query: Any = None
+        #: The ``retry`` and ``timeout`` of every call: the library's default retry must never
+        #: run (it waits outside the sink's deadline).
+        self.calls: list[tuple[str, Any, float]] = []
 
     def create_session(self, **kwargs: Any) -> Any:
+        self.calls.append(("create_session", kwargs.get("retry", "default"), kwargs["timeout"]))
         self.sessions += 1
         return SimpleNamespace(name=f"sessions/{self.sessions}")
 
     def delete_session(self, name: str, **kwargs: Any) -> None:
+        self.calls.append(("delete_session", kwargs.get("retry", "default"), kwargs["timeout"]))
         self.deleted.append(name)
 
-    def execute_sql(self, request: dict[str, str], timeout: float, metadata: Any) -> Any:
+    def execute_sql(
+        self, request: dict[str, str], timeout: float, metadata: Any, retry: Any = "default"
+    ) -> Any:
+        self.calls.append(("execute_sql", retry, timeout))
         self.queries.append((request["session"], request["sql"]))
         if self.fail_query is not None:
             exc = self.fail_query(request["sql"])
@@ -97,6 +105,7 @@ class FakeApi:
         return SimpleNamespace(_pb=SimpleNamespace(rows=rows))
 
     def commit(self, request: Any, retry: Any, timeout: float, metadata: Any) -> None:
+        self.calls.append(("commit", retry, timeout))
         pb = CommitRequest.pb(request)
         self.metadata.append(metadata)
         if self.fail is not None:

@@ -77,3 +77,33 @@ def test_close_deletes_the_session_once() -> None:
     s.close()
     s.close()
     assert api.deleted == [name]
+
+
+def test_every_call_is_one_attempt_without_the_library_retry_bounded_by_the_deadline() -> None:
+    api = FakeApi()
+    s = Session(api, DB, "unit", RetryPolicy(deadline_s=8.0), "127.0.0.1:9010")
+    s.read_schema()
+    s.close()
+    kinds = {kind for kind, _, _ in api.calls}
+    assert kinds == {"create_session", "execute_sql", "delete_session"}
+    assert all(retry is None for _, retry, _ in api.calls), api.calls
+    # Capped at the 8 s retry deadline; deletion at close keeps its own short timeout.
+    assert {(kind, timeout) for kind, _, timeout in api.calls} == {
+        ("create_session", 8.0),
+        ("execute_sql", 8.0),
+        ("delete_session", 5.0),
+    }
+
+
+def test_an_unreachable_service_is_named_with_its_endpoint() -> None:
+    class Refused(FakeApi):
+        def create_session(self, **kwargs: Any) -> Any:
+            raise gexc.ServiceUnavailable("failed to connect to all addresses")
+
+    retry = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.02, deadline_s=0.1)
+    s = Session(Refused(), DB, "orders-spanner", retry, "127.0.0.1:9010")
+    with pytest.raises(WriteError) as err:
+        s.name()
+    assert str(err.value).startswith(
+        f"sink 'orders-spanner': create a session in {DB} at 127.0.0.1:9010: still failing"
+    )
