@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
+import os
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,9 @@ _LOG = logging.getLogger("pyflink_gcp.failures")
 
 #: The ``destination`` of a failed record that never had one (an unroutable record).
 UNRESOLVED = "unresolved"
+
+#: Set to 0 in the workers' environment to keep the sink's warnings off the console.
+CONSOLE_LOG_VARIABLE = "PYFLINK_GCP_CONSOLE_LOG"
 
 
 @dataclass(slots=True)
@@ -101,7 +105,7 @@ class FailureHandler:
 
     @staticmethod
     def log_and_drop() -> FailureHandler:
-        """Log the rejected record (rate limited) and count it in the sink's metrics."""
+        """Log the rejected record (the first few per flush, then a summary) and count it."""
         return FailureHandler(_Mode.DROP)
 
     @staticmethod
@@ -131,20 +135,29 @@ class FailureHandler:
 class FailureRouter:
     """A subtask's live side of a :class:`FailureHandler`: counts, logs and routes failures.
 
+    Logging is bounded: the first :attr:`LOG_FIRST` failures between two flushes are logged one
+    line each (a WARNING on ``pyflink_gcp.failures``), the rest are only counted and summed up
+    in one line per flush, by destination, so a destination rejecting everything costs a few
+    lines per checkpoint rather than one per record. Counts are kept for the sink's metrics.
+
     Runs on the processing thread only (writers hand their failures over at flush time).
     """
 
-    _LOG_INTERVAL_S = 10.0
+    #: Failures logged one line each between two flushes; the rest go into the flush summary.
+    LOG_FIRST = 10
 
     def __init__(self, handler: FailureHandler) -> None:
         self._handler = handler
         self._dlq = handler.dead_letter_queue
         self.dropped = 0
         self.dead_lettered = 0
-        self._last_log = 0.0
-        self._suppressed = 0
+        self._logged = 0
+        self._unlogged: Counter[str] = Counter()
+        self._sink = ""
 
     def open(self, info: SubtaskInfo) -> None:
+        self._sink = info.sink_name
+        install_console_handler()
         if self._dlq is not None:
             self._dlq.open(info)
 
@@ -154,27 +167,85 @@ class FailureRouter:
             raise RecordRejectedError(failed.describe() + " (failure handler: fail_job)")
         if mode is _Mode.DROP:
             self.dropped += 1
-            self._log(failed, "dropped")
-            return
-        assert self._dlq is not None
-        self._dlq.send(failed)
-        self.dead_lettered += 1
-        self._log(failed, "dead-lettered")
+        else:
+            assert self._dlq is not None
+            self._dlq.send(failed)
+            self.dead_lettered += 1
+        self._log(failed)
 
     def flush(self) -> None:
+        """Makes dead letters durable, then logs the summary of the failures not yet logged."""
         if self._dlq is not None:
             self._dlq.flush()
+        self._summarize()
 
     def close(self) -> None:
+        self._summarize()
         if self._dlq is not None:
             self._dlq.close()
 
-    def _log(self, failed: FailedRecord, verb: str) -> None:
-        now = time.monotonic()
-        if now - self._last_log >= self._LOG_INTERVAL_S:
-            extra = f" ({self._suppressed} more since the last message)" if self._suppressed else ""
-            _LOG.warning("%s: %s%s", verb, failed.describe(), extra)
-            self._last_log = now
-            self._suppressed = 0
+    @property
+    def _verb(self) -> str:
+        return "dropped" if self._handler._mode is _Mode.DROP else "dead-lettered"
+
+    def _log(self, failed: FailedRecord) -> None:
+        self._sink = failed.sink
+        if self._logged < self.LOG_FIRST:
+            self._logged += 1
+            _LOG.warning("%s: %s", self._verb, failed.describe())
         else:
-            self._suppressed += 1
+            self._unlogged[failed.destination] += 1
+
+    def _summarize(self) -> None:
+        self._logged = 0
+        if not self._unlogged:
+            return
+        total = sum(self._unlogged.values())
+        by_destination = ", ".join(f"{d}: {n}" for d, n in self._unlogged.most_common(10))
+        more = len(self._unlogged) - 10
+        if more > 0:
+            by_destination += f", and {more} more destinations"
+        _LOG.warning(
+            "sink '%s': %s %d more records since the last flush, not logged one by one "
+            "(by destination: %s); %d %s in all by this subtask",
+            self._sink,
+            self._verb,
+            total,
+            by_destination,
+            self.dropped if self._handler._mode is _Mode.DROP else self.dead_lettered,
+            self._verb,
+        )
+        self._unlogged.clear()
+
+
+class _ConsoleHandler(logging.Handler):
+    """Writes records to file descriptor 2, bypassing ``sys.stderr``.
+
+    PyFlink's workers log through the Beam harness to the TaskManager's log (the ``PythonWorker``
+    logger), and a worker started by PyFlink replaces ``sys.stderr.write`` with that same
+    logging. On a local MiniCluster the workers are threads of the client process, whose log
+    is a file inside the PyFlink installation: writing to the descriptor itself puts the sink's
+    warnings on the console that started the job.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            os.write(2, (self.format(record) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            self.handleError(record)
+
+
+def install_console_handler() -> None:
+    """Adds the console handler (WARNING and above) to the ``pyflink_gcp`` logger, once per process.
+
+    Set ``PYFLINK_GCP_CONSOLE_LOG=0`` in the workers' environment to leave it out (the records
+    still reach the TaskManager's log).
+    """
+    if os.environ.get(CONSOLE_LOG_VARIABLE, "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    logger = logging.getLogger("pyflink_gcp")
+    if any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        return
+    handler = _ConsoleHandler(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
