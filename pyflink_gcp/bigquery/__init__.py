@@ -2,6 +2,9 @@
 API's default stream.
 
 Needs the ``bigquery`` extra: ``pip install "pyflink-gcp[bigquery]"``.
+
+``TableDestination.of(dataset, table)`` is ``TableDestination.of(project, dataset, table)`` in the project ``GOOGLE_CLOUD_PROJECT``
+names where the destination is built (docs/production.md).
 """
 
 try:

@@ -1,6 +1,9 @@
 """Cloud Tasks sink: create an HTTP task per record on the queue its resolver names.
 
 Needs the ``cloudtasks`` extra: ``pip install "pyflink-gcp[cloudtasks]"``.
+
+``QueueDestination.of(location, queue)`` is ``QueueDestination.of(project, location, queue)`` in the project ``GOOGLE_CLOUD_PROJECT``
+names where the destination is built (docs/production.md).
 """
 
 try:

@@ -2,6 +2,9 @@
 
 Needs the ``pubsub`` extra: ``pip install "pyflink-gcp[pubsub]"``.
 
+``TopicDestination.of(topic)`` is ``TopicDestination.of(project, topic)`` in the project ``GOOGLE_CLOUD_PROJECT``
+names where the destination is built (docs/production.md).
+
 Example::
 
     sink = (PubSubSink.builder()
