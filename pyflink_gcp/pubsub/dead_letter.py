@@ -85,11 +85,13 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
         )
         self.topic = topic
         self.endpoint = endpoint
-        self.retry = retry or RetryPolicy()
+        #: An explicit policy, or None: the sink's own (its ``retry_deadline``), learnt at open.
+        self.retry = retry
         self.max_payload_bytes = max_payload_bytes
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        self._sink_retry = RetryPolicy()
         self._rpc: Any = None
         self._pending: list[Any] = []
         self._sink = "sink"
@@ -101,14 +103,24 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
         """Dead-letter to ``topic`` (``endpoint``: as the sinks' ``set_endpoint``)."""
         return PubSubDeadLetterQueue(topic, endpoint, max_payload_bytes=max_payload_bytes)
 
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy of every call: the explicit one, else the sink's."""
+        return self.retry or self._sink_retry
+
     def open(self, info: SubtaskInfo) -> None:
         self._sink = info.sink_name
+        # The sink's retry deadline, where the runtime hands it over, bounds the dead-letter
+        # queue's calls like the sink's own.
+        deadline = getattr(info, "retry_deadline_s", None)
+        if deadline is not None:
+            self._sink_retry = RetryPolicy(deadline_s=deadline)
         rpc = self._rpc = PubSubRpc(
-            resolve_pubsub_endpoint(self.endpoint), self.retry.attempt_timeout(_CALL_TIMEOUT_S)
+            resolve_pubsub_endpoint(self.endpoint), self.policy.attempt_timeout(_CALL_TIMEOUT_S)
         )
         name = str(self.topic)
         try:
-            self.retry.call(
+            self.policy.call(
                 lambda: rpc.get_topic(name),
                 f"sink '{self._sink}': get dead-letter topic {name} at {rpc.endpoint}",
             )
@@ -133,7 +145,7 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
     def flush(self) -> None:
         while self._pending:
             batch = self._pending[:MAX_MESSAGES_PER_REQUEST]
-            rejected = publish_batch(self._rpc, str(self.topic), batch, self.retry, self._sink)
+            rejected = publish_batch(self._rpc, str(self.topic), batch, self.policy, self._sink)
             if rejected:
                 raise WriteError(
                     f"sink '{self._sink}': the dead-letter topic {self.topic} rejected "

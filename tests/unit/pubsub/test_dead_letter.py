@@ -137,3 +137,23 @@ def test_describe_names_the_topic():
     assert PubSubDeadLetterQueue.of(DLQ_TOPIC).describe() == (
         "PubSubDeadLetterQueue.of('projects/p/topics/orders-dlq')"
     )
+
+
+def test_without_its_own_policy_the_queue_retries_for_the_sinks_deadline(monkeypatch):
+    from types import SimpleNamespace
+
+    import pyflink_gcp.pubsub.dead_letter as module
+
+    queue = PubSubDeadLetterQueue.of(DLQ_TOPIC)
+    assert queue.retry is None and queue.policy.deadline_s == 120.0
+    rpc = FakeRpc()
+    rpc.get_topic = lambda name: None
+    timeouts = []
+    monkeypatch.setattr(
+        module, "PubSubRpc", lambda endpoint, timeout: timeouts.append(timeout) or rpc
+    )
+    queue.open(SimpleNamespace(sink_name="orders-sink", retry_deadline_s=7.0))
+    assert queue.policy.deadline_s == 7.0 and timeouts == [7.0]
+    explicit = RetryPolicy(deadline_s=1)
+    queue.retry = explicit
+    assert queue.policy is explicit
