@@ -1,6 +1,7 @@
 """The package as a pip user gets it: a wheel built from the repo, installed into a clean venv.
 
-The wheel must carry the Java bridge jar (``setup.py`` compiles it), and an example job run from
+The sdist must carry ``java-bridge/`` (and no jar of this machine's build), the wheel built from
+it must carry the Java bridge jar (``setup.py`` compiles it), and an example job run from
 that venv, against the Pub/Sub emulator, must use it: no "bridge unavailable" warning, and the
 example's own check (every order delivered, per-customer order kept) passes. The venv is made
 from nothing but the wheel and its extras, so a module or a jar that exists only in the source
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import venv
 import zipfile
@@ -29,6 +31,9 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pubsub_dynamic_topics.py"
 JAR_IN_WHEEL = "pyflink_gcp/jars/pyflink-gcp-bridge.jar"
+SOURCE_IN_SDIST = (
+    "java-bridge/src/main/java/dev/pyflinkgcp/bridge/CheckpointMarkerProcessOperator.java"
+)
 BRIDGE_WARNING = "Java bridge unavailable"
 
 
@@ -73,7 +78,13 @@ def test_wheel_in_a_clean_venv_runs_an_example_with_the_bridge(
     _require_build_tools()
     dist = tmp_path / "dist"
     started = time.monotonic()
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)], 300)
+    # The sdist first, then the wheel from the sdist (no jar in it): the jar is compiled anew.
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], 300)
+    sdist = next(dist.glob("pyflink_gcp-*.tar.gz"))
+    with tarfile.open(sdist) as contents:
+        names = contents.getnames()
+    assert any(name.endswith(SOURCE_IN_SDIST) for name in names), f"{sdist.name}: no java-bridge/"
+    assert not any(name.endswith(".jar") for name in names), f"{sdist.name} ships a built jar"
     wheel = next(dist.glob("pyflink_gcp-*.whl"))
     with zipfile.ZipFile(wheel) as contents:
         assert JAR_IN_WHEEL in contents.namelist(), f"{wheel.name} has no {JAR_IN_WHEEL}"
@@ -89,6 +100,7 @@ def test_wheel_in_a_clean_venv_runs_an_example_with_the_bridge(
             "pip",
             "install",
             "--quiet",
+            "--no-compile",
             "-c",
             str(ROOT / "constraints.txt"),
             f"{wheel}[all]",
@@ -127,7 +139,7 @@ def test_wheel_in_a_clean_venv_runs_an_example_with_the_bridge(
     output = job.stdout + job.stderr
     ran = time.monotonic()
     print(
-        f"wheel built in {built - started:.0f}s, installed with [all] in {installed - built:.0f}s, "
+        f"sdist and wheel built in {built - started:.0f}s, installed with [all] in {installed - built:.0f}s, "
         f"example job in {ran - installed:.0f}s"
     )
     assert BRIDGE_WARNING not in output, output
