@@ -64,7 +64,14 @@ def assert_bounded_failure(failure: Failure, *names: str) -> None:
     budget = DEADLINE.total_seconds() + ATTEMPT_TIMEOUT_S
     assert failure.elapsed_s < budget + STARTUP_MARGIN_S, failure
     retried = failure.retried_for_s()
-    if retried is not None:
-        assert retried <= budget + 1.0, failure.text[-2000:]
+    # The sink's retry policy gave up (not a library's retry, not a hang ended by something
+    # else), after at most the deadline plus one attempt.
+    assert retried is not None, f"no retry report in the job's error:\n{failure.text[-3000:]}"
+    assert retried <= budget + 1.0, failure.text[-2000:]
+    print(
+        f"\n{names[0]}: gave up after {retried:.1f}s of retries "
+        f"(deadline {DEADLINE.total_seconds():.0f}s, one attempt at most {ATTEMPT_TIMEOUT_S:.0f}s); "
+        f"job wall time {failure.elapsed_s:.1f}s"
+    )
     for name in names:
         assert name in failure.text, f"{name!r} not in the job's error:\n{failure.text[-3000:]}"
