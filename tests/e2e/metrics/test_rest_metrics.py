@@ -1,0 +1,133 @@
+"""The sink's metrics read back through Flink's REST API from a running Pub/Sub job.
+
+The job runs on a MiniCluster with ``rest.port`` set, writes 300 records to two topics with
+``per_destination_metrics`` on and ``log_and_drop``, six of them empty messages the emulator
+rejects (INVALID_ARGUMENT), then keeps running on records its serializer skips, so the metrics
+are read from a live job. The names asserted are the ones ``docs/metrics.md`` documents, and the
+dropped records' log lines are read from the console (the job's workers are threads of this
+process, so the sink's console handler writes to this process's standard error).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from pyflink_gcp.core import FailureHandler
+from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions, TopicDestination
+from tests.support.jobs import make_env, record_stream
+from tests.support.pubsub import make_topics, unique
+
+pytestmark = pytest.mark.e2e
+
+WRITTEN = 300
+EMPTY = {7, 57, 107, 157, 207, 257}  # odd: all go to topic "b"
+WAIT_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        return json.loads(response.read())
+
+
+class Resolver:
+    def __init__(self, project: str, prefix: str) -> None:
+        self.project = project
+        self.prefix = prefix
+
+    def __call__(self, i: int, ctx) -> TopicDestination:
+        return TopicDestination.of(self.project, f"{self.prefix}-{'ab'[i % 2]}")
+
+
+def serialize(i: int, ctx) -> bytes | None:
+    if i >= WRITTEN:
+        time.sleep(0.02)  # keeps the job alive and cheap after the records that count
+        return None
+    return b"" if i in EMPTY else str(i).encode()
+
+
+def writer_metrics(port: int, job_id: str) -> tuple[list[str], dict[str, float]]:
+    """The writer vertex's sink metrics: their full REST ids, and values by name from
+    ``pyflink_gcp.`` on (the ids start with the subtask index and the operator's name)."""
+    for vertex in get(port, f"/jobs/{job_id}")["vertices"]:
+        base = f"/jobs/{job_id}/vertices/{vertex['id']}/metrics"
+        ids = [m["id"] for m in get(port, base) if ".pyflink_gcp." in m["id"]]
+        if ids:
+            values = get(port, f"{base}?get={','.join(ids)}")
+            named = {m["id"][m["id"].index("pyflink_gcp.") :]: float(m["value"]) for m in values}
+            return ids, named
+    return [], {}
+
+
+def per_destination(got: dict[str, float], counter: str) -> dict[str, float]:
+    """``pyflink_gcp.destination.<id>.<counter>`` values by ``<id>``."""
+    head, tail = "pyflink_gcp.destination.", f".{counter}"
+    return {
+        k[len(head) : -len(tail)]: v
+        for k, v in got.items()
+        if k.startswith(head) and k.endswith(tail)
+    }
+
+
+def test_sink_metrics_have_their_documented_names_and_counts(
+    project: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    prefix = unique("metrics")
+    make_topics(project, [f"{prefix}-a", f"{prefix}-b"])
+    port = free_port()
+    env = make_env(parallelism=1, checkpoint_ms=500, extra={"rest.port": str(port)})
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(Resolver(project, prefix))
+        .set_serializer(serialize)
+        .set_failure_handler(FailureHandler.log_and_drop())
+        .set_writer_options(PubSubWriterOptions.builder().per_destination_metrics(True).build())
+        .build()
+    )
+    record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
+    client = env.execute_async("sink metrics")
+    job_id = str(client.get_job_id())
+    ids: list[str] = []
+    got: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                ids, got = writer_metrics(port, job_id)
+            except OSError:
+                continue
+            if got.get("pyflink_gcp.recordsWritten", 0) >= WRITTEN and got.get(
+                "pyflink_gcp.recordsDropped", 0
+            ) >= len(EMPTY):
+                break
+    finally:
+        client.cancel().result()
+    assert ids and all(i.startswith("0.") for i in ids), ids
+    assert got["pyflink_gcp.recordsWritten"] == WRITTEN, got
+    assert got["pyflink_gcp.recordsDropped"] == len(EMPTY), got
+    assert got["pyflink_gcp.recordsDeadLettered"] == 0, got
+    assert got["pyflink_gcp.recordsSkipped"] > 0, got
+    assert got["pyflink_gcp.activeWriters"] == 2, got
+    assert {"pyflink_gcp.lastFlushMillis", "pyflink_gcp.checkpointMarkers"} <= set(got), got
+    assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got
+    errors = per_destination(got, "errors")
+    assert sum(errors.values()) == max(errors.values()) == len(EMPTY), got
+    assert all(v > 0 for v in per_destination(got, "bytes").values()), got
+    # log_and_drop's lines reach the console of a local job (its file descriptor 2), one per
+    # record below the per-flush limit.
+    err = capfd.readouterr().err
+    dropped = f"dropped: sink 'pubsub-sink': destination 'projects/{project}/topics/{prefix}-b'"
+    assert err.count(dropped) == len(EMPTY), err[-3000:]
+    assert "INVALID_ARGUMENT" in err
