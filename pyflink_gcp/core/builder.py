@@ -152,6 +152,7 @@ class SinkBuilder:
             max_buffered_records=options.max_buffered_records,
             max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
             per_destination_metrics=options.per_destination_metrics,
+            retry_deadline_s=options.retry_deadline_s,
             **service_fields,
         )
 

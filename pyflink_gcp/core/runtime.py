@@ -119,6 +119,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
             number_of_parallel_subtasks=runtime_context.get_number_of_parallel_subtasks(),
             attempt_number=runtime_context.get_attempt_number(),
             task_name=runtime_context.get_task_name(),
+            retry_deadline_s=self._config.retry_deadline_s,
         )
         writer = SinkWriter(self._config)
         sink_group = group.add_group("pyflink_gcp")
@@ -225,6 +226,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     j_stream = ds._j_data_stream
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
     _check_python_metrics(j_env_conf, config)
+    _warn_python_executable(j_env_conf, config)
     j_conf = jvm.org.apache.flink.configuration.Configuration(j_env_conf)
     j_conf.setString("python.execution-mode", "process")
     j_conf.setString("python.fn-execution.bundle.size", str(config.max_buffered_records))
@@ -260,6 +262,35 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
     return out.start_new_chain()
+
+
+def _warn_python_executable(j_env_conf: Any, config: SinkConfig) -> None:
+    """Warn when a job from a virtualenv that is not activated leaves ``python.executable`` unset.
+
+    Flink then starts the workers with the ``python`` on the PATH, which lacks pyflink and the
+    sink's client libraries, and the job fails far from its cause ("No module named 'pyflink'").
+    Silent outside a virtualenv and when the PATH's ``python`` is this environment's.
+    """
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if sys.prefix == sys.base_prefix or str(j_env_conf.toMap().get("python.executable")) not in (
+        "None",
+        "",
+    ):
+        return
+    on_path = shutil.which("python")
+    if on_path is not None and Path(on_path).parent == Path(sys.executable).parent:
+        return
+    _LOG.warning(
+        "%s: python.executable is not set and the `python` on the PATH (%s) is not this "
+        "environment's, so the Python workers may fail with \"No module named 'pyflink'\". "
+        "Set python.executable (and python.client.executable) to %s; see docs/production.md",
+        config.sink_name,
+        on_path,
+        sys.executable,
+    )
 
 
 def _check_python_metrics(j_env_conf: Any, config: SinkConfig) -> None:

@@ -14,3 +14,6 @@ class SubtaskInfo:
     number_of_parallel_subtasks: int = 1
     attempt_number: int = 0
     task_name: str = ""
+    #: The sink's ``retry_deadline`` in seconds, so what the subtask opens besides the writers
+    #: (a dead-letter queue) shares its bound; None where the sink has none.
+    retry_deadline_s: float | None = None

@@ -14,6 +14,7 @@ from typing import Any
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
 from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
+from pyflink_gcp.core.metrics import DESTINATION_GROUP, metric_identifier
 from pyflink_gcp.core.registry import WriterRegistry
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
@@ -45,6 +46,9 @@ class SinkConfig:
             settings instead of ``max_buffered_records`` / ``max_buffer_time_ms``.
         checkpoint_markers: Use the Java bridge's marker operator where possible, so that only
             checkpoint barriers and the end of input wait for the writes.
+        retry_deadline_s: The writer options' ``retry_deadline`` in seconds, handed to what the
+            subtask opens besides the writers (a dead-letter queue), so every call of the sink
+            shares one bound.
         requires_bridge: What needs the Java bridge's operator (an exactly-once write method,
             say ``"WriteMethod.FILE_LOADS"``), or None. Such a sink cannot run without it, so
             building the job without the jar (or with markers off, or chained upstream) fails
@@ -64,6 +68,7 @@ class SinkConfig:
     fixed_destination: Destination | None = None
     chain_with_upstream: bool = False
     checkpoint_markers: bool = True
+    retry_deadline_s: float | None = None
     requires_bridge: str | None = None
 
 
@@ -163,8 +168,11 @@ class SinkWriter:
             destination = self._fixed
         try:
             element = self._serialize(record, ctx)
-        except SinkError:
-            raise
+        except SinkError as exc:
+            # Schema functions raise SinkErrors without knowing the sink: name it once, here.
+            if str(exc).startswith("sink '"):
+                raise
+            raise type(exc)(f"sink '{self._sink}': {exc}") from exc
         except Exception as exc:
             raise SerializerError(
                 f"sink '{self._sink}': serializer {describe_callable(self.config.serializer)} "
@@ -277,7 +285,7 @@ class SinkWriter:
         if counters is None:
             if self._metrics is None:
                 return
-            group = self._metrics.add_group("destination", str(destination))
+            group = self._metrics.add_group(DESTINATION_GROUP, metric_identifier(str(destination)))
             counters = (group.counter("records"), group.counter("bytes"))
             self._dest_counters[destination] = counters
         counters[0].inc()
@@ -287,4 +295,5 @@ class SinkWriter:
     def _count_error(self, destination: str) -> None:
         if self._metrics is None:
             return
-        self._metrics.add_group("destination", destination).counter("errors").inc()
+        group = self._metrics.add_group(DESTINATION_GROUP, metric_identifier(destination))
+        group.counter("errors").inc()

@@ -112,7 +112,7 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
         self._sink = info.sink_name
         # The sink's retry deadline, where the runtime hands it over, bounds the dead-letter
         # queue's calls like the sink's own.
-        deadline = getattr(info, "retry_deadline_s", None)
+        deadline = info.retry_deadline_s
         if deadline is not None:
             self._sink_retry = RetryPolicy(deadline_s=deadline)
         rpc = self._rpc = PubSubRpc(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pyflink_gcp.core import FailureHandler
+from pyflink_gcp.core.metrics import metric_identifier
 from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions, TopicDestination
 from tests.support.jobs import make_env, record_stream
 from tests.support.pubsub import make_topics, unique
@@ -125,6 +126,8 @@ def test_sink_metrics_have_their_documented_names_and_counts(
     errors = per_destination(got, "errors")
     assert sum(errors.values()) == max(errors.values()) == len(EMPTY), got
     assert all(v > 0 for v in per_destination(got, "bytes").values()), got
+    ids_ab = {metric_identifier(f"projects/{project}/topics/{prefix}-{t}") for t in "ab"}
+    assert set(per_destination(got, "records")) == ids_ab, got
     # log_and_drop's lines reach the console of a local job (its file descriptor 2), one per
     # record below the per-flush limit.
     err = capfd.readouterr().err

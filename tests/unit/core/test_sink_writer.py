@@ -170,13 +170,25 @@ def test_per_destination_metrics_count_records_bytes_and_errors(tmp_path):
         writer.write({"region": "a", "i": i})
     writer.write({"region": "a", "reject": True})
     writer.flush()
-    metrics = group.groups[("destination", "files/a")]
+    metrics = group.groups[("destination", "files_a")]  # the metric identifier of files/a
     assert metrics.counters["records"].value == 4
     assert (
         metrics.counters["bytes"].value
         == writer.registry.get(FileDestination.of("a")).bytes_accepted
     )
     assert metrics.counters["errors"].value == 1
+
+
+def test_a_schema_error_without_the_sinks_name_gets_it(tmp_path):
+    def serializer(record, ctx):
+        raise SerializerError("the payload function returned dict, expected bytes")
+
+    writer = open_writer(tmp_path, by_region, serializer)
+    with pytest.raises(SerializerError) as err:
+        writer.write({"region": "a"})
+    assert str(err.value) == (
+        "sink 'file-sink': the payload function returned dict, expected bytes"
+    )
 
 
 def test_start_sends_hands_over_without_making_anything_durable(tmp_path):
