@@ -109,9 +109,12 @@ def test_sink_metrics_have_their_documented_names_and_counts(
                 ids, got = writer_metrics(port, job_id)
             except OSError:
                 continue
-            if got.get("pyflink_gcp.recordsWritten", 0) >= WRITTEN and got.get(
-                "pyflink_gcp.recordsDropped", 0
-            ) >= len(EMPTY):
+            # Every counted record is in, and the skipped ones after them have begun.
+            if (
+                got.get("pyflink_gcp.recordsWritten", 0) >= WRITTEN
+                and got.get("pyflink_gcp.recordsDropped", 0) >= len(EMPTY)
+                and got.get("pyflink_gcp.recordsSkipped", 0) > 0
+            ):
                 break
     finally:
         client.cancel().result()
