@@ -37,6 +37,17 @@ SOURCE_IN_SDIST = (
 BRIDGE_WARNING = "Java bridge unavailable"
 
 
+def _clean_env() -> dict[str, str]:
+    """This process's environment without what points Python at the repository: the jobs run
+    earlier in the same test session put the repository on ``PYTHONPATH``, which would make the
+    clean venv import the repository's package instead of the installed wheel."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "_python_worker_execution_mode")
+    }
+
+
 def _run(command: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Runs a command, failing the test with its output when it fails or overruns."""
     try:
@@ -46,7 +57,7 @@ def _run(command: list[str], timeout: float, **kwargs: object) -> subprocess.Com
             text=True,
             timeout=timeout,
             check=False,
-            **kwargs,  # type: ignore[arg-type]
+            **{"env": _clean_env(), **kwargs},  # type: ignore[arg-type]
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(

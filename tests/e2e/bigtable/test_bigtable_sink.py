@@ -219,7 +219,8 @@ def test_bad_input_fails_the_job_with_a_clear_error(stack: Any, case: str) -> No
         ).set_serializer(lambda r, c: RowMutationEntry(b"k", SetCell("cf", b"q", b"v")))
         expected = [
             f"DestinationNotFoundError: sink 'bad-input': table 'projects/{PROJECT}/instances/"
-            f"{instance}/tables/absent' does not exist",
+            f"{instance}/tables/absent' at ",
+            "does not exist, and the sink may not create tables",
         ]
     else:
         builder.set_destination_resolver(

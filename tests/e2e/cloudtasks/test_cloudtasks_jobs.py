@@ -90,11 +90,13 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
     base = f"{stack.receiver_url}/e2e/{run}"
     dlq = FileDeadLetterQueue(str(tmp_path / "dead-letters.jsonl"))
 
-    # Failures are injected inside each writer (its resolver raises once), so the records it
-    # sent since the last checkpoint are sent again after the restart.
-    fail_once = FailOnce(str(tmp_path / "failed-once"), lambda r: r["id"] == FAIL_AT)
+    # Failures are injected inside each writer (its resolver kills the Python worker once), so
+    # the records it sent since the last checkpoint are sent again after the restart. A
+    # resolver that raises would end the job instead: that is a contract error, which no
+    # restart fixes.
+    fail_once = FailOnce(str(tmp_path / "failed-once"), lambda r: r["id"] == FAIL_AT, hard=True)
     audit_fail_once = FailOnce(
-        str(tmp_path / "audit-failed-once"), lambda r: r["id"] == AUDIT_FAIL_AT
+        str(tmp_path / "audit-failed-once"), lambda r: r["id"] == AUDIT_FAIL_AT, hard=True
     )
     audit_queue = QueueDestination.of(project, LOCATION, f"audit-{run}")
     task_ids = RecordingTaskIds(str(tmp_path / "task-ids.txt"))
@@ -139,7 +141,7 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
         .build()
     )
 
-    env = make_env(parallelism=2, checkpoint_ms=1000)
+    env = make_env(parallelism=2, checkpoint_ms=1000, process_workers=True)
     records = record_stream(env, RECORDS, make_record).map(slow)
     records.sink_to(webhooks)
     records.sink_to(audit)

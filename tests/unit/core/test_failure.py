@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,9 +17,17 @@ def failed(i: int, destination: str = "projects/p/topics/a") -> FailedRecord:
 
 
 @pytest.fixture(autouse=True)
-def no_console_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keeps the console handler out unless a test asks for it (it outlives the test)."""
+def no_console_handler(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Keeps the console handler out unless a test asks for it (it outlives the test): off by
+    the variable, and without one that a job run earlier in this process installed."""
     monkeypatch.setenv(CONSOLE_LOG_VARIABLE, "0")
+    logger = logging.getLogger("pyflink_gcp")
+    before = list(logger.handlers)
+    logger.handlers = [h for h in before if type(h).__name__ != "_ConsoleHandler"]
+    try:
+        yield
+    finally:
+        logger.handlers = before
 
 
 def open_router(handler: FailureHandler) -> FailureRouter:
