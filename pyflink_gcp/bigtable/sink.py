@@ -70,12 +70,12 @@ class BigtableSinkBuilder(CreatingSinkBuilder):
 
     def set_table_create_options(self, options: TableCreateOptions) -> Self:
         """The column families of the tables the sink creates (needs ``CREATE_IF_NEEDED``)."""
-        if not isinstance(options, TableCreateOptions):
-            raise ConfigurationError(
-                f"sink '{self._name}': set_table_create_options() takes "
-                f"TableCreateOptions(column_families={{...}}), got {type(options).__name__}"
-            )
-        self._table_create_options = options
+        self._table_create_options = self._require(
+            options,
+            TableCreateOptions,
+            "set_table_create_options",
+            "TableCreateOptions(column_families={...})",
+        )
         return self
 
     def set_admin_endpoint(self, endpoint: str) -> Self:

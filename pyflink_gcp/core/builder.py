@@ -75,13 +75,22 @@ class SinkBuilder:
         """Buffering, retries, in-flight requests, lifetimes and metrics of the writer:
         ``<Service>WriterOptions.builder()...build()``."""
         expected = self.options_type.__name__
-        if not isinstance(options, self.options_type):
-            raise ConfigurationError(
-                f"sink '{self._name}': set_writer_options() takes {expected} "
-                f"({expected}.builder()...build()), got {type(options).__name__}"
-            )
-        self._options = options
+        self._options = self._require(
+            options,
+            self.options_type,
+            "set_writer_options",
+            f"{expected} ({expected}.builder()...build())",
+        )
         return self
+
+    def _require(self, value: Any, kind: type, setter: str, takes: str) -> Any:
+        """``value`` if it is a ``kind``; else a ConfigurationError naming the sink, the setter
+        and what it takes (the one type check of every setter that takes a value object)."""
+        if not isinstance(value, kind):
+            raise ConfigurationError(
+                f"sink '{self._name}': {setter}() takes {takes}, got {type(value).__name__}"
+            )
+        return value
 
     def set_endpoint(self, endpoint: str) -> Self:
         """``host:port`` of the service (TLS, Application Default Credentials); an

@@ -67,22 +67,19 @@ class PubSubSinkBuilder(CreatingSinkBuilder):
 
     def set_publisher_options(self, options: PubSubPublisherOptions) -> Self:
         """Request shape and ordering: ``PubSubPublisherOptions.builder()...build()``."""
-        if not isinstance(options, PubSubPublisherOptions):
-            raise ConfigurationError(
-                f"sink '{self._name}': set_publisher_options() takes PubSubPublisherOptions "
-                f"(PubSubPublisherOptions.builder()...build()), got {type(options).__name__}"
-            )
-        self._publisher = options
+        self._publisher = self._require(
+            options,
+            PubSubPublisherOptions,
+            "set_publisher_options",
+            "PubSubPublisherOptions (PubSubPublisherOptions.builder()...build())",
+        )
         return self
 
     def set_topic_create_options(self, options: TopicCreateOptions) -> Self:
         """Labels and retention of the topics the sink creates (needs ``CREATE_IF_NEEDED``)."""
-        if not isinstance(options, TopicCreateOptions):
-            raise ConfigurationError(
-                f"sink '{self._name}': set_topic_create_options() takes TopicCreateOptions, "
-                f"got {type(options).__name__}"
-            )
-        self._create_options = options
+        self._create_options = self._require(
+            options, TopicCreateOptions, "set_topic_create_options", "TopicCreateOptions"
+        )
         return self
 
     def build(self) -> PubSubSink:

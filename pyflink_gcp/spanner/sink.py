@@ -82,12 +82,12 @@ class SpannerSinkBuilder(SinkBuilder):
 
     def set_database(self, database: DatabaseDestination) -> Self:
         """The database every record is written to: ``DatabaseDestination.of(p, i, db)``."""
-        if not isinstance(database, DatabaseDestination):
-            raise ConfigurationError(
-                "set_database() takes DatabaseDestination.of(project, instance, database), "
-                f"got {type(database).__name__}"
-            )
-        self._database = database
+        self._database = self._require(
+            database,
+            DatabaseDestination,
+            "set_database",
+            "DatabaseDestination.of(project, instance, database)",
+        )
         return self
 
     def build(self) -> SpannerSink:
