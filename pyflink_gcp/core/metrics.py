@@ -64,35 +64,43 @@ def metric_identifier(resource_name: str) -> str:
 class DestinationMetrics:
     """The per-destination counters of one sink subtask, created on a destination's first use.
 
+    All of a destination's counters are registered together, the first time a record reaches it
+    or fails for it, so ``errors`` reads 0 rather than being absent until the first failure (and
+    a counter registered while Flink collects a bundle's metrics is not missing from them).
+
     Args:
         sink_group: The sink's metric group (:data:`SINK_GROUP` under the operator's group), or
             None when metrics are off (every call is then a no-op).
     """
 
-    __slots__ = ("_group", "_counters")
+    __slots__ = ("_group", "_by_name", "_by_destination")
 
     def __init__(self, sink_group: Any) -> None:
         self._group = sink_group
-        self._counters: dict[str, dict[str, Any]] = {}
+        self._by_name: dict[str, dict[str, Any]] = {}
+        # The hot path's cache: the destination object itself, without building its name.
+        self._by_destination: dict[object, dict[str, Any]] = {}
 
-    def _counter(self, destination: object, name: str) -> Any:
-        key = str(destination)
-        counters = self._counters.get(key)
+    def _counters(self, key: str) -> dict[str, Any]:
+        counters = self._by_name.get(key)
         if counters is None:
             group = self._group.add_group(DESTINATION_GROUP, metric_identifier(key))
             counters = {n: group.counter(n) for n in DESTINATION_COUNTERS}
-            self._counters[key] = counters
-        return counters[name]
+            self._by_name[key] = counters
+        return counters
 
     def written(self, destination: object, nbytes: int) -> None:
         """Counts one record (and its bytes) handed to ``destination``'s writer."""
         if self._group is None:
             return
-        self._counter(destination, "records").inc()
+        counters = self._by_destination.get(destination)
+        if counters is None:
+            counters = self._by_destination[destination] = self._counters(str(destination))
+        counters["records"].inc()
         if nbytes:
-            self._counter(destination, "bytes").inc(nbytes)
+            counters["bytes"].inc(nbytes)
 
     def error(self, destination: object) -> None:
         """Counts one failed record of ``destination`` (a resource name or ``"unresolved"``)."""
         if self._group is not None:
-            self._counter(destination, "errors").inc()
+            self._counters(str(destination))["errors"].inc()

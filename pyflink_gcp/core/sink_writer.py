@@ -14,7 +14,7 @@ from typing import Any
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
 from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
-from pyflink_gcp.core.metrics import DESTINATION_GROUP, metric_identifier
+from pyflink_gcp.core.metrics import DestinationMetrics
 from pyflink_gcp.core.registry import WriterRegistry
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
@@ -101,9 +101,8 @@ class SinkWriter:
             on_failures=self._handle_failures,
             sink_name=self._sink,
         )
-        self._metrics: Any = None
         self._per_destination = config.per_destination_metrics
-        self._dest_counters: dict[Destination, tuple[Any, Any]] = {}
+        self._destination_metrics = DestinationMetrics(None)
         self.records_in = 0
         self.records_written = 0
         self.skipped = 0
@@ -120,7 +119,8 @@ class SinkWriter:
         self.context.number_of_parallel_subtasks = info.number_of_parallel_subtasks
         self._factory.open(info)
         self._router.open(info)
-        self._metrics = metric_group
+        if self._per_destination:
+            self._destination_metrics = DestinationMetrics(metric_group)
         self._opened = True
         _LOG.info(
             "%s: subtask %d/%d opened",
@@ -185,7 +185,7 @@ class SinkWriter:
         if self._per_destination:
             before = writer.bytes_accepted
             writer.write(element, record)
-            self._count(destination, writer.bytes_accepted - before)
+            self._destination_metrics.written(destination, writer.bytes_accepted - before)
         else:
             writer.write(element, record)
         self.records_written += 1
@@ -263,8 +263,7 @@ class SinkWriter:
 
     def _handle_failures(self, failures: list[FailedRecord]) -> None:
         for failed in failures:
-            if self.config.per_destination_metrics:
-                self._count_error(failed.destination)
+            self._destination_metrics.error(failed.destination)
             self._router.handle(failed)
 
     # -- registry and metrics ----------------------------------------------------------------
@@ -279,21 +278,3 @@ class SinkWriter:
     @property
     def router(self) -> FailureRouter:
         return self._router
-
-    def _count(self, destination: Destination, nbytes: int) -> None:
-        counters = self._dest_counters.get(destination)
-        if counters is None:
-            if self._metrics is None:
-                return
-            group = self._metrics.add_group(DESTINATION_GROUP, metric_identifier(str(destination)))
-            counters = (group.counter("records"), group.counter("bytes"))
-            self._dest_counters[destination] = counters
-        counters[0].inc()
-        if nbytes:
-            counters[1].inc(nbytes)
-
-    def _count_error(self, destination: str) -> None:
-        if self._metrics is None:
-            return
-        group = self._metrics.add_group(DESTINATION_GROUP, metric_identifier(destination))
-        group.counter("errors").inc()

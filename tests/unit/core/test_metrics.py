@@ -72,3 +72,13 @@ def test_without_a_metric_group_nothing_is_counted() -> None:
     metrics = DestinationMetrics(None)
     metrics.written("projects/p/topics/x", 10)
     metrics.error("projects/p/topics/x")
+
+
+def test_a_destinations_counters_are_registered_together_on_its_first_record() -> None:
+    group = Group()
+    metrics = DestinationMetrics(group)
+    metrics.written("projects/p/topics/x", 5)
+    assert group.registry["destination.projects_p_topics_x.errors"].count == 0
+    metrics.error("projects/p/topics/x")
+    assert group.registry["destination.projects_p_topics_x.errors"].count == 1
+    assert group.groups == 1
