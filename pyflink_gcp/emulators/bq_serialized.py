@@ -1,4 +1,4 @@
-"""Starts bqemulator with every use of its one DuckDB connection serialised (run by path).
+"""Starts bqemulator with one DuckDB connection lock and BigQuery's FlushRows (run by path).
 
 bqemulator serves its REST API (on the event loop and its thread pool) and its Storage Write API
 (on gRPC's thread pool) from one DuckDB connection, guarded by two different locks: an asyncio
@@ -7,7 +7,14 @@ concurrent use, and with tables created over REST while other tables received ap
 emulator was seen to hang or die. This launcher, run with the emulator's own interpreter, puts
 one re-entrant lock around every statement, result fetch and (un)registration on that
 connection, and makes the append path's lock that same lock, then hands over to the emulator's
-command line. It changes no result, only what may overlap.
+command line.
+
+It also corrects one result: FlushRows on a BUFFERED stream follows BigQuery, not the emulator.
+BigQuery's offset is inclusive (flushing N makes rows 0..N visible, and the response says N), an
+offset past the last appended row answers OUT_OF_RANGE, one already flushed ALREADY_EXISTS, and
+a finalized stream can still be flushed up to its end. The emulator took the offset as
+exclusive, accepted one past the end, answered OUT_OF_RANGE for both errors and refused
+finalized streams, so code tested against it would be off by one row against BigQuery.
 
 Usage: ``<bqemulator's python> bq_serialized.py start [bqemulator options]``.
 """
@@ -41,6 +48,50 @@ class _SerialConnection:
             return self if result is self._raw else result
 
         return call
+
+
+def _flush_buffered(handler: Any, request_bytes: bytes, context: Any) -> bytes | None:
+    """FlushRows on a BUFFERED stream with BigQuery's semantics; None leaves it to the emulator.
+
+    Unknown and non-BUFFERED streams keep the emulator's answers. The rows are sliced from the
+    stream's buffer and inserted by the emulator's own ``_flush_to_target``, under the stream's
+    lock like its appends, so a concurrent append or flush never sees half of it.
+    """
+    import grpc
+    import pyarrow as pa
+    from bqemulator.streaming.write_stream import WriteStreamType
+    from google.cloud.bigquery_storage_v1 import types
+
+    request = types.FlushRowsRequest.deserialize(request_bytes)
+    stream = handler._manager.get(request.write_stream)
+    if stream is None or stream.stream_type is not WriteStreamType.BUFFERED:
+        return None
+    offset = request.offset
+    if offset is None or offset < 0:
+        context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+        context.set_details(f"FlushRows needs an offset of 0 or more, got {offset}")
+        return b""
+    with stream.lock:
+        # ``flushed_rows`` counts the rows already visible: the next flush starts there.
+        if offset >= stream.next_offset:
+            context.set_code(grpc.StatusCode.OUT_OF_RANGE)
+            context.set_details(
+                f"Offset {offset} is beyond the end of the stream Entity: {stream.name}"
+            )
+            return b""
+        if offset < stream.flushed_rows:
+            context.set_code(grpc.StatusCode.ALREADY_EXISTS)
+            context.set_details(
+                f"Offset {offset} is already flushed (rows up to {stream.flushed_rows - 1})"
+                f" Entity: {stream.name}"
+            )
+            return b""
+        rows = pa.concat_tables(stream.buffer).slice(
+            stream.flushed_rows, offset + 1 - stream.flushed_rows
+        )
+        handler._flush_to_target(stream, rows)
+        stream.flushed_rows = offset + 1
+    return bytes(types.FlushRowsResponse.serialize(types.FlushRowsResponse(offset=offset)))
 
 
 def _patch() -> None:
@@ -77,6 +128,14 @@ def _patch() -> None:
         self._write_lock = _LOCK
 
     handler.__init__ = init  # type: ignore[method-assign]
+
+    raw_flush_rows = handler._handle_flush_rows
+
+    def flush_rows(self: Any, request_bytes: bytes, context: Any) -> bytes:
+        answer = _flush_buffered(self, request_bytes, context)
+        return raw_flush_rows(self, request_bytes, context) if answer is None else answer
+
+    handler._handle_flush_rows = flush_rows  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
