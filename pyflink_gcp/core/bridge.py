@@ -37,6 +37,10 @@ _LOG = logging.getLogger("pyflink_gcp.bridge")
 #: non-retriable marker)``.
 MARKER_OPERATOR = "dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator"
 KEYED_MARKER_OPERATOR = "dev.pyflinkgcp.bridge.KeyedCheckpointMarkerProcessOperator"
+#: The commit half of an exactly-once sink (:mod:`pyflink_gcp.core.commit`); it takes
+#: ``(config, function, input type, output type, commit tag, checkpointing, non-retriable
+#: marker)``.
+COMMITTER_OPERATOR = "dev.pyflinkgcp.bridge.CommitterProcessOperator"
 #: What a marker is and when one is due, shared by both operators.
 MARKERS = "dev.pyflinkgcp.bridge.CheckpointMarkers"
 

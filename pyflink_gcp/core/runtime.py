@@ -54,13 +54,20 @@ from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
-from pyflink_gcp.core.bridge import KEYED_MARKER_OPERATOR, MARKER_OPERATOR, bridge_jar
+from pyflink_gcp.core.bridge import (
+    COMMITTER_OPERATOR,
+    KEYED_MARKER_OPERATOR,
+    MARKER_OPERATOR,
+    bridge_jar,
+)
+from pyflink_gcp.core.commit import COMMIT_TAG, Committer, CommittingWriterFactory, commits
 from pyflink_gcp.core.errors import (
     NON_RETRIABLE_MARKER,
     ConfigurationError,
     NonRetriableSinkError,
     mark_non_retriable,
 )
+from pyflink_gcp.core.metrics import SINK_GROUP
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
 
@@ -76,6 +83,17 @@ END_OF_INPUT = -1
 #: this long: a job without checkpoints (or with rare ones) then still retries failed writes
 #: and surfaces errors within this time, and no failed write is held indefinitely.
 MARKERLESS_FLUSH_S = 30.0
+
+
+def _subtask_info(runtime_context: RuntimeContext, config: SinkConfig) -> SubtaskInfo:
+    return SubtaskInfo(
+        sink_name=config.sink_name,
+        subtask_index=runtime_context.get_index_of_this_subtask(),
+        number_of_parallel_subtasks=runtime_context.get_number_of_parallel_subtasks(),
+        attempt_number=runtime_context.get_attempt_number(),
+        task_name=runtime_context.get_task_name(),
+        retry_deadline_s=config.retry_deadline_s,
+    )
 
 
 class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
@@ -113,16 +131,9 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
                 "barrier through the operator's metric hook; without it records could be lost "
                 "on failure, so the sink refuses to run. Enable python.metric.enabled."
             )
-        info = SubtaskInfo(
-            sink_name=self._config.sink_name,
-            subtask_index=runtime_context.get_index_of_this_subtask(),
-            number_of_parallel_subtasks=runtime_context.get_number_of_parallel_subtasks(),
-            attempt_number=runtime_context.get_attempt_number(),
-            task_name=runtime_context.get_task_name(),
-            retry_deadline_s=self._config.retry_deadline_s,
-        )
+        info = _subtask_info(runtime_context, self._config)
         writer = SinkWriter(self._config)
-        sink_group = group.add_group("pyflink_gcp")
+        sink_group = group.add_group(SINK_GROUP)
         writer.open(info, sink_group)
         self._writer = writer
         group.gauge(FLUSH_GAUGE, self._on_bundle_end)
@@ -146,12 +157,19 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
             raise
         return self._writer.flushes
 
-    def _on_marker(self, marker_id: int) -> None:
-        """A checkpoint barrier (or the end of input) follows: everything written must be durable."""
-        assert self._writer is not None
+    def _on_marker(self, marker_id: int) -> list[Any] | None:
+        """A checkpoint barrier (or the end of input) follows: everything written must be durable.
+
+        Returns:
+            A committing writer's committables, the operator's output to the committer (they
+            leave before the barrier); None for every other writer.
+        """
+        writer = self._writer
+        assert writer is not None
         self.markers += 1
         try:
-            self._writer.flush()
+            writer.flush()
+            committables = writer.prepare(marker_id) if writer.commits else None
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
             raise
@@ -160,8 +178,10 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
             self._config.sink_name,
             "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
         )
+        return committables
 
-    def _write(self, value: Any, ctx: Any) -> None:
+    def _write(self, value: Any, ctx: Any) -> list[Any] | None:
+        """Write one record; no output (the return type is ``process_element``'s)."""
         writer = self._writer
         assert writer is not None
         writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
@@ -170,6 +190,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
             raise
+        return None
 
     process_element = _write
 
@@ -188,11 +209,11 @@ class MarkedWriterProcessFunction(WriterProcessFunction):
 
     _marked = True
 
-    def process_element(self, value: Any, ctx: Any) -> None:
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
         if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
-            self._on_marker(value[1])
-            return
+            return self._on_marker(value[1])
         self._write(value, ctx)
+        return None
 
 
 class TypedMarkedWriterProcessFunction(WriterProcessFunction):
@@ -204,12 +225,77 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
 
     _marked = True
 
-    def process_element(self, value: Any, ctx: Any) -> None:
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
         marker = value[0]
         if marker is None:
             self._write(value[1], ctx)
+            return None
+        return self._on_marker(marker)
+
+
+class CommitterProcessFunction(ProcessFunction):
+    """The committer operator's Python function.
+
+    Its input is what the Java committer sends at a commit: the committables, then
+    ``(COMMIT_TAG, checkpoint id, restored)``, at which it commits what it received and
+    returns; the Java side waits for that before it drops them from its state.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self._config = config
+        self._sink = config.sink_name
+        self._committer: Committer | None = None
+        self._received: list[Any] = []
+        self.commits = 0
+        self.committed = 0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        info = _subtask_info(runtime_context, self._config)
+        factory = self._config.factory
+        assert isinstance(factory, CommittingWriterFactory)
+        committer = factory.create_committer()
+        try:
+            committer.open(info)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        self._committer = committer
+        group = runtime_context.get_metrics_group()
+        if group is not None:
+            sink_group = group.add_group(SINK_GROUP)
+            sink_group.gauge("commits", lambda: self.commits)
+            sink_group.gauge("committablesCommitted", lambda: self.committed)
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        if type(value) is tuple and len(value) == 3 and value[0] == COMMIT_TAG:
+            self._commit(value[1], value[2])
         else:
-            self._on_marker(marker)
+            self._received.append(value)
+
+    def _commit(self, checkpoint_id: int, restored: bool) -> None:
+        assert self._committer is not None
+        committables, self._received = self._received, []
+        start = time.monotonic()
+        try:
+            self._committer.commit(committables, checkpoint_id, restored)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        self.commits += 1
+        self.committed += len(committables)
+        _LOG.debug(
+            "%s: committed %d committables for %s checkpoint %d in %.3f s",
+            self._sink,
+            len(committables),
+            "the restored" if restored else "completed",
+            checkpoint_id,
+            time.monotonic() - start,
+        )
+
+    def close(self) -> None:
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None
 
 
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
@@ -261,7 +347,42 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     # A chain of its own: PyFlink would otherwise fuse the writer into a preceding Python
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
     # bundle size and time, silently ignoring the writer's thresholds.
-    return out.start_new_chain()
+    out = out.start_new_chain()
+    if commits(config.factory):
+        out = _add_committer_operator(out, config, j_conf, name)
+    return out
+
+
+def _add_committer_operator(
+    writer_out: DataStream, config: SinkConfig, j_conf: Any, writer_name: str
+) -> DataStream:
+    """The bridge's committer operator after a committing writer (its output: committables).
+
+    Same parallelism as the writer, in a chain of its own (PyFlink would otherwise fuse the two
+    Python operators, and the committer's Java state and checkpoint hooks with them).
+    """
+    from pyflink.common.typeinfo import Types
+    from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
+    from pyflink.fn_execution import flink_fn_execution_pb2
+
+    j_writer = writer_out._j_data_stream
+    checkpointing = bool(
+        j_writer.getExecutionEnvironment().getCheckpointConfig().isCheckpointingEnabled()
+    )
+    pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
+    j_func_info = _create_j_data_stream_python_function_info(
+        CommitterProcessFunction(config),
+        flink_fn_execution_pb2.UserDefinedDataStreamFunction.PROCESS,
+    )
+    j_operator = _java_class(COMMITTER_OPERATOR)(
+        j_conf, j_func_info, pickled, pickled, COMMIT_TAG, checkpointing, NON_RETRIABLE_MARKER
+    )
+    name = writer_name.removesuffix(": Writer") + ": Committer"
+    committer = DataStream(j_writer.transform(name, pickled, j_operator)).start_new_chain()
+    parallelism = j_writer.getParallelism()
+    if parallelism > 0:
+        committer._j_data_stream.setParallelism(parallelism)
+    return committer
 
 
 def _warn_python_executable(j_env_conf: Any, config: SinkConfig) -> None:
@@ -313,7 +434,10 @@ def _require_no_bridge(config: SinkConfig) -> None:
     operator's checkpoint ids; without them it could only fail on the worker, record after
     record. The hook for such methods: a sink sets ``SinkConfig.requires_bridge``.
     """
-    if config.requires_bridge is None:
+    needs = config.requires_bridge
+    if needs is None and commits(config.factory):
+        needs = f"{type(config.factory).__name__} (it commits after each checkpoint)"
+    if needs is None:
         return
     if config.chain_with_upstream:
         why = "set_chain_with_upstream() fuses the writer into the Python operator before it"
@@ -325,7 +449,7 @@ def _require_no_bridge(config: SinkConfig) -> None:
             "build` compiles it with a JDK)"
         )
     raise ConfigurationError(
-        f"sink '{config.sink_name}': {config.requires_bridge} needs the writer to run as the "
+        f"sink '{config.sink_name}': {needs} needs the writer to run as the "
         f"Java bridge's checkpoint-marker operator, but {why}"
     )
 

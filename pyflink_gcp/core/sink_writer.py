@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyflink_gcp.core.commit import CommittingWriterFactory, commits
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
 from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
@@ -111,6 +112,8 @@ class SinkWriter:
         #: ``time.monotonic()`` at the end of the last full flush (or at creation).
         self.flushed_at = time.monotonic()
         self._opened = False
+        #: Whether the factory's writes need a commit after the checkpoint (exactly once).
+        self.commits = commits(config.factory)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -244,6 +247,12 @@ class SinkWriter:
         self.flushes += 1
         self.flushed_at = time.monotonic()
         self.last_flush_s = self.flushed_at - start
+
+    def prepare(self, checkpoint_id: int) -> list[Any]:
+        """The committables of a committing factory, right after the flush at a marker."""
+        factory = self._factory
+        assert isinstance(factory, CommittingWriterFactory)
+        return factory.prepare_commit(checkpoint_id)
 
     def start_sends(self) -> list[DestinationWriter[Any]]:
         """Hand every destination's buffered records to its sender, without waiting.

@@ -237,3 +237,48 @@ def test_a_sink_that_needs_the_bridge_runs_with_it():
     env, ds = pipeline(keyed=True, typed=False)
     ds.sink_to(sink_of(requires_bridge="WriteMethod.X"))
     assert writer_node(env).operator_class == bridge.KEYED_MARKER_OPERATOR
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_a_committing_writer_is_followed_by_the_committer_in_a_chain_of_its_own(keyed):
+    from pyflink.util.java_utils import get_field_value
+
+    from tests.support.committing import StagingSink
+
+    env, ds = pipeline(keyed=keyed, typed=False)
+    ds.sink_to(StagingSink("/nonexistent"))
+    plan = json.loads(env.get_execution_plan())
+    [committer] = [n for n in plan["nodes"] if n["type"] == "staging-sink: Committer"]
+    [writer] = [n for n in plan["nodes"] if n["type"] == "staging-sink: Writer"]
+    assert [(p["id"], p["ship_strategy"]) for p in committer["predecessors"]] == [
+        (writer["id"], "FORWARD")
+    ]
+    graph = env._generate_stream_graph(False)
+    vertices = [v.getName() for v in graph.getJobGraph().getVerticesAsArray()]
+    assert "staging-sink: Committer" in [v.split(" -> ")[0] for v in vertices]
+    [node] = [
+        n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == committer["type"]
+    ]
+    operator = node.getOperator()
+    assert operator.getClass().getName() == bridge.COMMITTER_OPERATOR
+    assert get_field_value(operator, "checkpointing") is True
+    function = pickle.loads(
+        bytes(operator.getPythonFunctionInfo().getPythonFunction().getSerializedPythonFunction())
+    )
+    assert isinstance(function, runtime.CommitterProcessFunction)
+
+
+@pytest.mark.parametrize("mode", WARNED)
+def test_a_committing_writer_is_refused_at_sink_to_without_the_bridge(monkeypatch, mode):
+    from tests.support.committing import StagingSink
+
+    options, jar_present, _ = WARNED[mode]
+    if not jar_present:
+        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
+    sink = StagingSink("/nonexistent")
+    for key, value in options.items():
+        setattr(sink._config, key, value)
+    env, ds = pipeline(keyed=False, typed=False)
+    with pytest.raises(ConfigurationError, match=r"StagingFactory \(it commits after each"):
+        ds.sink_to(sink)
