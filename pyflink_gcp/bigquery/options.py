@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Self
 
+from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.options import (
     CreatingOptionsBuilder,
     CreatingWriterOptions,
@@ -26,9 +27,12 @@ MAX_APPEND_REQUEST_BYTES = 10_000_000
 class WriteMethod(enum.Enum):
     """How rows reach BigQuery.
 
-    Only ``STORAGE_API_AT_LEAST_ONCE`` (the Storage Write API default stream) is available in this
-    version; ``BUFFERED_STREAM`` and ``FILE_LOADS`` (exactly once, committed after each completed
-    checkpoint) are planned and rejected by the builder until then.
+    ``STORAGE_API_AT_LEAST_ONCE`` (the default): the Storage Write API default stream; rows are
+    visible once appended, before the checkpoint, and a failover can write a row twice.
+    ``BUFFERED_STREAM``: exactly once; each table writer appends to a BUFFERED stream with
+    offsets, and the rows become visible when the stream is flushed after the checkpoint
+    completed (needs the Java bridge jar and checkpointing; no change-data-capture rows).
+    ``FILE_LOADS`` (load jobs from staged files) is planned and rejected by the builder.
     """
 
     STORAGE_API_AT_LEAST_ONCE = "STORAGE_API_AT_LEAST_ONCE"
@@ -93,6 +97,12 @@ class BigQueryWriterOptions(CreatingWriterOptions):
             the processing thread. Raise it for jobs that meet hundreds of new tables at once
             against the real service (each lookup is a round trip); the local emulator gains
             nothing from it and is fragile under concurrent table creation.
+        max_stream_creations_per_second: ``WriteMethod.BUFFERED_STREAM`` only: the rate at
+            which a subtask creates write streams (one per table writer, reused across
+            checkpoints; a new one after the writer was closed or the job restarted). BigQuery
+            documents CreateWriteStream slowing down past 40-50 calls per second per project,
+            and a longer-term quota on its rate; a writer waits for its stream on a metadata
+            thread, not on the task thread.
     """
 
     max_request_bytes: int = 8_000_000
@@ -101,6 +111,7 @@ class BigQueryWriterOptions(CreatingWriterOptions):
     ignore_unknown_values: bool = False
     row_format: RowFormat = RowFormat.ARROW
     metadata_threads: int = 1
+    max_stream_creations_per_second: float = 10.0
 
     def _validate(self) -> None:
         super()._validate()
@@ -117,6 +128,12 @@ class BigQueryWriterOptions(CreatingWriterOptions):
         check_bool(owner, "ignore_unknown_values", self.ignore_unknown_values)
         check_instance(owner, "row_format", self.row_format, RowFormat, "RowFormat.ARROW")
         check_int(owner, "metadata_threads", self.metadata_threads)
+        rate = self.max_stream_creations_per_second
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1_000:
+            raise ConfigurationError(
+                f"{owner}.max_stream_creations_per_second must be a number in (0, 1000], "
+                f"got {rate!r}"
+            )
 
     @staticmethod
     def builder() -> BigQueryWriterOptionsBuilder:
@@ -152,3 +169,7 @@ class BigQueryWriterOptionsBuilder(CreatingOptionsBuilder[BigQueryWriterOptions]
     def metadata_threads(self, threads: int) -> Self:
         """Threads per subtask looking up and creating tables (default 1)."""
         return self._set("metadata_threads", threads)
+
+    def max_stream_creations_per_second(self, rate: float) -> Self:
+        """BUFFERED streams a subtask creates per second at most (default 10)."""
+        return self._set("max_stream_creations_per_second", rate)

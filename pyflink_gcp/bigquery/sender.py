@@ -44,6 +44,9 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+import grpc
+
+from pyflink_gcp.bigquery.buffered import STALE, StreamOffsets
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     AppendConnection,
@@ -68,6 +71,8 @@ _QUEUED_BATCHES = 4
 #: Statuses that blame a request's rows. Only INVALID_ARGUMENT: the default stream takes no
 #: offsets, so OUT_OF_RANGE and FAILED_PRECONDITION speak of the stream, not of the rows.
 _ROW_FAULT_CODES = frozenset({"INVALID_ARGUMENT"})
+#: The status of an append whose offset is already in a BUFFERED stream.
+_ALREADY_EXISTS = grpc.StatusCode.ALREADY_EXISTS.value[0]
 
 
 def _json_default(value: Any) -> Any:
@@ -95,7 +100,7 @@ class Batch:
     carries either serialized protobuf rows or one serialized Arrow record batch.
     """
 
-    __slots__ = ("rows", "arrow", "elements", "records", "cdc")
+    __slots__ = ("rows", "arrow", "elements", "records", "cdc", "offset")
 
     def __init__(
         self,
@@ -110,6 +115,8 @@ class Batch:
         self.elements = elements
         self.records = records
         self.cdc = cdc
+        #: Its offset in a BUFFERED stream once sent (``buffered.StreamOffsets``); None before.
+        self.offset: int | None = None
 
     def subset(self, indexes: list[int]) -> Batch:
         """The rows at ``indexes``, unencoded if this batch was Arrow."""
@@ -162,11 +169,18 @@ class TableSender:
         max_request_bytes: int,
         connection_timeout_s: float,
         endpoint: str = DEFAULT_STORAGE_HOST,
+        stream: Future[str] | None = None,
     ) -> None:
         self.destination = destination
         self._sink = sink_name
         self._name = str(destination)
-        self._stream = destination.default_stream
+        #: The default stream, or (``stream``) a BUFFERED stream being created, whose appends
+        #: carry offsets.
+        self._stream_source = stream
+        self._stream: str | None = destination.default_stream if stream is None else None
+        self.offsets = None if stream is None else StreamOffsets()
+        # Room for the stream name in a request (a created stream's name is not known yet).
+        self._stream_length = len(destination.default_stream) + (0 if stream is None else 128)
         self._what = f"sink '{sink_name}': append to {destination.table_id} at {endpoint}"
         self._stub = stub
         self._executor = executor
@@ -207,12 +221,33 @@ class TableSender:
             encoder = layout.encoder
             self._plain_schema = ProtoSchema(proto_descriptor=encoder.descriptor)
             self._cdc_schema = ProtoSchema(proto_descriptor=encoder.cdc_descriptor)
-            overhead = len(encoder.cdc_descriptor.SerializeToString()) + len(self._stream) + 64
+            overhead = len(encoder.cdc_descriptor.SerializeToString()) + self._stream_length + 64
             if layout.arrow is not None:
-                overhead = max(overhead, len(layout.arrow.serialized_schema) + len(self._stream))
+                overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
             self.max_bytes = self._max_request_bytes - overhead
             self._layout = layout
         return layout
+
+    def stream_name(self) -> str:
+        """The stream appended to, waiting for a BUFFERED stream's creation if it still runs.
+
+        Raises the creation's error to every caller.
+        """
+        stream = self._stream
+        if stream is None:
+            assert self._stream_source is not None
+            stream = self._stream = self._stream_source.result()
+        return stream
+
+    def stream_created(self) -> bool:
+        """Whether the stream is known (the default stream, or a BUFFERED one created)."""
+        source = self._stream_source
+        return self._stream is not None or (
+            source is not None
+            and source.done()
+            and not source.cancelled()
+            and source.exception() is None
+        )
 
     def failure(self, element: Any, record: Any, reason: str) -> FailedRecord:
         """The failed record of a row of this table, for the failure handler."""
@@ -345,7 +380,7 @@ class TableSender:
                     in_flight.clear()
                     backoff = self._retry_or_raise(exc, backoff)
                     continue
-                backoff = self._handle(in_flight.popleft(), response, backoff)
+                backoff = self._handle(in_flight.popleft(), response, backoff, in_flight)
         except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
             error = exc
             if not isinstance(exc, SinkError):
@@ -414,16 +449,19 @@ class TableSender:
         return out
 
     def _send(self, batch: Batch) -> None:
+        stream = self.stream_name()
         connection = self._connection
         if connection is None:
-            connection = AppendConnection(self._stub, self._stream, self._timeout_s)
+            connection = AppendConnection(self._stub, stream, self._timeout_s)
             with self._cond:
                 self._connection = connection
         # Every request names its stream and carries its writer schema: a connection whose
         # earlier request failed may have lost the schema it was sent first (the emulator does),
         # and a request that fails for that reason must never be mistaken for bad rows.
         request = AppendRowsRequest()
-        request.write_stream = self._stream
+        request.write_stream = stream
+        if self.offsets is not None:
+            request.offset.value = self.offsets.assign(batch)
         layout = self.layout()
         if batch.arrow is not None:
             assert layout.arrow is not None
@@ -449,8 +487,34 @@ class TableSender:
         if connection is not None:
             connection.close()
 
-    def _handle(self, batch: Batch, response: Any, backoff: BackoffSequence | None) -> Any:
-        """Settle one answered request. Returns the backoff sequence to continue with."""
+    def _handle(
+        self, batch: Batch, response: Any, backoff: BackoffSequence | None, in_flight: deque[Batch]
+    ) -> Any:
+        """Settle one answered request. Returns the backoff sequence to continue with.
+
+        ``in_flight`` are the requests sent after it; on a BUFFERED stream they cannot land
+        when it did not.
+        """
+        code = response.error.code if response.HasField("error") else 0
+        offsets = self.offsets
+        if offsets is not None:
+            if batch.offset == STALE:
+                if code == 0:
+                    raise WriteError(
+                        f"{self._what}: a request sent after a refused one was appended; the "
+                        "stream's offsets are not what the sink counted"
+                    )
+                # Refused because an earlier request was: sent again, at a new offset.
+                batch.offset = None
+                with self._cond:
+                    self._queue.appendleft(batch)
+                return backoff
+            if code in (0, _ALREADY_EXISTS):
+                # ALREADY_EXISTS: re-sent after a lost connection, and appended the first time.
+                offsets.confirm(batch)
+                self.rows_appended += len(batch.elements)
+                return None
+            offsets.refuse(batch, in_flight)
         if response.row_errors:
             # The service names the bad rows and commits none of the request: re-send the rest.
             bad = {int(e.index): e.message for e in response.row_errors}
@@ -465,7 +529,6 @@ class TableSender:
                 if rest:
                     self._queue.appendleft(batch.subset(rest))
             return backoff
-        code = response.error.code if response.HasField("error") else 0
         if code == 0:
             self.rows_appended += len(batch.elements)
             return None

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Self
 
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode, WriteMethod
 from pyflink_gcp.bigquery.serialization import as_serializer, has_schema
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, BufferedBigQueryWriterFactory
 from pyflink_gcp.core.builder import CreatingSinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import ensure_picklable
@@ -32,7 +32,9 @@ class BigQuerySink(DynamicSink):
 
     Rows go through the Storage Write API's default stream (``WriteMethod.
     STORAGE_API_AT_LEAST_ONCE``): every record received before a checkpoint barrier is committed
-    (or handed to the failure handler) before the checkpoint completes. The resolver may return
+    (or handed to the failure handler) before the checkpoint completes; a failover may write a
+    row twice. ``set_write_method(WriteMethod.BUFFERED_STREAM)`` is exactly once: rows go to
+    BUFFERED streams and become visible only after their checkpoint completed. The resolver may return
     ``UnroutableRecord.of(payload, reason)`` for a record that has no table; the failure handler
     decides what happens to it.
     """
@@ -69,16 +71,16 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
         self._rest_endpoint: str | None = None
 
     def set_write_method(self, method: WriteMethod) -> Self:
-        """How rows are written. Only ``STORAGE_API_AT_LEAST_ONCE`` is available so far."""
+        """``STORAGE_API_AT_LEAST_ONCE`` (default) or ``BUFFERED_STREAM`` (exactly once)."""
         if not isinstance(method, WriteMethod):
             raise ConfigurationError(
                 f"sink '{self._name}': set_write_method() takes a WriteMethod, got {method!r}"
             )
-        if method is not WriteMethod.STORAGE_API_AT_LEAST_ONCE:
+        if method is WriteMethod.FILE_LOADS:
             raise ConfigurationError(
-                f"sink '{self._name}': WriteMethod.{method.name} is not available in this "
-                "version of pyflink-gcp; use WriteMethod.STORAGE_API_AT_LEAST_ONCE (the Storage "
-                "Write API default stream, at least once)"
+                f"sink '{self._name}': WriteMethod.FILE_LOADS is not available in this version "
+                "of pyflink-gcp; use WriteMethod.BUFFERED_STREAM (exactly once) or "
+                "STORAGE_API_AT_LEAST_ONCE (the default stream, at least once)"
             )
         self._method = method
         return self
@@ -129,7 +131,9 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
             )
         ensure_picklable(serializer, "serializer", name)
         options: BigQueryWriterOptions = self._options
-        factory = BigQueryWriterFactory(
+        buffered = self._method is WriteMethod.BUFFERED_STREAM
+        factory_type = BufferedBigQueryWriterFactory if buffered else BigQueryWriterFactory
+        factory = factory_type(
             sink_name=name,
             resolver=self._resolver,
             serializer=serializer,
@@ -140,4 +144,5 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
             rest_endpoint=self._rest_endpoint,
             retry=RetryPolicy(deadline_s=options.retry_deadline_s),
         )
-        return BigQuerySink(self._sink_config(name, factory, serializer))
+        requires = f"WriteMethod.{self._method.name}" if buffered else None
+        return BigQuerySink(self._sink_config(name, factory, serializer, requires_bridge=requires))

@@ -25,6 +25,12 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
+from pyflink_gcp.bigquery.buffered import (
+    BufferedStreamCommitter,
+    RateLimiter,
+    StreamCalls,
+    StreamCommit,
+)
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     append_rows_stub,
@@ -37,7 +43,8 @@ from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
-from pyflink_gcp.core.errors import SerializerError, WriteError
+from pyflink_gcp.core.commit import CommittingWriterFactory
+from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import describe_callable, short_repr
 from pyflink_gcp.core.options import CreateDisposition
@@ -60,6 +67,7 @@ class TableWriter(DestinationWriter[TableDestination]):
     ) -> None:
         super().__init__(destination)
         options = factory.options
+        self._factory = factory
         self._sink = factory.sink_name
         self._max_rows = options.max_request_rows
         ordered = factory.ordering is OrderingMode.PER_TABLE
@@ -74,6 +82,7 @@ class TableWriter(DestinationWriter[TableDestination]):
             max_request_bytes=options.max_request_bytes,
             connection_timeout_s=factory.retry.attempt_timeout(factory.connection_timeout_s),
             endpoint=factory.storage_endpoint_name,
+            stream=factory.stream_for(destination, layout),
         )
         # The open request. Until the table's first change-data-capture row, rows stay pending
         # (encoded by the sender); after it, they are encoded on arrival.
@@ -123,6 +132,13 @@ class TableWriter(DestinationWriter[TableDestination]):
                     self._cut()
                 return
             # The first change-data-capture row: from now on rows are encoded on arrival.
+            if self.sender.offsets is not None:
+                raise ConfigurationError(
+                    f"sink '{self._sink}': a change-data-capture row ({CHANGE_TYPE}) for table "
+                    f"{self.destination.table_id}, but BigQuery applies upserts and deletes "
+                    "only on the default stream: use WriteMethod.STORAGE_API_AT_LEAST_ONCE "
+                    f"for CDC tables. Record: {short_repr(record)}"
+                )
             self._cut()
             self._encoding = True
         self._write_encoded(element, record)
@@ -201,6 +217,17 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     def close(self) -> None:
         self.sender.close()
+        self._factory.writer_closed(self)
+
+    def committable(self, *, finalize: bool) -> StreamCommit | None:
+        """What the rows appended to this writer's BUFFERED stream since the last call need to
+        become visible (called after a flush); None without new rows or stream."""
+        offsets = self.sender.offsets
+        if offsets is None or not self.sender.stream_created():
+            return None
+        return offsets.committable(
+            self.destination.table_id, self.sender.stream_name(), finalize=finalize
+        )
 
 
 class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination]):
@@ -314,3 +341,86 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             raise WriteError(f"sink '{self.sink_name}': the writer factory is not open")
         layout = self.metadata_executor.submit(self.catalog.layout, destination)
         return TableWriter(destination, self, layout)
+
+    def stream_for(
+        self, destination: TableDestination, layout: Future[TableLayout] | TableLayout
+    ) -> Future[str] | None:
+        """The BUFFERED stream a new writer appends to, being created; None: the default
+        stream."""
+        return None
+
+    def writer_closed(self, writer: TableWriter) -> None:
+        """A writer was closed (idle, evicted, or the task ends)."""
+
+
+class BufferedBigQueryWriterFactory(BigQueryWriterFactory, CommittingWriterFactory):
+    """``WriteMethod.BUFFERED_STREAM``: every table writer appends to a BUFFERED stream of its
+    own, and its rows become visible only when the committer flushes the stream after the
+    checkpoint (:mod:`pyflink_gcp.bigquery.buffered`)."""
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._stream_calls: StreamCalls | None = None
+        self._stream_limiter: RateLimiter | None = None
+        self._writers: set[TableWriter] = set()
+        self._closed_commits: list[StreamCommit] = []
+        #: BUFFERED streams this subtask created (tests, logs).
+        self.streams_created = 0
+
+    def open(self, info: SubtaskInfo) -> None:
+        super().open(info)
+        self._stream_calls = StreamCalls(
+            self._channel, self.retry, self.sink_name, self.storage_endpoint_name
+        )
+        self._stream_limiter = RateLimiter(self.options.max_stream_creations_per_second)
+
+    def create_writer(self, destination: TableDestination) -> TableWriter:
+        writer = super().create_writer(destination)
+        self._writers.add(writer)
+        return writer
+
+    def stream_for(
+        self, destination: TableDestination, layout: Future[TableLayout] | TableLayout
+    ) -> Future[str] | None:
+        assert self.metadata_executor is not None
+        return self.metadata_executor.submit(self._create_stream, destination, layout)
+
+    def _create_stream(
+        self, destination: TableDestination, layout: Future[TableLayout] | TableLayout
+    ) -> str:
+        if isinstance(layout, Future):
+            layout.result()  # the table exists (or was created) first
+        assert self._stream_calls is not None and self._stream_limiter is not None
+        self._stream_limiter.acquire()
+        stream = self._stream_calls.create(str(destination), destination.table_id)
+        self.streams_created += 1
+        _LOG.debug("%s: BUFFERED stream %s for %s", self.sink_name, stream, destination.table_id)
+        return stream
+
+    def writer_closed(self, writer: TableWriter) -> None:
+        if writer in self._writers:
+            self._writers.discard(writer)
+            commit = writer.committable(finalize=True)
+            if commit is not None:
+                self._closed_commits.append(commit)
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        commits: list[Any] = self._closed_commits
+        self._closed_commits = []
+        for writer in self._writers:
+            commit = writer.committable(finalize=False)
+            if commit is not None:
+                commits.append(commit)
+        return commits
+
+    def create_committer(self) -> BufferedStreamCommitter:
+        return BufferedStreamCommitter(
+            sink_name=self.sink_name,
+            storage_endpoint=self.storage_endpoint,
+            retry=self.retry,
+            threads=self.options.sender_threads,
+        )
+
+    def close(self) -> None:
+        self._writers.clear()
+        super().close()

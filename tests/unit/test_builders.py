@@ -338,6 +338,7 @@ OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
             "ignore_unknown_values": True,
             "row_format": RowFormat.PROTO,
             "metadata_threads": 2,
+            "max_stream_creations_per_second": 2.5,
         },
     ),
     "BigtableWriterOptions": (

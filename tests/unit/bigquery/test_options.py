@@ -30,6 +30,7 @@ NON_DEFAULTS: dict[str, Any] = {
     "ignore_unknown_values": True,
     "row_format": RowFormat.PROTO,
     "metadata_threads": 4,
+    "max_stream_creations_per_second": 2.5,
 }
 
 
@@ -66,6 +67,8 @@ def test_options_are_frozen_values() -> None:
         ("max_request_rows", 0, "max_request_rows must be >= 1"),
         ("sender_threads", 0, "sender_threads"),
         ("metadata_threads", 1.5, "metadata_threads must be an integer"),
+        ("max_stream_creations_per_second", 0, r"max_stream_creations_per_second must be a n"),
+        ("max_stream_creations_per_second", True, r"max_stream_creations_per_second must be a n"),
         ("ignore_unknown_values", "yes", "ignore_unknown_values must be True or False"),
         ("row_format", "ARROW", "row_format must be a RowFormat"),
         ("idle_timeout", timedelta(seconds=-1), "idle_timeout must be >= 0"),

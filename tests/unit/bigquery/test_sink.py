@@ -103,10 +103,27 @@ def test_writer_options_of_another_type_are_refused() -> None:
         _builder().set_writer_options(core_options.WriterOptions())
 
 
-@pytest.mark.parametrize("method", [WriteMethod.BUFFERED_STREAM, WriteMethod.FILE_LOADS])
-def test_later_write_methods_are_refused_clearly(method: WriteMethod) -> None:
-    with pytest.raises(ConfigurationError, match=f"WriteMethod.{method.name} is not available"):
-        BigQuerySink.builder().set_write_method(method)
+def test_file_loads_is_refused_clearly() -> None:
+    with pytest.raises(ConfigurationError, match="WriteMethod.FILE_LOADS is not available"):
+        BigQuerySink.builder().set_write_method(WriteMethod.FILE_LOADS)
+
+
+def test_buffered_streams_build_a_committing_sink_that_needs_the_bridge() -> None:
+    from pyflink_gcp.bigquery.writer import BufferedBigQueryWriterFactory
+    from pyflink_gcp.core.commit import commits
+
+    sink = (
+        _builder()
+        .set_serializer(lambda r, c: r)
+        .set_write_method(WriteMethod.BUFFERED_STREAM)
+        .build()
+    )
+    config = sink._sink_config()
+    assert isinstance(config.factory, BufferedBigQueryWriterFactory)
+    assert commits(config.factory)
+    assert config.requires_bridge == "WriteMethod.BUFFERED_STREAM"
+    default = _builder().set_serializer(lambda r, c: r).build()._sink_config()
+    assert not commits(default.factory) and default.requires_bridge is None
 
 
 def test_create_if_needed_needs_a_schema() -> None:

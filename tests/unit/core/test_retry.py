@@ -58,7 +58,9 @@ class _RpcError(Exception):
 def test_status_classification_and_retries_until_the_deadline():
     assert status_name(_RpcError("UNAVAILABLE")) == "UNAVAILABLE"
     assert status_name(ValueError()) is None
-    policy = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.002, deadline_s=0.05)
+    # A deadline long enough for three attempts on a loaded machine; the always-failing call
+    # below still gives up within it.
+    policy = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.002, deadline_s=2.0)
     calls = []
 
     def flaky():
