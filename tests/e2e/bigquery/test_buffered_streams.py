@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from google.cloud.bigquery import SchemaField
 from pyflink.datastream.functions import MapFunction
 
+from pyflink_gcp import FailureHandler, UnroutableRecord
 from pyflink_gcp.bigquery import (
     BigQuerySerializer,
     BigQuerySink,
@@ -173,3 +175,62 @@ def test_rows_are_visible_only_after_their_checkpoint_completed(
     else:
         assert at - 10 <= held <= at, held
     assert visible(project, dataset) == count
+
+
+AMOUNTS = TableSchema.of(
+    [SchemaField("id", "INT64", mode="REQUIRED"), SchemaField("amount", "NUMERIC")]
+)
+BAD = 777  # its amount overflows NUMERIC: the service rejects the row
+
+
+def amount_row(record: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"id": record["id"], "amount": "1" + "0" * 40 if record["id"] == BAD else "1.5"}
+
+
+class DailyOrUnroutable(Daily):
+    def __call__(self, record: dict[str, Any], ctx: Any) -> Any:
+        if record["id"] % 97 == 5:
+            return UnroutableRecord.of(str(record["id"]).encode(), "no day")
+        return super().__call__(record, ctx)
+
+
+def test_rejected_rows_and_unroutable_records_reach_the_handler_and_idle_streams_rotate(
+    project: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The default stream's contract on BUFFERED streams: a row the service rejects is isolated
+    and handed to the failure handler while the rest of its request lands, an unroutable
+    record creates nothing, and with ``idle_timeout(0)`` every table writer is closed at each
+    flush (its stream finalized after its commit) and a new stream is created for the next rows:
+    each table still holds exactly its input."""
+    count = 1_500
+    dataset = make_dataset(project, "rotate")
+    options = (
+        BigQueryWriterOptions.builder().max_buffered_records(200).idle_timeout(timedelta(0)).build()
+    )
+    built = (
+        BigQuerySink.builder()
+        .set_sink_name("rotating-buffered")
+        .set_destination_resolver(DailyOrUnroutable(project, dataset))
+        .set_serializer(BigQuerySerializer.of(amount_row, schema=AMOUNTS))
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_write_method(WriteMethod.BUFFERED_STREAM)
+        .set_failure_handler(FailureHandler.log_and_drop())
+        .set_writer_options(options)
+        .build()
+    )
+    env = make_env(parallelism=2, checkpoint_ms=300)
+    record_stream(env, count, event).map(FailAt("/nonexistent", (), False)).sink_to(built)
+    env.execute("rotating buffered streams")
+
+    tables = rows_by_table(project, dataset)
+    assert len(tables) == DAYS
+    for table, ids in tables.items():
+        day = table.removeprefix("events_")
+        expected = {i for i in range(count) if event(i)["day"] == day and i % 97 != 5 and i != BAD}
+        assert set(ids) == expected, (table, sorted(expected ^ set(ids))[:10])
+        assert max(ids.values()) == 1
+    err = capfd.readouterr().err
+    assert err.count("dropped: sink 'rotating-buffered': destination 'unresolved'") == len(
+        [i for i in range(count) if i % 97 == 5]
+    )
+    assert "dropped: sink 'rotating-buffered': destination 'projects/" in err
