@@ -29,6 +29,11 @@ SINK_GAUGES: dict[str, str] = {
     "lastFlushMillis": "duration of the last full flush, in milliseconds",
     "checkpointMarkers": "checkpoint and end-of-input markers received from the Java bridge",
 }
+#: Gauges of an exactly-once sink's committer operator, per subtask: name → meaning.
+COMMITTER_GAUGES: dict[str, str] = {
+    "commits": "commits run (per completed checkpoint with committables, and after a restore)",
+    "committablesCommitted": "committables those commits published",
+}
 #: Per-destination counters (with ``per_destination_metrics``): name → meaning.
 DESTINATION_COUNTERS: dict[str, str] = {
     "records": "records handed to this destination's writer",
