@@ -175,6 +175,7 @@ def shaped_env(
     fused_bundle_size: int,
     checkpoint_ms: int = 1_000,
     bundle_size: int | None = None,
+    extra: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
     """A benchmark job environment for a sink job shape.
 
@@ -182,15 +183,15 @@ def shaped_env(
     so the job's bundle size is raised to the sink's own buffered-records default
     (``fused_bundle_size``): PyFlink's default of 1,000 would flush, and wait for the service,
     every 1,000 records. ``bundle_size``, if given, is the job's bundle size in every shape (the
-    upstream operators' too: the writer operator sets its own).
+    upstream operators' too: the writer operator sets its own). ``extra``: more configuration.
     """
     from tests.support.jobs import make_env
 
-    extra = None
+    extra = dict(extra or {})
     if bundle_size is not None:
-        extra = {"python.fn-execution.bundle.size": str(bundle_size)}
+        extra["python.fn-execution.bundle.size"] = str(bundle_size)
     elif shape == "fused":
-        extra = {"python.fn-execution.bundle.size": str(fused_bundle_size)}
+        extra["python.fn-execution.bundle.size"] = str(fused_bundle_size)
     return make_env(
         parallelism=parallelism, checkpoint_ms=checkpoint_ms, process_workers=True, extra=extra
     )
@@ -240,3 +241,50 @@ def noop_ceiling(
             out.start_new_chain()
     env.execute(f"bench-pyflink-ceiling-{shape}")
     return span_rate(spans_path, records)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_with_checkpoint_stats(env: StreamExecutionEnvironment, name: str, port: int) -> dict:
+    """Run the job (its ``rest.port`` set to ``port``) and return Flink's checkpoint statistics
+    as its REST API last showed them while it ran: ``completed`` and the average and maximum
+    end-to-end checkpoint duration in ms."""
+    import json
+    import threading
+    import urllib.request
+
+    client = env.execute_async(name)
+    job_id = str(client.get_job_id())
+    seen: dict = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                url = f"http://127.0.0.1:{port}/jobs/{job_id}/checkpoints"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    stats = json.loads(response.read())
+                summary = stats["summary"]["end_to_end_duration"]
+                seen.update(
+                    completed=stats["counts"]["completed"],
+                    avg_ms=float(summary["avg"]),
+                    max_ms=float(summary["max"]),
+                )
+            except (OSError, KeyError, ValueError):
+                pass
+            done.wait(0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        client.get_job_execution_result().result()
+    finally:
+        done.set()
+        poller.join()
+    return seen

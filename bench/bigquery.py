@@ -14,13 +14,19 @@ Measured in one run, against the same emulator, with the same records and rows:
   shapes are measured, each against its own ceiling.
 - **sink**: the same job with ``BigQuerySink`` (parallelism 2, checkpoints every second, tables
   created beforehand, so each subtask fetches each table's schema once), in both shapes.
+- **buffered** (``--methods default,buffered``): the sink with ``WriteMethod.BUFFERED_STREAM``
+  (exactly once: BUFFERED streams flushed after each checkpoint), in the shapes it allows (its
+  own chain, keyed; not fused, which would lose the checkpoint markers it needs), next to the
+  default stream at the same checkpoint interval and table counts. For every sink job the
+  checkpoint statistics of Flink's REST API are printed too (completed checkpoints, average and
+  largest end-to-end duration): what each method adds to a checkpoint.
 
 Job throughput is timed inside the job (first record to the end of the final flush), so job
 start-up is not counted. Ratios are against the lower of the two ceilings (target 0.8), and
 300 tables against 1 table (target 0.7). The row encoding is profiled on its own: the
 per-row cost of the sink's encoder against a bare protobuf message construction.
 
-Run: ``python bench/bigquery.py [--records N] [--tables 1,30,300]``. Uses the emulator named by
+Run: ``python bench/bigquery.py [--records N] [--tables 1,30,300] [--methods default,buffered]``. Uses the emulator named by
 ``BIGQUERY_EMULATOR_HOST`` / ``BIGQUERY_STORAGE_EMULATOR_HOST`` or starts one.
 """
 
@@ -43,8 +49,10 @@ from google.cloud.bigquery import SchemaField
 
 from bench._common import (
     SpanTimedFactory,
+    free_port,
     new_spans,
     noop_ceiling,
+    run_with_checkpoint_stats,
     shaped_env,
     span_rate,
     span_total,
@@ -55,9 +63,10 @@ from pyflink_gcp.bigquery import (
     BigQuerySink,
     BigQueryWriterOptions,
     TableDestination,
+    WriteMethod,
 )
 from pyflink_gcp.bigquery.rows import RowEncoder
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
+from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, BufferedBigQueryWriterFactory
 from pyflink_gcp.emulators import emulators_for
 from tests.support.jobs import record_stream
 
@@ -104,11 +113,23 @@ class TimedFactory(SpanTimedFactory, BigQueryWriterFactory):
 
     def create_writer(self, destination: Any) -> Any:
         writer = super().create_writer(destination)
-        self.__dict__.setdefault("_writers", []).append(writer)
+        self.__dict__.setdefault("_timed_writers", []).append(writer)
         return writer
 
     def span_counts(self) -> dict[str, int]:
-        return {"requests": sum(w.requests_sent for w in self.__dict__.get("_writers", ()))}
+        return {"requests": sum(w.requests_sent for w in self.__dict__.get("_timed_writers", ()))}
+
+
+class TimedBufferedFactory(TimedFactory, BufferedBigQueryWriterFactory):
+    """:class:`TimedFactory` of ``WriteMethod.BUFFERED_STREAM``."""
+
+    _config_fields = TimedFactory._config_fields
+
+
+METHODS = {
+    "default": WriteMethod.STORAGE_API_AT_LEAST_ONCE,
+    "buffered": WriteMethod.BUFFERED_STREAM,
+}
 
 
 def bigquery_emulator() -> Any:
@@ -247,11 +268,12 @@ def pyflink_ceiling(records: int, workdir: str, shape: str, tables: int = 30) ->
     return noop_ceiling(env, stream, new_spans(workdir, f"ceiling-{shape}"), shape, records)
 
 
-def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
+def sink_job(records: int, tables: int, workdir: str, shape: str, method: str = "default") -> float:
     dataset = create_tables(tables)
-    spans = new_spans(workdir, f"sink{tables}-{shape}")
+    spans = new_spans(workdir, f"sink{tables}-{shape}-{method}")
     sink = (
         BigQuerySink.builder()
+        .set_write_method(METHODS[method])
         .set_destination_resolver(TableOf(dataset, tables))
         .set_serializer(to_row)
         .set_chain_with_upstream(shape == "fused")
@@ -266,13 +288,15 @@ def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
         .set_rest_endpoint("http://" + os.environ["BIGQUERY_EMULATOR_HOST"])
         .build()
     )
-    sink._config.factory = timed_factory(TimedFactory, sink._config.factory, spans)
-    env = shaped_env(shape, 2, FUSED_BUNDLE, CHECKPOINT_MS)
+    timed = TimedBufferedFactory if method == "buffered" else TimedFactory
+    sink._config.factory = timed_factory(timed, sink._config.factory, spans)
+    port = free_port()
+    env = shaped_env(shape, 2, FUSED_BUNDLE, CHECKPOINT_MS, extra={"rest.port": str(port)})
     stream = record_stream(env, records, to_record)
     if shape == "keyed":
         stream = stream.key_by(TableKey(tables))
     stream.sink_to(sink)
-    env.execute(f"bench-bigquery-sink-{tables}")
+    stats = run_with_checkpoint_stats(env, f"bench-bigquery-sink-{tables}", port)
     client = _rest()
     landed = sum(
         next(
@@ -284,11 +308,19 @@ def sink_job(records: int, tables: int, workdir: str, shape: str) -> float:
     if landed != records:
         raise SystemExit(f"sink with {tables} tables: {landed} of {records} rows landed")
     rate = span_rate(spans, records)
+    CHECKPOINTS[f"{method} {shape} {tables}"] = stats
     print(
-        f"  sink {shape} {tables}: {span_total(spans, 'requests')} append requests, {rate:,.0f}/s",
+        f"  sink {method} {shape} {tables}: {span_total(spans, 'requests')} append requests, "
+        f"{rate:,.0f}/s; checkpoints: {stats.get('completed', 0)} completed, "
+        f"{stats.get('avg_ms', float('nan')):.0f} ms average, "
+        f"{stats.get('max_ms', float('nan')):.0f} ms largest",
         flush=True,
     )
     return rate
+
+
+#: Flink's checkpoint statistics of each sink job, by ``"<method> <shape> <tables>"``.
+CHECKPOINTS: dict[str, dict] = {}
 
 
 def encoding_cost(rows: int = 100_000) -> tuple[float, float, float]:
@@ -334,10 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}"
     )
+    parser.add_argument(
+        "--methods", default="default", help="comma-separated, of default, buffered"
+    )
     args = parser.parse_args(argv)
     global CHECKPOINT_MS
     CHECKPOINT_MS = args.checkpoint_ms
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip() in SHAPES]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip() in METHODS]
     table_counts = [int(t) for t in args.tables.split(",")]
     warnings.filterwarnings("ignore")
     sink_us, bare_us, arrow_us = encoding_cost()
@@ -368,12 +404,20 @@ def main(argv: list[str] | None = None) -> int:
                 lambda shape=shape: pyflink_ceiling(args.records, workdir, shape),
             )
             for tables in shape_tables(shape, table_counts):
-                best(
-                    f"sink {shape} {tables}",
-                    lambda shape=shape, tables=tables: sink_job(
-                        args.records, tables, workdir, shape
-                    ),
-                )
+                if "default" in methods:
+                    best(
+                        f"sink {shape} {tables}",
+                        lambda shape=shape, tables=tables: sink_job(
+                            args.records, tables, workdir, shape
+                        ),
+                    )
+                if "buffered" in methods and shape != "fused":
+                    best(
+                        f"buffered {shape} {tables}",
+                        lambda shape=shape, tables=tables: sink_job(
+                            args.records, tables, workdir, shape, "buffered"
+                        ),
+                    )
 
     print(
         f"\n{args.records:,} records per run, parallelism 2, checkpoints every "
@@ -384,6 +428,26 @@ def main(argv: list[str] | None = None) -> int:
         f"{'sink/raw':>8}  {'sink/pyflink':>12}  {'sink/lower':>10}  target"
     )
     ok = True
+    if "buffered" in methods:
+        print(
+            f"\n{'shape':>9}  {'tables':>6}  {'default':>9}  {'buffered':>9}  "
+            f"{'buffered/default':>16}  checkpoint avg ms (default, buffered)"
+        )
+        for shape in (s for s in shapes if s != "fused"):
+            for tables in shape_tables(shape, table_counts):
+                buffered = results[f"buffered {shape} {tables}"]
+                default = results.get(f"sink {shape} {tables}")
+                ratio = f"{buffered / default:>16.2f}" if default else f"{'-':>16}"
+                ck = [
+                    CHECKPOINTS.get(f"{m} {shape} {tables}", {}).get("avg_ms", float("nan"))
+                    for m in ("default", "buffered")
+                ]
+                print(
+                    f"{shape:>9}  {tables:>6}  {default or float('nan'):>9,.0f}  "
+                    f"{buffered:>9,.0f}  {ratio}  {ck[0]:.0f}, {ck[1]:.0f}"
+                )
+    if "default" not in methods:
+        return 0
     for shape in shapes:
         ceiling = results[f"pyflink {shape}"]
         for tables in shape_tables(shape, table_counts):
