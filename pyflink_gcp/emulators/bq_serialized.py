@@ -1,4 +1,4 @@
-"""Starts bqemulator with one DuckDB connection lock and BigQuery's FlushRows (run by path).
+"""Starts bqemulator with one DuckDB lock, and BigQuery's FlushRows and job ids (run by path).
 
 bqemulator serves its REST API (on the event loop and its thread pool) and its Storage Write API
 (on gRPC's thread pool) from one DuckDB connection, guarded by two different locks: an asyncio
@@ -9,20 +9,26 @@ one re-entrant lock around every statement, result fetch and (un)registration on
 connection, and makes the append path's lock that same lock, then hands over to the emulator's
 command line.
 
-It also corrects one result: FlushRows on a BUFFERED stream follows BigQuery, not the emulator.
+It also corrects two answers. FlushRows on a BUFFERED stream follows BigQuery, not the emulator.
 BigQuery's offset is inclusive (flushing N makes rows 0..N visible, and the response says N), an
 offset past the last appended row answers OUT_OF_RANGE, one already flushed ALREADY_EXISTS, and
 a finalized stream can still be flushed up to its end. The emulator took the offset as
 exclusive, accepted one past the end, answered OUT_OF_RANGE for both errors and refused
 finalized streams, so code tested against it would be off by one row against BigQuery.
 
+And jobs.insert with the id of an existing job answers 409 ``duplicate`` and runs nothing, as
+BigQuery does; the first job stays. The emulator ran the job again and replaced its record,
+so a retried load job with a fixed id (the way to load exactly once) loaded its rows twice.
+
 Usage: ``<bqemulator's python> bq_serialized.py start [bqemulator options]``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 _LOCK = threading.RLock()
@@ -94,9 +100,48 @@ def _flush_buffered(handler: Any, request_bytes: bytes, context: Any) -> bytes |
     return bytes(types.FlushRowsResponse.serialize(types.FlushRowsResponse(offset=offset)))
 
 
+_InsertJob = Callable[[str, Any, Any, Any], Awaitable[dict[str, Any]]]
+
+
+def _unique_job_ids(raw: _InsertJob) -> _InsertJob:
+    """Wraps the jobs.insert endpoint so that an existing job id answers 409 and runs nothing.
+
+    The id is claimed before the job runs and checked with no ``await`` in between, so two
+    concurrent inserts of one id (on the one event loop) run it once. An insert the emulator
+    rejects (a 400 before the job runs) stores no job and leaves the id free, as before.
+    """
+    from bqemulator.domain.errors import AlreadyExistsError, ErrorDetail
+
+    running: set[tuple[str, str]] = set()
+
+    @functools.wraps(raw)  # FastAPI reads the parameters and their types through __wrapped__.
+    async def insert_job(project_id: str, request: Any, ctx: Any, caller: Any) -> dict[str, Any]:
+        body = await request.json()  # Starlette caches it for the emulator's own read.
+        reference = body.get("jobReference") if isinstance(body, dict) else None
+        if not isinstance(reference, dict) or not reference.get("jobId"):
+            return await raw(project_id, request, ctx, caller)
+        job_id = str(reference["jobId"])
+        key = (project_id, job_id)
+        if key in running or ctx.catalog.get_job(project_id, job_id) is not None:
+            location = reference.get("location") or "US"  # the emulator's only location
+            message = f"Already Exists: Job {project_id}:{location}.{job_id}"
+            raise AlreadyExistsError(
+                message, details=[ErrorDetail(reason="duplicate", message=message)]
+            )
+        running.add(key)
+        try:
+            return await raw(project_id, request, ctx, caller)
+        finally:
+            running.discard(key)
+
+    return insert_job
+
+
 def _patch() -> None:
+    from bqemulator.api.routes import jobs
     from bqemulator.grpc_api import write_servicer
     from bqemulator.storage import engine
+    from fastapi.routing import APIRoute
 
     cls = engine.DuckDBEngine
     raw_connection = cls.connection.fget
@@ -136,6 +181,23 @@ def _patch() -> None:
         return raw_flush_rows(self, request_bytes, context) if answer is None else answer
 
     handler._handle_flush_rows = flush_rows  # type: ignore[method-assign]
+
+    # The app includes the router's routes when the server starts, after this patch.
+    router = jobs.router
+    path = f"{router.prefix}/projects/{{project_id}}/jobs"
+    found = [
+        r
+        for r in router.routes
+        if isinstance(r, APIRoute) and r.path == path and "POST" in r.methods
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"bqemulator has {len(found)} POST {path} routes, expected 1")
+    index = router.routes.index(found[0])
+    del router.routes[index]
+    router.add_api_route(
+        path.removeprefix(router.prefix), _unique_job_ids(found[0].endpoint), methods=["POST"]
+    )
+    router.routes.insert(index, router.routes.pop())  # first match wins: keep its place
 
 
 if __name__ == "__main__":
