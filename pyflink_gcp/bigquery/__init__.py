@@ -18,8 +18,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import (
+    BigQueryFileLoadsOptions,
+    BigQueryFileLoadsOptionsBuilder,
     BigQueryWriterOptions,
     BigQueryWriterOptionsBuilder,
+    FileFormat,
     OrderingMode,
     RowFormat,
     WriteMethod,
@@ -29,12 +32,15 @@ from pyflink_gcp.bigquery.sink import BigQuerySink, BigQuerySinkBuilder
 from pyflink_gcp.core.options import CreateDisposition
 
 __all__ = [
+    "BigQueryFileLoadsOptions",
+    "BigQueryFileLoadsOptionsBuilder",
     "BigQuerySerializer",
     "BigQuerySink",
     "BigQuerySinkBuilder",
     "BigQueryWriterOptions",
     "BigQueryWriterOptionsBuilder",
     "CreateDisposition",
+    "FileFormat",
     "OrderingMode",
     "RowFormat",
     "TableDestination",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Self
 
 from pyflink_gcp.core.errors import ConfigurationError
@@ -16,6 +17,7 @@ from pyflink_gcp.core.options import (
     CreatingOptionsBuilder,
     CreatingWriterOptions,
     check_bool,
+    check_duration,
     check_instance,
     check_int,
 )
@@ -32,7 +34,10 @@ class WriteMethod(enum.Enum):
     ``BUFFERED_STREAM``: exactly once; each table writer appends to a BUFFERED stream with
     offsets, and the rows become visible when the stream is flushed after the checkpoint
     completed (needs the Java bridge jar and checkpointing; no change-data-capture rows).
-    ``FILE_LOADS`` (load jobs from staged files) is planned and rejected by the builder.
+    ``FILE_LOADS``: exactly once, without streaming cost; each subtask stages rows in files
+    per table, and load jobs load them after each checkpoint completed (needs the Java bridge
+    jar, checkpointing, google-cloud-storage and ``set_file_loads_options(...)``; no
+    change-data-capture rows).
     """
 
     STORAGE_API_AT_LEAST_ONCE = "STORAGE_API_AT_LEAST_ONCE"
@@ -173,3 +178,169 @@ class BigQueryWriterOptionsBuilder(CreatingOptionsBuilder[BigQueryWriterOptions]
     def max_stream_creations_per_second(self, rate: float) -> Self:
         """BUFFERED streams a subtask creates per second at most (default 10)."""
         return self._set("max_stream_creations_per_second", rate)
+
+
+class FileFormat(enum.Enum):
+    """The format of the files ``WriteMethod.FILE_LOADS`` stages for its load jobs.
+
+    ``NEWLINE_DELIMITED_JSON`` (the default, and the only one in this version): one JSON
+    object per row, converted with the table's schema (TIMESTAMP as ISO 8601 in UTC, BYTES as
+    base64), so a row is checked when it is staged and a bad one goes to the failure handler
+    then, not to a failed load job.
+    """
+
+    NEWLINE_DELIMITED_JSON = "NEWLINE_DELIMITED_JSON"
+
+
+#: BigQuery's limit on the source URIs of one load job.
+MAX_LOAD_URIS = 10_000
+#: The load jobs BigQuery allows per table per day.
+LOAD_JOBS_PER_TABLE_PER_DAY = 1_500
+
+
+@dataclass(frozen=True, kw_only=True)
+class BigQueryFileLoadsOptions:
+    """The staged files of ``WriteMethod.FILE_LOADS``: where, how named, when finished, when
+    loaded. The file lifecycle is the one of Flink's file sinks: a table's rows go to its open
+    *in-progress* file (a local file), which is finished (rolled) when it reaches
+    ``max_file_bytes``, when the table had no record for ``inactivity_interval`` (checked every
+    ``check_interval``), when its writer is released (``max_active_destinations`` caps the open
+    files of a subtask, least recently used first; ``idle_timeout`` closes idle ones), and at
+    every checkpoint. A finished file is uploaded to the staging location as a *pending* object,
+    loaded after its checkpoint completed, and deleted.
+
+    Attributes:
+        staging_location: ``gs://bucket/prefix`` where pending files are staged (required).
+        file_format: See :class:`FileFormat`.
+        spool_directory: Local directory of the in-progress files (None: the system's temporary
+            directory). Each subtask writes under ``<spool>/<sink>/<subtask>``.
+        part_prefix: The first part of every file name.
+        in_progress_suffix: The suffix of an in-progress file.
+        pending_suffix: The suffix of a pending object.
+        max_file_bytes: Roll an in-progress file at this size (before compression).
+        inactivity_interval: Finish a table's file after this long without a record.
+        check_interval: How often open files are checked for inactivity (at bundle ends).
+        min_load_interval: The shortest time between two load jobs of a table: pending files of
+            a table wait, across checkpoints, until this long after its previous load, and load
+            together. Zero loads after every checkpoint. The default, 90 s, keeps a table under
+            BigQuery's 1,500 load jobs per table per day (960) whatever the checkpoint interval.
+        load_job_timeout: How long a commit waits for one load job to finish.
+    """
+
+    staging_location: str = ""
+    file_format: FileFormat = FileFormat.NEWLINE_DELIMITED_JSON
+    spool_directory: str | None = None
+    part_prefix: str = "part"
+    in_progress_suffix: str = ".inprogress"
+    pending_suffix: str = ".pending"
+    max_file_bytes: int = 128 * 1024 * 1024
+    inactivity_interval: timedelta = timedelta(minutes=1)
+    check_interval: timedelta = timedelta(seconds=1)
+    min_load_interval: timedelta = timedelta(seconds=90)
+    load_job_timeout: timedelta = timedelta(minutes=30)
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        location = self.staging_location
+        if (
+            not isinstance(location, str)
+            or not location.startswith("gs://")
+            or not (location[5:].split("/", 1)[0])
+        ):
+            raise ConfigurationError(
+                f"{owner}.staging_location must be 'gs://bucket/prefix', got {location!r}"
+            )
+        check_instance(
+            owner, "file_format", self.file_format, FileFormat, "FileFormat.NEWLINE_DELIMITED_JSON"
+        )
+        if self.spool_directory is not None and not isinstance(self.spool_directory, str):
+            raise ConfigurationError(
+                f"{owner}.spool_directory must be a path or None, got {self.spool_directory!r}"
+            )
+        for name in ("part_prefix", "in_progress_suffix", "pending_suffix"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or "/" in value:
+                raise ConfigurationError(
+                    f"{owner}.{name} must be a non-empty name without '/', got {value!r}"
+                )
+        if self.in_progress_suffix == self.pending_suffix:
+            raise ConfigurationError(f"{owner}: in_progress_suffix and pending_suffix must differ")
+        check_int(owner, "max_file_bytes", self.max_file_bytes, minimum=1_024)
+        check_duration(owner, "inactivity_interval", self.inactivity_interval)
+        check_duration(owner, "check_interval", self.check_interval)
+        check_duration(owner, "min_load_interval", self.min_load_interval, allow_zero=True)
+        check_duration(owner, "load_job_timeout", self.load_job_timeout)
+
+    @property
+    def bucket(self) -> str:
+        return self.staging_location[5:].split("/", 1)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The object name prefix under the bucket, without a trailing ``/`` ('' for none)."""
+        rest = self.staging_location[5:].split("/", 1)
+        return rest[1].strip("/") if len(rest) > 1 else ""
+
+    @staticmethod
+    def builder() -> BigQueryFileLoadsOptionsBuilder:
+        """A builder of :class:`BigQueryFileLoadsOptions` (validated at ``build()``)."""
+        return BigQueryFileLoadsOptionsBuilder()
+
+
+class BigQueryFileLoadsOptionsBuilder:
+    """Fluent builder of :class:`BigQueryFileLoadsOptions`; one setter per setting."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, object] = {}
+
+    def _set(self, name: str, value: object) -> Self:
+        self._values[name] = value
+        return self
+
+    def staging_location(self, location: str) -> Self:
+        """``gs://bucket/prefix`` where pending files are staged (required)."""
+        return self._set("staging_location", location)
+
+    def file_format(self, file_format: FileFormat) -> Self:
+        """The staged files' format (default ``NEWLINE_DELIMITED_JSON``)."""
+        return self._set("file_format", file_format)
+
+    def spool_directory(self, path: str) -> Self:
+        """Local directory of the in-progress files (default: the temporary directory)."""
+        return self._set("spool_directory", path)
+
+    def part_prefix(self, prefix: str) -> Self:
+        """The first part of every file name (default ``part``)."""
+        return self._set("part_prefix", prefix)
+
+    def in_progress_suffix(self, suffix: str) -> Self:
+        """The suffix of in-progress files (default ``.inprogress``)."""
+        return self._set("in_progress_suffix", suffix)
+
+    def pending_suffix(self, suffix: str) -> Self:
+        """The suffix of pending objects (default ``.pending``)."""
+        return self._set("pending_suffix", suffix)
+
+    def max_file_bytes(self, size: int) -> Self:
+        """Roll an in-progress file at this size (default 128 MiB)."""
+        return self._set("max_file_bytes", size)
+
+    def inactivity_interval(self, interval: timedelta) -> Self:
+        """Finish a table's file after this long without a record (default 1 min)."""
+        return self._set("inactivity_interval", interval)
+
+    def check_interval(self, interval: timedelta) -> Self:
+        """How often open files are checked for inactivity (default 1 s)."""
+        return self._set("check_interval", interval)
+
+    def min_load_interval(self, interval: timedelta) -> Self:
+        """Shortest time between two load jobs of a table (default 90 s; 0: every checkpoint)."""
+        return self._set("min_load_interval", interval)
+
+    def load_job_timeout(self, timeout: timedelta) -> Self:
+        """How long a commit waits for one load job (default 30 min)."""
+        return self._set("load_job_timeout", timeout)
+
+    def build(self) -> BigQueryFileLoadsOptions:
+        """The options value; raises ConfigurationError naming the first bad setting."""
+        return BigQueryFileLoadsOptions(**self._values)  # type: ignore[arg-type]

@@ -287,18 +287,20 @@ class _Column:
 
     __slots__ = ("name", "bq_type", "repeated", "scalar", "children", "by_lower", "special")
 
-    def __init__(self, field: Any) -> None:
+    def __init__(self, field: Any, converters: Mapping[str, Callable[[Any], Any]] | None = None):
         self.name: str = field.name
         self.bq_type = _bq_type(field)
         self.repeated = (field.mode or "NULLABLE").upper() == "REPEATED"
         self.children: dict[str, _Column] = {}
         self.scalar: Callable[[Any], Any] | None = None
         if self.bq_type == "RECORD":
-            self.children = {sub.name: _Column(sub) for sub in field.fields}
+            self.children = {sub.name: _Column(sub, converters) for sub in field.fields}
             if not self.children:
                 raise SchemaNotSupportedError(f"RECORD column {self.name!r} has no fields")
         elif self.bq_type in _SCALARS:
-            self.scalar = _SCALARS[self.bq_type][1]
+            self.scalar = (
+                _SCALARS[self.bq_type][1] if converters is None else converters[self.bq_type]
+            )
         else:
             raise SchemaNotSupportedError(
                 f"column {self.name!r} has type {field.field_type}, which the sink cannot write"
@@ -376,6 +378,30 @@ def _convert_mapping(
             raise RowError(f"no column {prefix}{key!s:.80} in the table schema")
         out[column.name] = column.convert(value, ignore_unknown, prefix + column.name)
     return out
+
+
+class ColumnTree:
+    """A schema's columns with one converter per BigQuery type, for encodings other than the
+    protobuf rows here (the staged JSON of load jobs): the same names, modes, nesting and
+    lenient conversion, only the scalar converters differ.
+
+    Args:
+        fields: The table's schema (``SchemaField`` s).
+        converters: BigQuery type (``INT64``, ``TIMESTAMP``, ...) → the converter of a value.
+    """
+
+    __slots__ = ("_columns", "_by_lower")
+
+    def __init__(self, fields: Sequence[Any], converters: Mapping[str, Callable[[Any], Any]]):
+        columns = [_Column(f, converters) for f in fields]
+        if not columns:
+            raise SchemaNotSupportedError("the table has no columns")
+        self._columns = {c.name: c for c in columns}
+        self._by_lower = {c.name.lower(): c for c in columns}
+
+    def convert(self, row: Mapping[str, Any], ignore_unknown: bool) -> dict[str, Any]:
+        """``row`` converted column by column; RowError names a column that does not fit."""
+        return _convert_mapping(row, self._columns, self._by_lower, ignore_unknown)
 
 
 def _add_fields(

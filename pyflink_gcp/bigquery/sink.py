@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode, WriteMethod
+from pyflink_gcp.bigquery.options import (
+    BigQueryFileLoadsOptions,
+    BigQueryWriterOptions,
+    OrderingMode,
+    WriteMethod,
+)
 from pyflink_gcp.bigquery.serialization import as_serializer, has_schema
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, BufferedBigQueryWriterFactory
 from pyflink_gcp.core.builder import CreatingSinkBuilder
@@ -69,20 +74,23 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
         self._ordering = OrderingMode.NONE
         self._storage_endpoint: str | None = None
         self._rest_endpoint: str | None = None
+        self._file_loads: BigQueryFileLoadsOptions | None = None
 
     def set_write_method(self, method: WriteMethod) -> Self:
-        """``STORAGE_API_AT_LEAST_ONCE`` (default) or ``BUFFERED_STREAM`` (exactly once)."""
+        """``STORAGE_API_AT_LEAST_ONCE`` (default), ``BUFFERED_STREAM`` or ``FILE_LOADS``
+        (exactly once; the latter with ``set_file_loads_options``)."""
         if not isinstance(method, WriteMethod):
             raise ConfigurationError(
                 f"sink '{self._name}': set_write_method() takes a WriteMethod, got {method!r}"
             )
-        if method is WriteMethod.FILE_LOADS:
-            raise ConfigurationError(
-                f"sink '{self._name}': WriteMethod.FILE_LOADS is not available in this version "
-                "of pyflink-gcp; use WriteMethod.BUFFERED_STREAM (exactly once) or "
-                "STORAGE_API_AT_LEAST_ONCE (the default stream, at least once)"
-            )
         self._method = method
+        return self
+
+    def set_file_loads_options(self, options: BigQueryFileLoadsOptions) -> Self:
+        """Where and how ``WriteMethod.FILE_LOADS`` stages its files (required with it)."""
+        self._file_loads = self._require(
+            options, BigQueryFileLoadsOptions, "set_file_loads_options", "BigQueryFileLoadsOptions"
+        )
         return self
 
     def set_ordering_mode(self, mode: OrderingMode) -> Self:
@@ -131,6 +139,12 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
             )
         ensure_picklable(serializer, "serializer", name)
         options: BigQueryWriterOptions = self._options
+        if self._method is WriteMethod.FILE_LOADS:
+            return self._build_file_loads(name, serializer, options)
+        if self._file_loads is not None:
+            raise ConfigurationError(
+                f"sink '{name}': set_file_loads_options() applies to WriteMethod.FILE_LOADS only"
+            )
         buffered = self._method is WriteMethod.BUFFERED_STREAM
         factory_type = BufferedBigQueryWriterFactory if buffered else BigQueryWriterFactory
         factory = factory_type(
@@ -146,3 +160,35 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
         )
         requires = f"WriteMethod.{self._method.name}" if buffered else None
         return BigQuerySink(self._sink_config(name, factory, serializer, requires_bridge=requires))
+
+    def _build_file_loads(
+        self, name: str, serializer: Any, options: BigQueryWriterOptions
+    ) -> BigQuerySink:
+        from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
+        from pyflink_gcp.bigquery.staging import storage_module
+
+        if self._file_loads is None:
+            raise ConfigurationError(
+                f"sink '{name}': WriteMethod.FILE_LOADS needs set_file_loads_options("
+                "BigQueryFileLoadsOptions.builder().staging_location('gs://bucket/prefix')"
+                ".build())"
+            )
+        if self._storage_endpoint is not None or self._ordering is not OrderingMode.NONE:
+            raise ConfigurationError(
+                f"sink '{name}': WriteMethod.FILE_LOADS loads files over the REST API: "
+                "set_storage_endpoint() and set_ordering_mode() do not apply to it"
+            )
+        storage_module()  # the storage extra is installed, or the error names it now
+        factory = FileLoadsWriterFactory(
+            sink_name=name,
+            resolver=self._resolver,
+            serializer=serializer,
+            options=options,
+            loads=self._file_loads,
+            create_disposition=self._disposition,
+            rest_endpoint=self._rest_endpoint,
+            retry=RetryPolicy(deadline_s=options.retry_deadline_s),
+        )
+        return BigQuerySink(
+            self._sink_config(name, factory, serializer, requires_bridge="WriteMethod.FILE_LOADS")
+        )

@@ -38,13 +38,17 @@ _REST_TIMEOUT_S = 60.0
 
 
 class TableLayout:
-    """How one table's rows are encoded: its protobuf encoder, and its Arrow encoder if any."""
+    """How one table's rows are encoded: its protobuf encoder, its Arrow encoder if any, and
+    its schema (``fields``, for the other encodings)."""
 
-    __slots__ = ("encoder", "arrow")
+    __slots__ = ("encoder", "arrow", "fields")
 
-    def __init__(self, encoder: RowEncoder, arrow: ArrowEncoder | None) -> None:
+    def __init__(
+        self, encoder: RowEncoder, arrow: ArrowEncoder | None, fields: tuple[Any, ...] = ()
+    ) -> None:
         self.encoder = encoder
         self.arrow = arrow
+        self.fields = fields
 
     @staticmethod
     def of(
@@ -59,7 +63,7 @@ class TableLayout:
         arrow = None
         if row_format is RowFormat.ARROW:
             arrow = ArrowEncoder.for_schema(fields, ignore_unknown_values=ignore_unknown_values)
-        return TableLayout(encoder, arrow)
+        return TableLayout(encoder, arrow, tuple(fields))
 
 
 class TableCatalog:

@@ -77,6 +77,17 @@ class CommittingWriterFactory(WriterFactory[Any]):
     for the committables after every full flush at a checkpoint's marker.
     """
 
+    #: The committer operator's parallelism; None: the writer's (committables of a writer
+    #: subtask go to the committer subtask of the same index). 1 gathers every subtask's
+    #: committables in one committer, which can then group them (one load job per table).
+    committer_parallelism: int | None = None
+
+    def check_job(self, parallelism: int, checkpoint_interval_ms: int) -> str | None:
+        """A warning about the job this sink is built into (quotas the configuration would
+        exceed), logged when the job is built; None for none. ``checkpoint_interval_ms`` is 0
+        without checkpointing."""
+        return None
+
     @abstractmethod
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
         """The committables of everything written (and flushed) since the last call.

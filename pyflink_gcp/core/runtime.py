@@ -358,8 +358,10 @@ def _add_committer_operator(
 ) -> DataStream:
     """The bridge's committer operator after a committing writer (its output: committables).
 
-    Same parallelism as the writer, in a chain of its own (PyFlink would otherwise fuse the two
-    Python operators, and the committer's Java state and checkpoint hooks with them).
+    The writer's parallelism unless the factory names its own (``committer_parallelism``), in a
+    chain of its own (PyFlink would otherwise fuse the two Python operators, and the committer's
+    Java state and checkpoint hooks with them). The factory's ``check_job`` sees the job's
+    parallelism and checkpoint interval here, when the job is built, and may warn.
     """
     from pyflink.common.typeinfo import Types
     from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
@@ -379,9 +381,18 @@ def _add_committer_operator(
     )
     name = writer_name.removesuffix(": Writer") + ": Committer"
     committer = DataStream(j_writer.transform(name, pickled, j_operator)).start_new_chain()
-    parallelism = j_writer.getParallelism()
+    factory = config.factory
+    assert isinstance(factory, CommittingWriterFactory)
+    parallelism = factory.committer_parallelism or j_writer.getParallelism()
     if parallelism > 0:
         committer._j_data_stream.setParallelism(parallelism)
+    j_env = j_writer.getExecutionEnvironment()
+    warning = factory.check_job(
+        j_writer.getParallelism() if j_writer.getParallelism() > 0 else j_env.getParallelism(),
+        int(j_env.getCheckpointConfig().getCheckpointInterval()) if checkpointing else 0,
+    )
+    if warning:
+        _LOG.warning("%s", warning)
     return committer
 
 

@@ -557,10 +557,14 @@ class EmulatorStack:
         assert self._tools is not None
         port = self._port("gcs")
         self._gcs_objects_dir()
+        # Through a launcher that lets connections queue (see gcs_queued.py), with the
+        # emulator's own interpreter.
+        python = Path(self._tools.gcs_emulator).parent / "python"
         process = self._spawn(
             "gcs",
             [
-                str(self._tools.gcs_emulator),
+                str(python),
+                str(Path(__file__).with_name("gcs_queued.py")),
                 "--data-dir",
                 str(self._gcs_data_dir()),
                 "start",

@@ -207,9 +207,11 @@ SINKS: dict[str, tuple[Callable[[], Any], dict[str, Setter | Refused]]] = {
             "set_create_disposition": lambda b: b.set_create_disposition(
                 CreateDisposition.CREATE_IF_NEEDED
             ),
-            "set_write_method": (
+            "set_write_method": lambda b: b.set_write_method(WriteMethod.BUFFERED_STREAM),
+            # FILE_LOADS without its options is refused naming the setter that is missing.
+            "set_file_loads_options": (
                 lambda b: b.set_write_method(WriteMethod.FILE_LOADS),
-                "STORAGE_API_AT_LEAST_ONCE",
+                "set_file_loads_options",
             ),
             "set_ordering_mode": lambda b: b.set_ordering_mode(OrderingMode.PER_TABLE),
             "set_storage_endpoint": lambda b: b.set_storage_endpoint("http://127.0.0.1:1"),

@@ -103,9 +103,21 @@ def test_writer_options_of_another_type_are_refused() -> None:
         _builder().set_writer_options(core_options.WriterOptions())
 
 
-def test_file_loads_is_refused_clearly() -> None:
-    with pytest.raises(ConfigurationError, match="WriteMethod.FILE_LOADS is not available"):
-        BigQuerySink.builder().set_write_method(WriteMethod.FILE_LOADS)
+def test_file_loads_needs_its_options_and_builds_a_committing_sink() -> None:
+    from pyflink_gcp.bigquery import BigQueryFileLoadsOptions
+    from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
+    from pyflink_gcp.core.commit import commits
+
+    builder = _builder().set_serializer(lambda r, c: r).set_write_method(WriteMethod.FILE_LOADS)
+    with pytest.raises(ConfigurationError, match=r"FILE_LOADS needs set_file_loads_options"):
+        builder.build()
+    loads = BigQueryFileLoadsOptions.builder().staging_location("gs://b/p").build()
+    config = builder.set_file_loads_options(loads).build()._sink_config()
+    assert isinstance(config.factory, FileLoadsWriterFactory) and commits(config.factory)
+    assert config.factory.committer_parallelism == 1
+    assert config.requires_bridge == "WriteMethod.FILE_LOADS"
+    with pytest.raises(ConfigurationError, match="applies to WriteMethod.FILE_LOADS only"):
+        _builder().set_serializer(lambda r, c: r).set_file_loads_options(loads).build()
 
 
 def test_buffered_streams_build_a_committing_sink_that_needs_the_bridge() -> None:
