@@ -20,6 +20,10 @@ Measured in one run, against the same emulator, with the same records and rows:
   default stream at the same checkpoint interval and table counts. For every sink job the
   checkpoint statistics of Flink's REST API are printed too (completed checkpoints, average and
   largest end-to-end duration): what each method adds to a checkpoint.
+- **loads** (``--methods loads``): ``WriteMethod.FILE_LOADS`` staging newline-delimited JSON
+  files in the GCS emulator and loading them with load jobs after each checkpoint (with
+  ``min_load_interval`` 0: a load per table per checkpoint), with the load jobs per table per
+  hour that interval implies and the staging cost per row (bytes staged).
 
 Job throughput is timed inside the job (first record to the end of the final flush), so job
 start-up is not counted. Ratios are against the lower of the two ceilings (target 0.8), and
@@ -60,11 +64,13 @@ from bench._common import (
     warm_up,
 )
 from pyflink_gcp.bigquery import (
+    BigQueryFileLoadsOptions,
     BigQuerySink,
     BigQueryWriterOptions,
     TableDestination,
     WriteMethod,
 )
+from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
 from pyflink_gcp.bigquery.rows import RowEncoder
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, BufferedBigQueryWriterFactory
 from pyflink_gcp.emulators import emulators_for
@@ -129,11 +135,41 @@ class TimedBufferedFactory(TimedFactory, BufferedBigQueryWriterFactory):
 METHODS = {
     "default": WriteMethod.STORAGE_API_AT_LEAST_ONCE,
     "buffered": WriteMethod.BUFFERED_STREAM,
+    "loads": WriteMethod.FILE_LOADS,
 }
 
 
+class TimedLoadsFactory(SpanTimedFactory, FileLoadsWriterFactory):
+    """The FILE_LOADS factory, noting its span and the files and bytes it staged."""
+
+    _config_fields = (*FileLoadsWriterFactory._config_fields, "spans_path")
+
+    def span_counts(self) -> dict[str, int]:
+        return {"requests": self.files_staged, "bytes": self.bytes_staged}
+
+
+def staging_bucket() -> str:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage  # type: ignore[attr-defined]
+
+    client = storage.Client(
+        project=PROJECT,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]},
+    )
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(name)
+    client.close()
+    return name
+
+
 def bigquery_emulator() -> Any:
-    return emulators_for(("bigquery",), "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST")
+    return emulators_for(
+        ("bigquery", "gcs"),
+        "BIGQUERY_EMULATOR_HOST",
+        "BIGQUERY_STORAGE_EMULATOR_HOST",
+        "STORAGE_EMULATOR_HOST",
+    )
 
 
 def _rest() -> Any:
@@ -271,10 +307,23 @@ def pyflink_ceiling(records: int, workdir: str, shape: str, tables: int = 30) ->
 def sink_job(records: int, tables: int, workdir: str, shape: str, method: str = "default") -> float:
     dataset = create_tables(tables)
     spans = new_spans(workdir, f"sink{tables}-{shape}-{method}")
+    builder = BigQuerySink.builder().set_write_method(METHODS[method])
+    if method == "loads":
+        builder = builder.set_file_loads_options(
+            BigQueryFileLoadsOptions.builder()
+            .staging_location(f"gs://{staging_bucket()}/bench")
+            .spool_directory(os.path.join(workdir, "spool"))
+            .min_load_interval(timedelta(0))
+            .build()
+        )
+    else:
+        # Explicit endpoints: each cell may run against an emulator of its own (on new
+        # ports), and the Python workers keep the environment of the JVM that started them.
+        builder = builder.set_storage_endpoint(
+            "http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"]
+        )
     sink = (
-        BigQuerySink.builder()
-        .set_write_method(METHODS[method])
-        .set_destination_resolver(TableOf(dataset, tables))
+        builder.set_destination_resolver(TableOf(dataset, tables))
         .set_serializer(to_row)
         .set_chain_with_upstream(shape == "fused")
         .set_writer_options(
@@ -282,13 +331,10 @@ def sink_job(records: int, tables: int, workdir: str, shape: str, method: str = 
             .max_buffer_time(timedelta(milliseconds=max(CHECKPOINT_MS, 1_000)))
             .build()
         )
-        # Explicit endpoints: each cell may run against an emulator of its own (on new ports),
-        # and the Python workers keep the environment of the JVM that started them.
-        .set_storage_endpoint("http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"])
         .set_rest_endpoint("http://" + os.environ["BIGQUERY_EMULATOR_HOST"])
         .build()
     )
-    timed = TimedBufferedFactory if method == "buffered" else TimedFactory
+    timed = {"buffered": TimedBufferedFactory, "loads": TimedLoadsFactory}.get(method, TimedFactory)
     sink._config.factory = timed_factory(timed, sink._config.factory, spans)
     port = free_port()
     env = shaped_env(shape, 2, FUSED_BUNDLE, CHECKPOINT_MS, extra={"rest.port": str(port)})
@@ -309,8 +355,16 @@ def sink_job(records: int, tables: int, workdir: str, shape: str, method: str = 
         raise SystemExit(f"sink with {tables} tables: {landed} of {records} rows landed")
     rate = span_rate(spans, records)
     CHECKPOINTS[f"{method} {shape} {tables}"] = stats
+    if method == "loads":
+        print(
+            f"  loads {shape} {tables}: {span_total(spans, 'requests')} files staged, "
+            f"{span_total(spans, 'bytes') / records:.0f} bytes staged per row; at most one load "
+            f"job per table per checkpoint: {3_600_000 / max(CHECKPOINT_MS, 1):,.0f} per table "
+            "per hour at this interval",
+            flush=True,
+        )
     print(
-        f"  sink {method} {shape} {tables}: {span_total(spans, 'requests')} append requests, "
+        f"  sink {method} {shape} {tables}: {span_total(spans, 'requests')} requests or files, "
         f"{rate:,.0f}/s; checkpoints: {stats.get('completed', 0)} completed, "
         f"{stats.get('avg_ms', float('nan')):.0f} ms average, "
         f"{stats.get('max_ms', float('nan')):.0f} ms largest",
@@ -352,6 +406,32 @@ def shape_tables(shape: str, table_counts: list[int]) -> list[int]:
     return [t for t in table_counts if t > 1] if shape == "keyed" else table_counts
 
 
+def compare_methods(
+    methods: list[str], shapes: list[str], table_counts: list[int], results: dict[str, float]
+) -> None:
+    """The exactly-once methods next to the default stream, with each job's checkpoints."""
+    for method in ("buffered", "loads"):
+        if method not in methods:
+            continue
+        print(
+            f"\n{'shape':>9}  {'tables':>6}  {'default':>9}  {method:>9}  "
+            f"{method + '/default':>16}  checkpoint avg ms (default, {method})"
+        )
+        for shape in (s for s in shapes if s != "fused"):
+            for tables in shape_tables(shape, table_counts):
+                other = results[f"{method} {shape} {tables}"]
+                default = results.get(f"sink {shape} {tables}")
+                ratio = f"{other / default:>16.2f}" if default else f"{'-':>16}"
+                ck = [
+                    CHECKPOINTS.get(f"{m} {shape} {tables}", {}).get("avg_ms", float("nan"))
+                    for m in ("default", method)
+                ]
+                print(
+                    f"{shape:>9}  {tables:>6}  {default or float('nan'):>9,.0f}  "
+                    f"{other:>9,.0f}  {ratio}  {ck[0]:.0f}, {ck[1]:.0f}"
+                )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="BigQuery sink benchmark")
     parser.add_argument("--records", type=int, default=100_000)
@@ -367,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}"
     )
     parser.add_argument(
-        "--methods", default="default", help="comma-separated, of default, buffered"
+        "--methods", default="default", help="comma-separated, of default, buffered, loads"
     )
     args = parser.parse_args(argv)
     global CHECKPOINT_MS
@@ -411,13 +491,14 @@ def main(argv: list[str] | None = None) -> int:
                             args.records, tables, workdir, shape
                         ),
                     )
-                if "buffered" in methods and shape != "fused":
-                    best(
-                        f"buffered {shape} {tables}",
-                        lambda shape=shape, tables=tables: sink_job(
-                            args.records, tables, workdir, shape, "buffered"
-                        ),
-                    )
+                for method in ("buffered", "loads"):
+                    if method in methods and shape != "fused":
+                        best(
+                            f"{method} {shape} {tables}",
+                            lambda shape=shape, tables=tables, method=method: sink_job(
+                                args.records, tables, workdir, shape, method
+                            ),
+                        )
 
     print(
         f"\n{args.records:,} records per run, parallelism 2, checkpoints every "
@@ -428,24 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'sink/raw':>8}  {'sink/pyflink':>12}  {'sink/lower':>10}  target"
     )
     ok = True
-    if "buffered" in methods:
-        print(
-            f"\n{'shape':>9}  {'tables':>6}  {'default':>9}  {'buffered':>9}  "
-            f"{'buffered/default':>16}  checkpoint avg ms (default, buffered)"
-        )
-        for shape in (s for s in shapes if s != "fused"):
-            for tables in shape_tables(shape, table_counts):
-                buffered = results[f"buffered {shape} {tables}"]
-                default = results.get(f"sink {shape} {tables}")
-                ratio = f"{buffered / default:>16.2f}" if default else f"{'-':>16}"
-                ck = [
-                    CHECKPOINTS.get(f"{m} {shape} {tables}", {}).get("avg_ms", float("nan"))
-                    for m in ("default", "buffered")
-                ]
-                print(
-                    f"{shape:>9}  {tables:>6}  {default or float('nan'):>9,.0f}  "
-                    f"{buffered:>9,.0f}  {ratio}  {ck[0]:.0f}, {ck[1]:.0f}"
-                )
+    compare_methods(methods, shapes, table_counts, results)
     if "default" not in methods:
         return 0
     for shape in shapes:

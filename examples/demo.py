@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = [
     "pubsub_dynamic_topics.py",
     "bigquery_dynamic_tables.py",
+    "bigquery_file_loads.py",
     "bigtable_daily_tables.py",
     "cloudtasks_webhooks.py",
     "spanner_events.py",

@@ -39,12 +39,11 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.json_rows import JsonRowEncoder
+from pyflink_gcp.bigquery.load_jobs import FileLoad, LoadJobCommitter, StagedFile
 from pyflink_gcp.bigquery.options import (
     LOAD_JOBS_PER_TABLE_PER_DAY,
     MAX_LOAD_URIS,
@@ -56,12 +55,12 @@ from pyflink_gcp.bigquery.sender import row_payload
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.staging import Staging
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
-from pyflink_gcp.core.commit import Committer, CommittingWriterFactory
+from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import describe_callable, short_repr
 from pyflink_gcp.core.options import CreateDisposition
-from pyflink_gcp.core.retry import RetryPolicy, status_name
+from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration
 
@@ -75,37 +74,16 @@ _MAX_LOAD_BYTES = 15 * 10**12
 _JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-@dataclass(frozen=True, slots=True)
-class StagedFile:
-    name: str  # the object name in the bucket
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class FileLoad:
-    """One committable: load ``files`` into ``table_id`` with the job ``job_id``.
-
-    ``due`` False: the table's ``min_load_interval`` has not passed; the committer skips it
-    (the files come again, with the next checkpoint's committables), unless it was restored.
-    """
-
-    table_id: str
-    bucket: str
-    files: tuple[StagedFile, ...]
-    job_id: str
-    due: bool
-
-
 class _PartFile:
     """An in-progress file on local disk."""
 
-    __slots__ = ("path", "name", "size", "last_write", "_file")
+    __slots__ = ("path", "name", "size", "last_write", "last_check", "_file")
 
     def __init__(self, path: str, name: str) -> None:
         self.path = path
         self.name = name
         self.size = 0
-        self.last_write = time.monotonic()
+        self.last_write = self.last_check = time.monotonic()
         self._file = open(path, "wb")  # noqa: SIM115 - closed by finish()
 
     def write(self, line: bytes) -> None:
@@ -296,10 +274,10 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         self._carried: dict[str, list[StagedFile]] = {}
         self._first_checkpoint: dict[str, int] = {}
         self._last_due: dict[str, float] = {}
-        self._last_check = 0.0
         self._lock = threading.Lock()
-        #: Files this subtask uploaded (tests, logs).
+        #: Files and bytes this subtask uploaded (tests, logs, the benchmark).
         self.files_staged = 0
+        self.bytes_staged = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -382,6 +360,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             _remove(part.path)
             with self._lock:
                 self.files_staged += 1
+                self.bytes_staged += part.size
             return StagedFile(name, part.size)
 
         return self._uploader.submit(run)
@@ -390,9 +369,9 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         """Whether ``part`` had no record for ``inactivity_interval`` (checked at most every
         ``check_interval``)."""
         now = time.monotonic()
-        if now - self._last_check < self.loads.check_interval.total_seconds():
+        if now - part.last_check < self.loads.check_interval.total_seconds():
             return False
-        self._last_check = now
+        part.last_check = now
         return now - part.last_write >= self.loads.inactivity_interval.total_seconds()
 
     # -- the commit protocol --------------------------------------------------------------------
@@ -487,115 +466,3 @@ def load_job_id(
     checkpoint = "end" if checkpoint_id < 0 else str(checkpoint_id)
     parts = (sink, table_id, checkpoint, str(info.subtask_index), str(group), digest)
     return _safe("pyflink_gcp_" + "_".join(parts))[:1024]
-
-
-class LoadJobCommitter(Committer):
-    """Runs the due load jobs of the committables it is handed, then deletes their files."""
-
-    def __init__(
-        self,
-        *,
-        sink_name: str,
-        loads: BigQueryFileLoadsOptions,
-        rest_endpoint: str | None,
-        retry: RetryPolicy,
-        threads: int,
-    ) -> None:
-        self._sink = sink_name
-        self._loads = loads
-        self._rest_endpoint = rest_endpoint
-        self._retry = retry
-        self._threads = threads
-        self._clients: dict[str, Any] = {}
-        self._staging: Staging | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._timeout_s = retry.attempt_timeout(60.0)
-        #: Load jobs run (or found done after a repeated commit), for tests and logs.
-        self.jobs_run = 0
-        self.jobs_found = 0
-
-    def open(self, info: SubtaskInfo) -> None:
-        self._staging = Staging(self._loads, self._retry, self._sink)
-        self._staging.open()
-        self._pool = ThreadPoolExecutor(
-            max_workers=self._threads, thread_name_prefix=f"{self._sink}-{info.subtask_index}-load"
-        )
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
-        if self._staging is not None:
-            self._staging.close()
-            self._staging = None
-
-    def commit(self, committables: list[Any], checkpoint_id: int, restored: bool) -> None:
-        # A restored committable loads whether it was due or not: its writer is gone.
-        jobs: dict[str, FileLoad] = {}
-        for load in committables:
-            if load.due or restored:
-                jobs.setdefault(load.job_id, load)
-        assert self._pool is not None
-        for future in [self._pool.submit(self._run, load) for load in jobs.values()]:
-            future.result()
-
-    def _client(self, project: str) -> Any:
-        client = self._clients.get(project)
-        if client is None:
-            client = rest_client(resolve_rest_endpoint(self._rest_endpoint), project)
-            self._clients[project] = client
-        return client
-
-    def _run(self, load: FileLoad) -> None:
-        from google.api_core.exceptions import Conflict
-        from google.cloud import bigquery
-
-        project = load.table_id.split(".", 1)[0]
-        client = self._client(project)
-        what = f"sink '{self._sink}': load job {load.job_id} into {load.table_id}"
-        config = bigquery.LoadJobConfig(
-            source_format=bigquery.SourceFormat.NEWLINE_DELIMITED_JSON,
-            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
-            create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
-        )
-        uris = [f"gs://{load.bucket}/{f.name}" for f in load.files]
-
-        def insert() -> Any:
-            try:
-                job = client.load_table_from_uri(
-                    uris,
-                    load.table_id,
-                    job_id=load.job_id,
-                    job_config=config,
-                    project=project,
-                    timeout=self._timeout_s,
-                    retry=None,
-                )
-                self.jobs_run += 1
-                return job
-            except Conflict:
-                # Started by an earlier attempt of this commit: wait for that job instead.
-                self.jobs_found += 1
-                return client.get_job(
-                    load.job_id, project=project, timeout=self._timeout_s, retry=None
-                )
-
-        job = self._retry.call(insert, what)
-        try:
-            job.result(timeout=self._loads.load_job_timeout.total_seconds(), retry=None)
-        except Exception as exc:
-            errors = getattr(job, "errors", None) or []
-            raise WriteError(
-                f"{what} failed: {status_name(exc)}: {exc}; errors: {errors[:5]}"
-            ) from exc
-        assert self._staging is not None
-        for staged in load.files:
-            try:
-                self._staging.delete(staged.name)
-            except WriteError as exc:
-                _LOG.warning(
-                    "%s: loaded, but could not delete %s: %s", self._sink, staged.name, exc
-                )

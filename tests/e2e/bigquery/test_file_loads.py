@@ -29,6 +29,7 @@ from pyflink_gcp.bigquery import (
     WriteMethod,
 )
 from tests.integration.bigquery.support import make_dataset, query, table_names
+from tests.support.file_loads import load_log, recording
 from tests.support.jobs import make_env, record_stream
 
 pytestmark = pytest.mark.e2e
@@ -69,9 +70,15 @@ def gcs_bucket(project: str) -> Any:
 
 
 class Slow(MapFunction):
+    """Sleep ``seconds`` every ``every`` records: a job that lasts several checkpoints."""
+
+    def __init__(self, every: int = 50, seconds: float = 0.05) -> None:
+        self._every = every
+        self._seconds = seconds
+
     def map(self, value: Any) -> Any:
-        if value["id"] % 50 == 0:
-            time.sleep(0.05)
+        if value["id"] % self._every == 0:
+            time.sleep(self._seconds)
         return value
 
 
@@ -170,3 +177,181 @@ def test_daily_tables_under_a_cap_of_three_open_files_load_every_row_once(
     assert_exactly_once(project, dataset, count)
     # Loaded files are deleted: nothing is left in the staging location.
     assert [b.name for b in bucket.list_blobs(prefix="stage/")] == []
+
+
+class FailAt(MapFunction):
+    """Pass records through slowly; fail at each id of ``at`` once (a marker file per id):
+    raise, or end the Python worker at once (``hard``)."""
+
+    def __init__(self, directory: str, at: tuple[int, ...], hard: bool) -> None:
+        self._directory = directory
+        self._at = frozenset(at)
+        self._hard = hard
+
+    def map(self, value: Any) -> Any:
+        i = value["id"]
+        if i % 50 == 0:
+            time.sleep(0.05)
+        if i in self._at:
+            marker = os.path.join(self._directory, f"failed-{i}")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                if self._hard:
+                    os._exit(23)
+                raise RuntimeError(f"injected failure at {i} (test)")
+        return value
+
+
+def loads_options(bucket: Any, tmp_path: Any, **settings: Any) -> BigQueryFileLoadsOptions:
+    builder = (
+        BigQueryFileLoadsOptions.builder()
+        .staging_location(f"gs://{bucket.name}/stage")
+        .spool_directory(str(tmp_path / "spool"))
+        .min_load_interval(timedelta(0))
+    )
+    for name, value in settings.items():
+        builder = getattr(builder, name)(value)
+    return builder.build()
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["task exceptions", "killed workers"])
+def test_every_row_is_loaded_once_through_failovers(
+    project: str, tmp_path: Any, hard: bool
+) -> None:
+    count = 4_000
+    failures = (700, 1_500, 2_300, 3_100)
+    dataset = make_dataset(project, "loadfail")
+    bucket = gcs_bucket(project)
+    log = str(tmp_path / "loads.jsonl")
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=hard, restarts=20)
+    built = recording(sink(project, dataset, loads_options(bucket, tmp_path)), log)
+    record_stream(env, count, event).map(FailAt(str(tmp_path), failures, hard)).sink_to(built)
+    env.execute("file loads through failovers")
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("failed-")]) == len(failures)
+
+    assert_exactly_once(project, dataset, count)
+    # Each load job ran once; a commit repeated after a restore found its job (409).
+    entries = load_log(log)
+    jobs = [e["job"] for e in entries if not e["found"]]
+    assert len(jobs) == len(set(jobs)), "a load job ran twice"
+    print(
+        f"file loads: {count} rows in {DAYS} tables by {len(jobs)} load jobs after "
+        f"{len(failures)} {'worker kills' if hard else 'task exceptions'}: 0 lost, 0 duplicates"
+    )
+
+
+def test_a_commit_repeated_after_its_load_finds_the_job_and_loads_nothing_twice(
+    project: str, tmp_path: Any
+) -> None:
+    count = 2_000
+    dataset = make_dataset(project, "loadagain")
+    bucket = gcs_bucket(project)
+    log = str(tmp_path / "loads.jsonl")
+    env = make_env(parallelism=1, checkpoint_ms=300, process_workers=True, restarts=5)
+    built = recording(
+        sink(project, dataset, loads_options(bucket, tmp_path)),
+        log,
+        kill_marker=str(tmp_path / "killed-in-commit"),
+    )
+    record_stream(env, count, event).map(FailAt(str(tmp_path), (), False)).sink_to(built)
+    env.execute("file loads, a commit repeated")
+
+    entries = load_log(log)
+    first = entries[0]
+    again = [e for e in entries[1:] if e["job"] == first["job"]]
+    assert again and again[0]["found"], entries[:5]  # BigQuery's 409: the job already ran
+    assert_exactly_once(project, dataset, count)
+
+
+class Halves:
+    """Two tables, taking turns: each gets a file at every checkpoint."""
+
+    def __init__(self, project: str, dataset: str) -> None:
+        self.project = project
+        self.dataset = dataset
+
+    def __call__(self, record: dict[str, Any], ctx: Any) -> TableDestination:
+        return TableDestination.of(self.project, self.dataset, f"half_{record['id'] % 2}")
+
+
+def trickling_env(checkpoint_ms: int) -> Any:
+    """One subtask whose upstream map hands records on in bundles of 5: they reach the writer
+    as they come, not in one burst per second."""
+    return make_env(
+        parallelism=1, checkpoint_ms=checkpoint_ms, extra={"python.fn-execution.bundle.size": "5"}
+    )
+
+
+def test_files_wait_out_the_minimum_load_interval_and_load_together(
+    project: str, tmp_path: Any
+) -> None:
+    count = 1_500
+    dataset = make_dataset(project, "loadlater")
+    bucket = gcs_bucket(project)
+    log = str(tmp_path / "loads.jsonl")
+    env = trickling_env(200)
+    loads = loads_options(bucket, tmp_path, min_load_interval=timedelta(seconds=3))
+    built = (
+        BigQuerySink.builder()
+        .set_sink_name("halves-loads")
+        .set_destination_resolver(Halves(project, dataset))
+        .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=EVENTS))
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_write_method(WriteMethod.FILE_LOADS)
+        .set_file_loads_options(loads)
+        .build()
+    )
+    slow = Slow(every=10, seconds=0.05)  # about 7 s: some 35 checkpoints
+    record_stream(env, count, event, parallelism=1).map(slow).set_parallelism(1).sink_to(
+        recording(built, log)
+    )
+    env.execute("file loads, a minimum interval")
+
+    entries = load_log(log)
+    # A file per table per checkpoint, but a table loads at most every 3 s: many files a job,
+    # and a few jobs per table rather than one per checkpoint.
+    assert max(e["files"] for e in entries) >= 5, entries
+    assert len(entries) <= 2 * 5, entries
+    tables = rows_by_table(project, dataset)
+    assert tables == {f"half_{h}": Counter(range(h, count, 2)) for h in (0, 1)}
+
+
+def test_files_roll_on_size_and_move_from_in_progress_to_pending_to_loaded_to_deleted(
+    project: str, tmp_path: Any
+) -> None:
+    count = 1_750  # seven days of 250
+    dataset = make_dataset(project, "lifecycle")
+    bucket = gcs_bucket(project)
+    spool = str(tmp_path / "spool")
+    # Small files (about 35 rows each); after its first load, a table loads at the end of input.
+    loads = loads_options(
+        bucket, tmp_path, max_file_bytes=2_048, min_load_interval=timedelta(hours=1)
+    )
+    env = trickling_env(500)
+    log = str(tmp_path / "loads.jsonl")
+    built = recording(sink(project, dataset, loads), log)
+    # Slow enough that each file is in progress for longer than the watcher's poll.
+    slow = Slow(every=5, seconds=0.03)
+    record_stream(env, count, event, parallelism=1).map(slow).set_parallelism(1).sink_to(built)
+    pending: set[str] = set()
+    with OpenFiles(spool, ".inprogress") as watch:
+        client = env.execute_async("file lifecycle")
+        result = client.get_job_execution_result()
+        while not result.done():
+            pending |= {b.name for b in bucket.list_blobs(prefix="stage/")}
+            time.sleep(0.1)
+        result.result()
+
+    # Every in-progress file seen became a pending object under the same name, and was loaded
+    # (a file that rolls within one write of rows can live shorter than the watchers' polls).
+    loaded = {name for entry in load_log(log) for name in entry["names"]}
+    assert pending <= loaded, sorted(pending - loaded)[:5]
+    staged = {name.rsplit("/", 1)[1].removesuffix(".pending") for name in loaded}
+    seen = {name.removesuffix(".inprogress") for name in watch.names}
+    assert seen and seen <= staged, (sorted(seen - staged)[:5], len(staged))
+    assert len(seen) >= len(staged) // 2, (len(seen), len(staged))
+    assert len(staged) >= count * 40 // 2_048  # rolled on size, not only at checkpoints
+    assert all(name.endswith(".json.pending") for name in pending)
+    assert_exactly_once(project, dataset, count)
+    assert [b.name for b in bucket.list_blobs(prefix="stage/")] == []  # deleted once loaded
+    assert not any(files for _, _, files in os.walk(spool))  # no in-progress file is left

@@ -1,0 +1,70 @@
+"""``WriteMethod.FILE_LOADS`` with its load jobs logged, for tests that count them.
+
+:func:`recording` turns a built FILE_LOADS sink's factory into one whose committer appends
+``{"job", "table", "files", "names", "found"}`` to ``log_path`` after every load job it ran or found
+done, and (``kill_after_load``) ends the Python worker right after its first load, before the
+commit is acknowledged, so the restored job commits the same committables again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, ClassVar
+
+from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
+from pyflink_gcp.bigquery.load_jobs import FileLoad, LoadJobCommitter
+
+
+class RecordingCommitter(LoadJobCommitter):
+    log_path = ""
+    kill_marker: str | None = None
+
+    def _run(self, load: FileLoad) -> None:
+        found = self.jobs_found
+        super()._run(load)
+        entry = {
+            "job": load.job_id,
+            "table": load.table_id,
+            "files": len(load.files),
+            "names": [f.name for f in load.files],
+            "found": self.jobs_found > found,
+        }
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self.kill_marker is not None and not os.path.exists(self.kill_marker):
+            open(self.kill_marker, "w").close()
+            os._exit(29)  # loaded, not acknowledged: the commit runs again after the restore
+
+
+class RecordingFactory(FileLoadsWriterFactory):
+    _config_fields: ClassVar[tuple[str, ...]] = (
+        *FileLoadsWriterFactory._config_fields,
+        "log_path",
+        "kill_marker",
+    )
+    log_path = ""
+    kill_marker: str | None = None
+
+    def create_committer(self) -> LoadJobCommitter:
+        committer = super().create_committer()
+        committer.__class__ = RecordingCommitter
+        committer.log_path = self.log_path  # type: ignore[attr-defined]
+        committer.kill_marker = self.kill_marker  # type: ignore[attr-defined]
+        return committer
+
+
+def recording(sink: Any, log_path: str, kill_marker: str | None = None) -> Any:
+    """``sink`` with its load jobs logged to ``log_path`` (see the module docstring)."""
+    factory = sink._config.factory
+    factory.__class__ = RecordingFactory
+    factory.log_path = log_path
+    factory.kill_marker = kill_marker
+    return sink
+
+
+def load_log(log_path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(log_path):
+        return []
+    with open(log_path) as f:
+        return [json.loads(line) for line in f]
