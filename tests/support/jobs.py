@@ -5,7 +5,8 @@
 - :func:`record_stream` is a replayable, checkpointed source of Python records:
   ``NumberSequenceSource`` followed by a map to the record (``from_collection`` of dicts is not).
 - :class:`FailOnce` injects one failure at a chosen record, once per marker file, so the job
-  restarts from its last checkpoint and replays.
+  restarts from its last checkpoint and replays; :class:`FailAt` one at each of several record
+  ids, slowly enough that checkpoints complete between them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -115,4 +117,28 @@ class FailOnce(MapFunction):
             if self._hard:
                 os._exit(17)
             raise RuntimeError("injected failure (test)")
+        return value
+
+
+class FailAt(MapFunction):
+    """Pass records (dicts with an ``id``) through, sleeping 50 ms every 50 so checkpoints
+    complete between failures; fail at each id of ``at`` once (a marker file per id in
+    ``directory``): raise, or end the Python worker at once (``hard``, process workers)."""
+
+    def __init__(self, directory: str, at: tuple[int, ...], hard: bool) -> None:
+        self._directory = directory
+        self._at = frozenset(at)
+        self._hard = hard
+
+    def map(self, value: Any) -> Any:
+        i = value["id"]
+        if i % 50 == 0:
+            time.sleep(0.05)
+        if i in self._at:
+            marker = os.path.join(self._directory, f"failed-{i}")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                if self._hard:
+                    os._exit(23)
+                raise RuntimeError(f"injected failure at {i} (test)")
         return value

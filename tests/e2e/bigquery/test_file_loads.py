@@ -28,9 +28,9 @@ from pyflink_gcp.bigquery import (
     TableSchema,
     WriteMethod,
 )
-from tests.integration.bigquery.support import make_dataset, query, table_names
+from tests.integration.bigquery.support import DailyTables, ids_by_table, make_dataset
 from tests.support.file_loads import load_log, recording
-from tests.support.jobs import make_env, record_stream
+from tests.support.jobs import FailAt, make_env, record_stream
 
 pytestmark = pytest.mark.e2e
 
@@ -47,15 +47,6 @@ EVENTS = TableSchema.of(
 def event(i: int) -> dict[str, Any]:
     """Records in event-time order, a day every 250 (each subtask reads a range of ids)."""
     return {"id": i, "day": f"2024030{1 + (i // 250) % DAYS}", "at": 1_709_251_200_000_000 + i}
-
-
-class Daily:
-    def __init__(self, project: str, dataset: str) -> None:
-        self.project = project
-        self.dataset = dataset
-
-    def __call__(self, record: dict[str, Any], ctx: Any) -> TableDestination:
-        return TableDestination.of(self.project, self.dataset, f"events_{record['day']}")
 
 
 def gcs_bucket(project: str) -> Any:
@@ -89,7 +80,7 @@ def sink(project: str, dataset: str, loads: BigQueryFileLoadsOptions, **options:
     return (
         BigQuerySink.builder()
         .set_sink_name("events-loads")
-        .set_destination_resolver(Daily(project, dataset))
+        .set_destination_resolver(DailyTables(project, dataset))
         .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=EVENTS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_write_method(WriteMethod.FILE_LOADS)
@@ -99,17 +90,8 @@ def sink(project: str, dataset: str, loads: BigQueryFileLoadsOptions, **options:
     )
 
 
-def rows_by_table(project: str, dataset: str) -> dict[str, Counter[int]]:
-    return {
-        table: Counter(
-            row["id"] for row in query(project, f"SELECT id FROM `{project}.{dataset}.{table}`")
-        )
-        for table in table_names(project, dataset)
-    }
-
-
 def assert_exactly_once(project: str, dataset: str, count: int) -> None:
-    tables = rows_by_table(project, dataset)
+    tables = ids_by_table(project, dataset)
     assert sorted(tables) == [f"events_2024030{d}" for d in range(1, DAYS + 1)]
     for table, ids in tables.items():
         day = table.removeprefix("events_")
@@ -177,29 +159,6 @@ def test_daily_tables_under_a_cap_of_three_open_files_load_every_row_once(
     assert_exactly_once(project, dataset, count)
     # Loaded files are deleted: nothing is left in the staging location.
     assert [b.name for b in bucket.list_blobs(prefix="stage/")] == []
-
-
-class FailAt(MapFunction):
-    """Pass records through slowly; fail at each id of ``at`` once (a marker file per id):
-    raise, or end the Python worker at once (``hard``)."""
-
-    def __init__(self, directory: str, at: tuple[int, ...], hard: bool) -> None:
-        self._directory = directory
-        self._at = frozenset(at)
-        self._hard = hard
-
-    def map(self, value: Any) -> Any:
-        i = value["id"]
-        if i % 50 == 0:
-            time.sleep(0.05)
-        if i in self._at:
-            marker = os.path.join(self._directory, f"failed-{i}")
-            if not os.path.exists(marker):
-                open(marker, "w").close()
-                if self._hard:
-                    os._exit(23)
-                raise RuntimeError(f"injected failure at {i} (test)")
-        return value
 
 
 def loads_options(bucket: Any, tmp_path: Any, **settings: Any) -> BigQueryFileLoadsOptions:
@@ -312,7 +271,7 @@ def test_files_wait_out_the_minimum_load_interval_and_load_together(
     # and a few jobs per table rather than one per checkpoint.
     assert max(e["files"] for e in entries) >= 5, entries
     assert len(entries) <= 2 * 5, entries
-    tables = rows_by_table(project, dataset)
+    tables = ids_by_table(project, dataset)
     assert tables == {f"half_{h}": Counter(range(h, count, 2)) for h in (0, 1)}
 
 

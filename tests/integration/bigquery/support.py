@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import grpc
@@ -259,3 +260,26 @@ def read_events(path: str) -> list[dict[str, Any]]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class DailyTables:
+    """The resolver of the exactly-once jobs: ``events_<record["day"]>`` in one dataset."""
+
+    def __init__(self, project: str, dataset: str) -> None:
+        self.project = project
+        self.dataset = dataset
+
+    def __call__(self, record: dict[str, Any], ctx: Any) -> Any:
+        from pyflink_gcp.bigquery import TableDestination
+
+        return TableDestination.of(self.project, self.dataset, f"events_{record['day']}")
+
+
+def ids_by_table(project: str, dataset: str) -> dict[str, Counter[int]]:
+    """How often each ``id`` is in each table of the dataset."""
+    return {
+        table: Counter(
+            row["id"] for row in query(project, f"SELECT id FROM `{project}.{dataset}.{table}`")
+        )
+        for table in table_names(project, dataset)
+    }
