@@ -54,7 +54,7 @@ from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import row_payload
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.staging import Staging
-from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -291,19 +291,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         # records are replayed from the checkpoint.
         shutil.rmtree(self._spool, ignore_errors=True)
         os.makedirs(self._spool, exist_ok=True)
-        self.catalog = TableCatalog(
-            sink_name=self.sink_name,
-            resolver_name=self.resolver_name,
-            serializer=self.serializer,
-            options=self.options,
-            create_disposition=self.create_disposition,
-            rest_endpoint=self.rest_endpoint,
-            retry=self.retry,
-        )
-        self._metadata = ThreadPoolExecutor(
-            max_workers=self.options.metadata_threads,
-            thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-meta",
-        )
+        self.catalog, self._metadata = open_metadata(self, info.subtask_index)
         self._uploader = ThreadPoolExecutor(
             max_workers=self.options.sender_threads,
             thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-upload",

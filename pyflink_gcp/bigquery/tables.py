@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -266,3 +267,27 @@ class TableCatalog:
             f"{destination.project}.{destination.dataset} does not exist (the sink creates "
             "tables, not datasets)"
         )
+
+
+def open_metadata(factory: Any, subtask_index: int) -> tuple[TableCatalog, ThreadPoolExecutor]:
+    """A writer factory's table catalog and the metadata threads that run its lookups.
+
+    ``factory`` is any BigQuery writer factory: every one carries ``sink_name``,
+    ``resolver_name``, ``serializer``, ``options``, ``create_disposition``, ``rest_endpoint``
+    and ``retry``. The threads are the factory's own, apart from any it sends with: a writer
+    waits for its table's metadata, which must not queue behind it.
+    """
+    catalog = TableCatalog(
+        sink_name=factory.sink_name,
+        resolver_name=factory.resolver_name,
+        serializer=factory.serializer,
+        options=factory.options,
+        create_disposition=factory.create_disposition,
+        rest_endpoint=factory.rest_endpoint,
+        retry=factory.retry,
+    )
+    threads = ThreadPoolExecutor(
+        max_workers=factory.options.metadata_threads,
+        thread_name_prefix=f"{factory.sink_name}-{subtask_index}-meta",
+    )
+    return catalog, threads

@@ -42,7 +42,7 @@ from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
-from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -307,21 +307,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             max_workers=self.options.sender_threads,
             thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-send",
         )
-        # Separate from the senders: a sender waits for its table's metadata, which must not
-        # queue behind it.
-        self.metadata_executor = ThreadPoolExecutor(
-            max_workers=self.options.metadata_threads,
-            thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-meta",
-        )
-        self.catalog = TableCatalog(
-            sink_name=self.sink_name,
-            resolver_name=self.resolver_name,
-            serializer=self.serializer,
-            options=self.options,
-            create_disposition=self.create_disposition,
-            rest_endpoint=self.rest_endpoint,
-            retry=self.retry,
-        )
+        self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
 
     def close(self) -> None:
         for executor in (self.executor, self.metadata_executor):
