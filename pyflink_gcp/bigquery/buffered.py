@@ -241,7 +241,7 @@ class BufferedStreamCommitter(Committer):
         self._channel: Any = None
         self._calls: StreamCalls | None = None
         self._pool: ThreadPoolExecutor | None = None
-        #: Streams flushed and rows' worth of offsets, for tests and logs.
+        #: Streams flushed (or finalized) so far, for tests and logs.
         self.flushes = 0
 
     def open(self, info: SubtaskInfo) -> None:

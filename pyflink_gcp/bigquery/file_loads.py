@@ -29,7 +29,6 @@ committer skips a committable that is not due), so a failover still loads them.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import shutil
@@ -63,8 +62,6 @@ from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration
-
-_LOG = logging.getLogger("pyflink_gcp.bigquery")
 
 #: Rows a table writer holds before it writes them to its file (it waits for the table's schema
 #: only then, not on every record).

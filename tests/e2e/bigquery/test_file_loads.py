@@ -73,14 +73,23 @@ class Slow(MapFunction):
         return value
 
 
-def sink(project: str, dataset: str, loads: BigQueryFileLoadsOptions, **options: Any) -> Any:
+def sink(
+    project: str,
+    dataset: str,
+    loads: BigQueryFileLoadsOptions,
+    resolver: Any = None,
+    name: str = "events-loads",
+    **options: Any,
+) -> Any:
+    """A FILE_LOADS sink of ``EVENTS`` rows: daily tables unless ``resolver`` says otherwise;
+    ``options`` are BigQueryWriterOptions settings (bundles of 200 records by default)."""
     writer = BigQueryWriterOptions.builder().max_buffered_records(200)
-    for name, value in options.items():
-        writer = getattr(writer, name)(value)
+    for setting, value in options.items():
+        writer = getattr(writer, setting)(value)
     return (
         BigQuerySink.builder()
-        .set_sink_name("events-loads")
-        .set_destination_resolver(DailyTables(project, dataset))
+        .set_sink_name(name)
+        .set_destination_resolver(resolver or DailyTables(project, dataset))
         .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=EVENTS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_write_method(WriteMethod.FILE_LOADS)
@@ -250,15 +259,13 @@ def test_files_wait_out_the_minimum_load_interval_and_load_together(
     log = str(tmp_path / "loads.jsonl")
     env = trickling_env(200)
     loads = loads_options(bucket, tmp_path, min_load_interval=timedelta(seconds=3))
-    built = (
-        BigQuerySink.builder()
-        .set_sink_name("halves-loads")
-        .set_destination_resolver(Halves(project, dataset))
-        .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=EVENTS))
-        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
-        .set_write_method(WriteMethod.FILE_LOADS)
-        .set_file_loads_options(loads)
-        .build()
+    built = sink(
+        project,
+        dataset,
+        loads,
+        Halves(project, dataset),
+        "halves-loads",
+        max_buffered_records=BigQueryWriterOptions().max_buffered_records,
     )
     slow = Slow(every=10, seconds=0.05)  # about 7 s: some 35 checkpoints
     record_stream(env, count, event, parallelism=1).map(slow).set_parallelism(1).sink_to(
