@@ -24,6 +24,22 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/CheckpointMarkers.class",
     "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
+    "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
+    "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",
+    "dev/pyflinkgcp/bridge/table/PubSubTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/BigQueryTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/TableOptions.class",
+    "dev/pyflinkgcp/bridge/table/TableOptions$Spec.class",
+    "dev/pyflinkgcp/bridge/table/TableRows.class",
+    "dev/pyflinkgcp/bridge/table/TableRows$1.class",
+    "dev/pyflinkgcp/bridge/table/TableRows$Conversion.class",
+    "dev/pyflinkgcp/bridge/table/WriterPayload.class",
+}
+#: Generated from pyflink_gcp/table/options.py: the SQL connectors' options and factories.
+RESOURCES = {
+    "META-INF/pyflink-gcp/table-options.json",
+    "META-INF/services/org.apache.flink.table.factories.Factory",
 }
 
 
@@ -48,7 +64,7 @@ def without_javac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_build_compiles_every_operator_and_skips_an_up_to_date_jar(scratch):
     sources, jar = scratch
     assert bridge.build() == jar
-    assert set(zipfile.ZipFile(jar).namelist()) == {"META-INF/MANIFEST.MF", *CLASSES}
+    assert set(zipfile.ZipFile(jar).namelist()) == {"META-INF/MANIFEST.MF", *CLASSES, *RESOURCES}
     built = (jar.read_bytes(), jar.stat().st_mtime_ns)
     assert bridge.build() == jar
     assert (jar.read_bytes(), jar.stat().st_mtime_ns) == built  # up to date: left alone
@@ -59,6 +75,28 @@ def test_build_compiles_every_operator_and_skips_an_up_to_date_jar(scratch):
     bridge.build()
     assert bridge._DIGEST.read_text() != digest  # rebuilt from the changed source
     assert not list(jar.parent.glob(".*.part"))  # the jar and its digest replaced whole
+
+
+@needs_javac
+def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monkeypatch):
+    """A changed option list rebuilds the jar, whose resource then holds the new list."""
+    _, jar = scratch
+    bridge.build()
+    options = tmp_path / "options.py"
+    options.write_text(
+        bridge._TABLE_OPTIONS.read_text().replace('default="20000"', 'default="12345"')
+    )
+    monkeypatch.setattr(bridge, "_TABLE_OPTIONS", options)
+    digest = bridge._DIGEST.read_text()
+    bridge.build()
+    assert bridge._DIGEST.read_text() != digest
+    with zipfile.ZipFile(jar) as built:
+        listed = built.read("META-INF/services/org.apache.flink.table.factories.Factory")
+        assert b'"default": "12345"' in built.read("META-INF/pyflink-gcp/table-options.json")
+    assert listed.decode().split() == [
+        "dev.pyflinkgcp.bridge.table.PubSubTableSinkFactory",
+        "dev.pyflinkgcp.bridge.table.BigQueryTableSinkFactory",
+    ]
 
 
 @needs_javac

@@ -1,0 +1,76 @@
+package dev.pyflinkgcp.bridge.table;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.python.PythonOptions;
+import org.apache.flink.table.api.ValidationException;
+import org.apache.flink.table.connector.sink.DynamicTableSink;
+import org.apache.flink.table.factories.DynamicTableSinkFactory;
+import org.apache.flink.table.factories.FactoryUtil;
+import org.apache.flink.table.types.logical.RowType;
+
+/**
+ * The table sink factory of a pyflink-gcp connector: the rows of an {@code INSERT} go to the
+ * same Python writer the DataStream sink of that service runs.
+ *
+ * <p>A connector is a subclass naming its identifier (listed in the jar's factory services
+ * file); its options come from the generated option list ({@link TableOptions}), and what they
+ * mean is decided on the Python side ({@code pyflink_gcp.table}). Everything the planner can
+ * check is checked here, when the statement is planned: unknown and missing keys (Flink's
+ * helper), values of every kind and template placeholders ({@link TableOptions#validate}), and
+ * {@code python.metric.enabled}, without which the writer's pre-barrier flush cannot run.
+ */
+public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
+
+    private final String identifier;
+
+    protected GcpTableSinkFactory(String identifier) {
+        this.identifier = identifier;
+    }
+
+    @Override
+    public String factoryIdentifier() {
+        return identifier;
+    }
+
+    private TableOptions options() {
+        return TableOptions.of(identifier);
+    }
+
+    @Override
+    public Set<ConfigOption<?>> requiredOptions() {
+        return options().required();
+    }
+
+    @Override
+    public Set<ConfigOption<?>> optionalOptions() {
+        return options().optional();
+    }
+
+    @Override
+    public DynamicTableSink createDynamicTableSink(Context context) {
+        FactoryUtil.createTableFactoryHelper(this, context).validate();
+        TableOptions options = options();
+        Map<String, String> values = new LinkedHashMap<>(context.getCatalogTable().getOptions());
+        values.remove(FactoryUtil.CONNECTOR.key());
+        RowType rowType = (RowType) context.getPhysicalRowDataType().getLogicalType();
+        List<String> columns = rowType.getFieldNames();
+        options.validate(values, columns);
+        String name = context.getObjectIdentifier().getObjectName();
+        ReadableConfig config = context.getConfiguration();
+        if (!config.get(PythonOptions.PYTHON_METRIC_ENABLED)) {
+            throw new ValidationException(
+                    String.format(
+                            "sink '%s': python.metric.enabled=false disables the pre-barrier flush"
+                                    + " hook pyflink-gcp relies on for at-least-once delivery;"
+                                    + " enable it.",
+                            name));
+        }
+        return new GcpTableSink(identifier, name, values, rowType, config, options);
+    }
+}
