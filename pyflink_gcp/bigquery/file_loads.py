@@ -4,11 +4,13 @@ checkpoint.
 The file lifecycle is the one Flink users know from the file sinks:
 
 - **in-progress**: a table's open file, on local disk (``<spool>/<sink>/<subtask>/``), named
-  ``<part prefix>-<subtask>-<attempt>-<run>-<n>.json<in-progress suffix>``. Rows are converted
-  with the table's schema as they are written (:mod:`pyflink_gcp.bigquery.json_rows`), so a
-  bad row goes to the failure handler with its record.
+  ``<part prefix>-<subtask>-<attempt>-<run>-<n>.<format><in-progress suffix>``. Rows are
+  converted with the table's schema as they are written, in the configured
+  :class:`~pyflink_gcp.bigquery.options.FileFormat` (:mod:`pyflink_gcp.bigquery.file_formats`),
+  so a bad row goes to the failure handler with its record.
 - **pending**: a finished file, uploaded to the staging location as
-  ``gs://bucket/prefix/<table id>/<name>.json<pending suffix>``. A file is finished when it
+  ``gs://bucket/prefix/<table id>/<name><pending suffix>`` (or copied into a local staging
+  directory, :mod:`pyflink_gcp.bigquery.staging`). A file is finished when it
   reaches ``max_file_bytes``, when its table had no record for ``inactivity_interval``, when
   its writer is released (idle, or least recently used at ``max_active_destinations``: the cap
   on open files), and at every checkpoint's marker.
@@ -41,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.destinations import TableDestination
-from pyflink_gcp.bigquery.json_rows import JsonRowEncoder
+from pyflink_gcp.bigquery.file_formats import PartWriter, part_writer_type
 from pyflink_gcp.bigquery.load_jobs import FileLoad, LoadJobCommitter, StagedFile
 from pyflink_gcp.bigquery.options import (
     LOAD_JOBS_PER_TABLE_PER_DAY,
@@ -52,7 +54,7 @@ from pyflink_gcp.bigquery.options import (
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import row_payload
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
-from pyflink_gcp.bigquery.staging import Staging
+from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
@@ -72,24 +74,22 @@ _JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 class _PartFile:
-    """An in-progress file on local disk."""
+    """An in-progress file on local disk: its format's writer and when it was last written."""
 
-    __slots__ = ("path", "name", "size", "last_write", "last_check", "_file")
+    __slots__ = ("name", "writer", "last_write", "last_check")
 
-    def __init__(self, path: str, name: str) -> None:
-        self.path = path
+    def __init__(self, name: str, writer: PartWriter) -> None:
         self.name = name
-        self.size = 0
+        self.writer = writer
         self.last_write = self.last_check = time.monotonic()
-        self._file = open(path, "wb")  # noqa: SIM115 - closed by finish()
 
-    def write(self, line: bytes) -> None:
-        self._file.write(line)
-        self.size += len(line)
-        self.last_write = time.monotonic()
+    @property
+    def path(self) -> str:
+        return self.writer.path
 
-    def finish(self) -> None:
-        self._file.close()
+    @property
+    def size(self) -> int:
+        return self.writer.size
 
 
 class TableFileWriter(DestinationWriter[TableDestination]):
@@ -106,7 +106,7 @@ class TableFileWriter(DestinationWriter[TableDestination]):
         self._factory = factory
         self._sink = factory.sink_name
         self._layout_source = layout
-        self._encoder: JsonRowEncoder | None = None
+        self._fields: Any = None
         self._rows: list[tuple[Any, Any]] = []
         self._file: _PartFile | None = None
         self._uploads: list[Future[StagedFile]] = []
@@ -135,24 +135,22 @@ class TableFileWriter(DestinationWriter[TableDestination]):
         """Write the held rows to the open file, rolling it at ``max_file_bytes``."""
         if not self._rows:
             return
-        encoder = self._encoder
-        if encoder is None:
+        fields = self._fields
+        if fields is None:
             layout = self._layout_source.result()  # raises a missing table, a refused creation
-            encoder = self._encoder = JsonRowEncoder(
-                layout.fields, ignore_unknown_values=self._factory.options.ignore_unknown_values
-            )
+            fields = self._fields = layout.fields
         max_bytes = self._factory.loads.max_file_bytes
         rows, self._rows = self._rows, []
         for element, record in rows:
+            part = self._file
+            if part is None:
+                part = self._file = self._factory.new_part_file(self.destination, fields)
             try:
-                line = encoder.encode(element)
+                part.writer.write(element)
             except RowError as exc:
                 self._rejected.append(self._failed(element, record, str(exc)))
                 continue
-            part = self._file
-            if part is None:
-                part = self._file = self._factory.new_part_file(self.destination)
-            part.write(line)
+            part.last_write = time.monotonic()
             if part.size >= max_bytes:
                 self._finish()
 
@@ -170,7 +168,11 @@ class TableFileWriter(DestinationWriter[TableDestination]):
         part, self._file = self._file, None
         if part is None:
             return
-        part.finish()
+        if not part.writer.rows:  # every row was rejected: nothing to load
+            part.writer.abort()
+            _remove(part.path)
+            return
+        part.writer.finish()
         self._uploads.append(self._factory.upload(part, self.destination))
 
     def start_flush(self) -> None:
@@ -202,7 +204,7 @@ class TableFileWriter(DestinationWriter[TableDestination]):
     def close(self) -> None:
         part, self._file = self._file, None
         if part is not None:  # the task failed: an in-progress file is never loaded
-            part.finish()
+            part.writer.abort()
             _remove(part.path)
         self._factory.writer_closed(self)
 
@@ -293,8 +295,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             max_workers=self.options.sender_threads,
             thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-upload",
         )
-        self.staging = Staging(self.loads, self.retry, self.sink_name)
-        self.staging.open()
+        self.staging = open_staging(self.loads, self.retry, self.sink_name)
 
     def close(self) -> None:
         for executor in (self._uploader, self._metadata):
@@ -323,17 +324,20 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
 
     # -- files ----------------------------------------------------------------------------------
 
-    def new_part_file(self, destination: TableDestination) -> _PartFile:
+    def new_part_file(self, destination: TableDestination, fields: Any) -> _PartFile:
         assert self.info is not None
         loads = self.loads
+        writer_type = part_writer_type(loads.file_format)
         name = (
             f"{loads.part_prefix}-{self.info.subtask_index}-{self.info.attempt_number}-"
-            f"{self._run}-{self._seq}.json"
+            f"{self._run}-{self._seq}{writer_type.extension}"
         )
         self._seq += 1
         directory = os.path.join(self._spool, destination.table_id)
         os.makedirs(directory, exist_ok=True)
-        return _PartFile(os.path.join(directory, name + loads.in_progress_suffix), name)
+        path = os.path.join(directory, name + loads.in_progress_suffix)
+        writer = writer_type(path, fields, self.options.ignore_unknown_values, loads.max_file_bytes)
+        return _PartFile(name, writer)
 
     def upload(self, part: _PartFile, destination: TableDestination) -> Future[StagedFile]:
         assert self._uploader is not None and self.staging is not None
@@ -380,7 +384,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             due = checkpoint_id < 0 or last is None or now - last >= interval
             for group, chunk in enumerate(_groups(files)):
                 job_id = load_job_id(self.sink_name, table_id, first, self.info, group, chunk)
-                loads.append(FileLoad(table_id, self.loads.bucket, chunk, job_id, due))
+                loads.append(FileLoad(table_id, chunk, job_id, due))
             if due:
                 del self._carried[table_id]
                 del self._first_checkpoint[table_id]

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
+from pyflink_gcp.bigquery.file_formats import load_job_config
 from pyflink_gcp.bigquery.options import BigQueryFileLoadsOptions
-from pyflink_gcp.bigquery.staging import Staging
+from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.core.commit import Committer
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.retry import RetryPolicy, status_name
@@ -40,7 +41,6 @@ class FileLoad:
     """
 
     table_id: str
-    bucket: str
     files: tuple[StagedFile, ...]
     job_id: str
     due: bool
@@ -72,8 +72,7 @@ class LoadJobCommitter(Committer):
         self.jobs_found = 0
 
     def open(self, info: SubtaskInfo) -> None:
-        self._staging = Staging(self._loads, self._retry, self._sink)
-        self._staging.open()
+        self._staging = open_staging(self._loads, self._retry, self._sink)
         self._pool = ThreadPoolExecutor(
             max_workers=self._threads, thread_name_prefix=f"{self._sink}-{info.subtask_index}-load"
         )
@@ -108,17 +107,13 @@ class LoadJobCommitter(Committer):
 
     def _run(self, load: FileLoad) -> None:
         from google.api_core.exceptions import Conflict
-        from google.cloud import bigquery
 
         project = load.table_id.split(".", 1)[0]
         client = self._client(project)
         what = f"sink '{self._sink}': load job {load.job_id} into {load.table_id}"
-        config = bigquery.LoadJobConfig(
-            source_format=bigquery.SourceFormat.NEWLINE_DELIMITED_JSON,
-            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
-            create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
-        )
-        uris = [f"gs://{load.bucket}/{f.name}" for f in load.files]
+        config = load_job_config(self._loads.file_format)
+        assert self._staging is not None
+        uris = [self._staging.uri(f.name) for f in load.files]
 
         def insert() -> Any:
             try:

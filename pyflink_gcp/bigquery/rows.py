@@ -267,7 +267,8 @@ _ALIASES = {
 _INT_WIRE = frozenset({"TIMESTAMP", "DATE"})
 
 
-def _bq_type(field: Any) -> str:
+def bq_type(field: Any) -> str:
+    """The canonical BigQuery type of a ``SchemaField`` (``INTEGER`` is ``INT64``, ...)."""
     name = str(field.field_type).upper()
     return _ALIASES.get(name, name)
 
@@ -285,12 +286,23 @@ def _as_list_or_list(value: Any) -> list[Any]:
 class _Column:
     """One column (or RECORD sub-field): how to encode it and how to convert it leniently."""
 
-    __slots__ = ("name", "bq_type", "repeated", "scalar", "children", "by_lower", "special")
+    __slots__ = (
+        "name",
+        "bq_type",
+        "repeated",
+        "required",
+        "scalar",
+        "children",
+        "by_lower",
+        "special",
+    )
 
     def __init__(self, field: Any, converters: Mapping[str, Callable[[Any], Any]] | None = None):
         self.name: str = field.name
-        self.bq_type = _bq_type(field)
-        self.repeated = (field.mode or "NULLABLE").upper() == "REPEATED"
+        self.bq_type = bq_type(field)
+        mode = (field.mode or "NULLABLE").upper()
+        self.repeated = mode == "REPEATED"
+        self.required = mode == "REQUIRED"
         self.children: dict[str, _Column] = {}
         self.scalar: Callable[[Any], Any] | None = None
         if self.bq_type == "RECORD":
@@ -398,6 +410,11 @@ class ColumnTree:
             raise SchemaNotSupportedError("the table has no columns")
         self._columns = {c.name: c for c in columns}
         self._by_lower = {c.name.lower(): c for c in columns}
+
+    @property
+    def columns(self) -> tuple[_Column, ...]:
+        """The top-level columns in schema order (a column's ``children`` are its fields)."""
+        return tuple(self._columns.values())
 
     def convert(self, row: Mapping[str, Any], ignore_unknown: bool) -> dict[str, Any]:
         """``row`` converted column by column; RowError names a column that does not fit."""

@@ -1,15 +1,21 @@
-"""The staging location of ``WriteMethod.FILE_LOADS``: pending files as Cloud Storage objects.
+"""The staging location of ``WriteMethod.FILE_LOADS``: where pending files wait for their load.
 
-A finished file is uploaded under ``gs://bucket/prefix/<table id>/``; a load job reads it from
-there, and it is deleted once loaded. Every call is one attempt with a timeout (the client
-library's own retry is off) under the sink's retry policy. ``STORAGE_EMULATOR_HOST`` (a URL)
-points the client at an emulator, with anonymous credentials, as the Cloud Storage libraries
-do.
+- ``gs://bucket/prefix`` (:class:`Staging`): a finished file is uploaded under
+  ``gs://bucket/prefix/<table id>/``; a load job reads it from there, and it is deleted once
+  loaded. Every call is one attempt with a timeout (the client library's own retry is off)
+  under the sink's retry policy. ``STORAGE_EMULATOR_HOST`` (a URL) points the client at an
+  emulator, with anonymous credentials, as the Cloud Storage libraries do.
+- a local directory (``file:///path`` or ``/path``; :class:`LocalStaging`): a finished file is
+  moved under ``<directory>/<table id>/`` and loaded from its ``file://`` URI. BigQuery itself
+  reads only Cloud Storage; a local directory is for backends that read the machine's files
+  (the BigQuery emulator), and every TaskManager must see the same directory (the committer
+  loading a table's files runs on one of them).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 from pyflink_gcp.bigquery.options import BigQueryFileLoadsOptions
@@ -33,8 +39,19 @@ def storage_module() -> Any:
     return storage
 
 
+def open_staging(options: BigQueryFileLoadsOptions, retry: RetryPolicy, sink_name: str) -> Staging:
+    """The opened staging area of ``options.staging_location``."""
+    staging: Staging = (
+        LocalStaging(options, retry, sink_name)
+        if options.local_directory is not None
+        else Staging(options, retry, sink_name)
+    )
+    staging.open()
+    return staging
+
+
 class Staging:
-    """The pending objects of one sink subtask (or its committer) in the staging location."""
+    """The pending objects of one sink subtask (or its committer) in a Cloud Storage bucket."""
 
     def __init__(self, options: BigQueryFileLoadsOptions, retry: RetryPolicy, sink_name: str):
         self.bucket_name = options.bucket
@@ -117,3 +134,50 @@ class Staging:
             ],
             f"list gs://{self.bucket_name}/{full}",
         )
+
+
+class LocalStaging(Staging):
+    """The pending files of one sink subtask (or its committer) in a local directory."""
+
+    def __init__(self, options: BigQueryFileLoadsOptions, retry: RetryPolicy, sink_name: str):
+        super().__init__(options, retry, sink_name)
+        assert options.local_directory is not None
+        self._root = options.local_directory
+        self.endpoint = "file://" + self._root
+
+    def open(self, project: str | None = None) -> None:
+        os.makedirs(self._root, exist_ok=True)
+
+    def close(self) -> None:
+        pass
+
+    def object_name(self, table_id: str, file_name: str) -> str:
+        return "/".join((table_id, file_name))
+
+    def uri(self, name: str) -> str:
+        return "file://" + os.path.join(self._root, name)
+
+    def upload(self, path: str, name: str) -> None:
+        target = os.path.join(self._root, name)
+
+        def attempt() -> None:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            partial = target + ".part"
+            shutil.copyfile(path, partial)
+            os.replace(partial, target)  # a load never sees half a file
+
+        self._call(attempt, f"copy {path} to {self.uri(name)}")
+
+    def delete(self, name: str) -> None:
+        try:
+            os.remove(os.path.join(self._root, name))
+        except FileNotFoundError:
+            pass
+
+    def list(self, prefix: str = "") -> list[str]:
+        top = os.path.join(self._root, prefix)
+        found = []
+        for directory, _, files in os.walk(top):
+            for file_name in files:
+                found.append(os.path.relpath(os.path.join(directory, file_name), self._root))
+        return sorted(found)

@@ -1,4 +1,4 @@
-"""Starts bqemulator with one DuckDB lock, and BigQuery's FlushRows and job ids (run by path).
+"""Starts bqemulator with one DuckDB lock, and BigQuery's FlushRows, job ids and Avro TIME.
 
 bqemulator serves its REST API (on the event loop and its thread pool) and its Storage Write API
 (on gRPC's thread pool) from one DuckDB connection, guarded by two different locks: an asyncio
@@ -19,6 +19,8 @@ finalized streams, so code tested against it would be off by one row against Big
 And jobs.insert with the id of an existing job answers 409 ``duplicate`` and runs nothing, as
 BigQuery does; the first job stays. The emulator ran the job again and replaced its record,
 so a retried load job with a fixed id (the way to load exactly once) loaded its rows twice.
+Avro files with both ``decimal`` and ``time-micros`` columns load their TIME values as
+BigQuery does (:func:`_patch_avro_time`).
 
 Usage: ``<bqemulator's python> bq_serialized.py start [bqemulator options]``.
 """
@@ -198,6 +200,28 @@ def _patch() -> None:
         path.removeprefix(router.prefix), _unique_job_ids(found[0].endpoint), methods=["POST"]
     )
     router.routes.insert(index, router.routes.pop())  # first match wins: keep its place
+
+    _patch_avro_time()
+
+
+def _patch_avro_time() -> None:
+    """Avro ``time-micros``/``time-millis`` read as TIME in the emulator's decimal path.
+
+    A file with a ``decimal`` column is read through fastavro into Arrow, whose type map knows
+    no time logical types: a TIME column came out as int64 holding ``datetime.time`` values
+    and the load failed. BigQuery loads both as TIME (``use_avro_logical_types``).
+    """
+    import pyarrow as pa
+    from bqemulator.jobs import avro_reader
+
+    raw_logical = avro_reader._avro_logical_to_arrow
+
+    def logical(avro_type: dict[str, Any], name: str) -> Any:
+        if name in {"time-micros", "time-millis"}:
+            return pa.time64("us")
+        return raw_logical(avro_type, name)
+
+    avro_reader._avro_logical_to_arrow = logical
 
 
 if __name__ == "__main__":

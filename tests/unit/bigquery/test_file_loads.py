@@ -12,7 +12,11 @@ import pytest
 from pyflink_gcp.bigquery import file_loads
 from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory, _groups, load_job_id
 from pyflink_gcp.bigquery.load_jobs import StagedFile
-from pyflink_gcp.bigquery.options import BigQueryFileLoadsOptions, BigQueryWriterOptions
+from pyflink_gcp.bigquery.options import (
+    BigQueryFileLoadsOptions,
+    BigQueryWriterOptions,
+    FileFormat,
+)
 from pyflink_gcp.core import SubtaskInfo
 
 
@@ -102,13 +106,20 @@ def test_the_job_is_warned_when_checkpoints_would_exceed_the_load_quota(
         assert "8,640 times a day" in warning and "at least 58 s" in warning
 
 
-def test_options_refuse_a_staging_location_that_is_not_a_bucket() -> None:
+@pytest.mark.parametrize("location", ["relative/dir", "s3://bucket/x", "gs://", "file://x"])
+def test_options_refuse_a_staging_location_that_is_no_bucket_or_directory(location: str) -> None:
     from pyflink_gcp.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=r"staging_location must be 'gs://bucket/prefix'"):
-        BigQueryFileLoadsOptions(staging_location="/tmp/x")
+        BigQueryFileLoadsOptions(staging_location=location)
+
+
+def test_options_tell_a_bucket_from_a_local_directory() -> None:
     options = BigQueryFileLoadsOptions(staging_location="gs://bucket/a/b/")
-    assert (options.bucket, options.prefix) == ("bucket", "a/b")
+    assert (options.bucket, options.prefix, options.local_directory) == ("bucket", "a/b", None)
+    for location in ("/srv/stage/", "file:///srv/stage"):
+        local = BigQueryFileLoadsOptions(staging_location=location)
+        assert (local.local_directory, local.bucket, local.prefix) == ("/srv/stage", "", "")
 
 
 def open_writer(tmp_path: Any, monkeypatch: Any, **loads: Any) -> tuple[Any, list[str]]:
@@ -121,7 +132,7 @@ def open_writer(tmp_path: Any, monkeypatch: Any, **loads: Any) -> tuple[Any, lis
     from pyflink_gcp.bigquery.file_loads import TableFileWriter
     from pyflink_gcp.bigquery.tables import TableLayout
 
-    f = factory(**loads)
+    f = factory(**{"file_format": FileFormat.NEWLINE_DELIMITED_JSON, **loads})
     f._spool = str(tmp_path)
     finished: list[str] = []
     contents: dict[str, str] = {}
