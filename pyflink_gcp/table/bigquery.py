@@ -1,0 +1,173 @@
+"""``'connector' = 'gcp-bigquery'``: a table's rows appended by the BigQuery DataStream sink.
+
+Each column goes to the table column of the same name. Under ``create-disposition =
+create-if-needed`` (the default) a missing table is created with a schema derived from the
+DDL's columns (:func:`table_schema`), at most ``sink.max-created-destinations`` per subtask (the
+DataStream sinks' creation bound, 100 by default): a template over a column with unbounded
+values fails the job at that bound instead of creating tables without end.
+
+Types: CHAR/VARCHAR → STRING, BOOLEAN → BOOL, BINARY/VARBINARY → BYTES, TINYINT to BIGINT →
+INT64, FLOAT/DOUBLE → FLOAT64, DECIMAL(p, s) → NUMERIC when it fits (s ≤ 9, p - s ≤ 29) else
+BIGNUMERIC, DATE → DATE, TIME → TIME, TIMESTAMP and TIMESTAMP_LTZ → TIMESTAMP (a TIMESTAMP
+without zone is taken as UTC; top-level columns keep their microseconds), ROW → RECORD,
+ARRAY<T> → REPEATED T, MAP<K, V> → REPEATED RECORD<key K, value V>. NOT NULL columns are
+REQUIRED. Other types (INTERVAL, MULTISET, nested ARRAYs) have no BigQuery column and fail the
+job when it starts.
+
+A row whose ``table`` template renders no valid table id (a NULL column, say) is unroutable: it
+goes to the failure handler as its JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud.bigquery import SchemaField
+
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQuerySink,
+    OrderingMode,
+    TableDestination,
+    TableSchema,
+    WriteMethod,
+)
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.runtime import DynamicSink
+from pyflink_gcp.core.types import UnroutableRecord
+from pyflink_gcp.routing import names
+from pyflink_gcp.routing.templates import Template, TemplateValueError
+from pyflink_gcp.table.adapter import configure, destination_template
+from pyflink_gcp.table.pubsub import row_json
+from pyflink_gcp.table.rows import LTZ, NTZ, Column, TableInfo
+
+IDENTIFIER = "gcp-bigquery"
+
+_SIMPLE = {
+    "CHAR": "STRING",
+    "VARCHAR": "STRING",
+    "BOOLEAN": "BOOL",
+    "BINARY": "BYTES",
+    "VARBINARY": "BYTES",
+    "TINYINT": "INT64",
+    "SMALLINT": "INT64",
+    "INTEGER": "INT64",
+    "BIGINT": "INT64",
+    "FLOAT": "FLOAT64",
+    "DOUBLE": "FLOAT64",
+    "DATE": "DATE",
+    "TIME_WITHOUT_TIME_ZONE": "TIME",
+    NTZ: "TIMESTAMP",
+    LTZ: "TIMESTAMP",
+}
+_WRITE_METHODS = {"storage-api-at-least-once": WriteMethod.STORAGE_API_AT_LEAST_ONCE}
+_ORDERING = {"none": OrderingMode.NONE, "per-table": OrderingMode.PER_TABLE}
+
+
+def _decimal_type(type_: dict[str, Any]) -> str:
+    precision, scale = int(type_["precision"]), int(type_["scale"])
+    if scale <= 9 and precision - scale <= 29:
+        return "NUMERIC"
+    return "BIGNUMERIC"
+
+
+def _field(name: str, type_: dict[str, Any], where: str, repeated: bool = False) -> SchemaField:
+    root = type_["root"]
+    mode = "REPEATED" if repeated else ("NULLABLE" if type_["nullable"] else "REQUIRED")
+    if root in _SIMPLE:
+        return SchemaField(name, _SIMPLE[root], mode=mode)
+    if root == "DECIMAL":
+        return SchemaField(name, _decimal_type(type_), mode=mode)
+    if root == "ROW":
+        fields = [_field(f["name"], f["type"], f"{where}.{f['name']}") for f in type_["fields"]]
+        return SchemaField(name, "RECORD", mode=mode, fields=fields)
+    if root == "ARRAY" and not repeated and type_["element"]["root"] not in ("ARRAY", "MAP"):
+        return _field(name, type_["element"], where, repeated=True)
+    if root == "MAP" and not repeated:
+        entry = [
+            _field("key", type_["key"], f"{where}.key"),
+            _field("value", type_["value"], f"{where}.value"),
+        ]
+        return SchemaField(name, "RECORD", mode="REPEATED", fields=entry)
+    raise ConfigurationError(
+        f"column {where} of type {type_['sql']} has no BigQuery column type (supported: strings, "
+        "booleans, bytes, integers, floats, DECIMAL, DATE, TIME, TIMESTAMP, TIMESTAMP_LTZ, ROW, "
+        "ARRAY of a non-array type, MAP)"
+    )
+
+
+def table_schema(columns: tuple[Column, ...]) -> TableSchema:
+    """The schema of the tables the sink creates, from the DDL's columns."""
+    return TableSchema.of([_field(c.name, c.type, c.name) for c in columns])
+
+
+def _has_map(type_: dict[str, Any]) -> bool:
+    if type_["root"] == "MAP":
+        return True
+    nested = [f["type"] for f in type_.get("fields", ())]
+    nested += [type_[k] for k in ("element", "key", "value") if k in type_]
+    return any(_has_map(t) for t in nested)
+
+
+def _entries(value: Any, type_: dict[str, Any]) -> Any:
+    """``value`` with every MAP as the list of ``{key, value}`` records BigQuery stores."""
+    if value is None:
+        return None
+    root = type_["root"]
+    if root == "MAP":
+        return [
+            {"key": _entries(k, type_["key"]), "value": _entries(v, type_["value"])}
+            for k, v in value.items()
+        ]
+    if root == "ARRAY":
+        return [_entries(v, type_["element"]) for v in value]
+    if root == "ROW":
+        return {f["name"]: _entries(value.get(f["name"]), f["type"]) for f in type_["fields"]}
+    return value
+
+
+class MapEntries:
+    """The row function of tables with MAP columns: maps become repeated key/value records."""
+
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        self.columns = tuple((c.name, c.type) for c in columns if _has_map(c.type))
+
+    def __call__(self, record: dict[str, Any], context: Any) -> dict[str, Any]:
+        row = dict(record)
+        for name, type_ in self.columns:
+            row[name] = _entries(row[name], type_)
+        return row
+
+
+class TableTemplate:
+    """The resolver: the table the ``table`` template names; unroutable when it renders none."""
+
+    def __init__(self, project: str, dataset: str, template: Template) -> None:
+        self.project = project
+        self.dataset = dataset
+        self.template = template
+
+    def resolve(self, record: dict[str, Any], context: Any) -> TableDestination | UnroutableRecord:
+        try:
+            table = self.template.render(record, context)
+        except TemplateValueError as exc:
+            return UnroutableRecord.of(row_json(record), str(exc))
+        return TableDestination(self.project, self.dataset, table)
+
+
+def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
+    """The BigQuery sink of a ``gcp-bigquery`` table."""
+    builder = BigQuerySink.builder()
+    configure(builder, IDENTIFIER, values, table)
+    template = destination_template(values, "table", table, names.bigquery_table_id)
+    builder.set_destination_resolver(TableTemplate(values["project"], values["dataset"], template))
+    schema = table_schema(table.columns)
+    to_row = MapEntries(table.columns)
+    builder.set_serializer(BigQuerySerializer.of(to_row if to_row.columns else None, schema))
+    builder.set_write_method(_WRITE_METHODS[values["write-method"]])
+    builder.set_ordering_mode(_ORDERING[values["ordering-mode"]])
+    if values["storage-endpoint"] is not None:
+        builder.set_storage_endpoint(values["storage-endpoint"])
+    if values["rest-endpoint"] is not None:
+        builder.set_rest_endpoint(values["rest-endpoint"])
+    return builder.build()

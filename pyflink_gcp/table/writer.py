@@ -1,0 +1,92 @@
+"""The writer function of a SQL connector's operator: built on the worker from the DDL's options.
+
+The Java sink's payload is a pickle that calls :func:`create_writer` with the connector's
+identifier, the DDL's options and the table's columns. It parses the options with the same
+list the Java factory validated them with, lets the connector's adapter build the service's
+DataStream sink with its builder, and returns that sink's writer function: the DataStream
+runtime's typed-marker writer, which only turns each ``Row`` into a dict first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
+from pyflink_gcp.core.runtime import TypedMarkedWriterProcessFunction
+from pyflink_gcp.core.sink_writer import SinkConfig
+from pyflink_gcp.table.options import CONNECTORS, OptionError, parse
+from pyflink_gcp.table.rows import RowConverter, TableInfo
+
+
+class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
+    """The typed-marker writer of a table sink: each row becomes ``{column: value}`` first.
+
+    Its input is the marker operator's ``(marker, record)`` row with the table's ``Row`` as
+    the record; markers, flushes, failure handling and metrics are the DataStream writer's.
+    """
+
+    def __init__(self, config: SinkConfig, convert: RowConverter) -> None:
+        super().__init__(config)
+        self._convert = convert
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
+        marker = value[0]
+        if marker is None:
+            self._write(self._convert(value[1]), ctx)
+            return None
+        return self._on_marker(marker)
+
+
+class UnbuildableWriter:
+    """Stands in for a writer that could not be built, and raises its error from ``open()``.
+
+    The payload is unpickled when the worker starts its operator, where an exception restarts
+    the job forever under the default restart strategy. Raised from ``open()`` instead (with
+    the first bundle), the error is marked non-retriable and the bridge's operator ends the job
+    once with it. The Java factory checks the options at planning, so only what it cannot see
+    gets here: a column type the service has no form for, a missing client library.
+    """
+
+    def __init__(self, error: NonRetriableSinkError) -> None:
+        self._error = error
+
+    def open(self, runtime_context: Any) -> None:
+        mark_non_retriable(self._error)
+        raise self._error
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _adapter(identifier: str) -> Any:
+    module, name = CONNECTORS[identifier].adapter.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def create_writer(
+    identifier: str, options: dict[str, str], schema: str
+) -> TableWriterProcessFunction | UnbuildableWriter:
+    """The writer function of a ``identifier`` table (called by the Java sink's payload).
+
+    Args:
+        identifier: The connector (``gcp-pubsub``...).
+        options: The DDL's options, as strings.
+        schema: The Java sink's description of the table (:class:`TableInfo`).
+    """
+    table = TableInfo.from_json(schema)
+    try:
+        try:
+            values = parse(identifier, options, table.names)
+        except OptionError as exc:
+            raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
+        try:
+            sink = _adapter(identifier)(values, table)
+        except ImportError as exc:
+            raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
+    except NonRetriableSinkError as exc:
+        return UnbuildableWriter(exc)
+    return TableWriterProcessFunction(sink._sink_config(), RowConverter(table.columns))

@@ -1,0 +1,51 @@
+"""Helpers for Table API / SQL jobs in tests: a table environment ready for the connectors, and
+the planning error of a statement."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+from pyflink.table import EnvironmentSettings, TableEnvironment
+
+from pyflink_gcp.table import register
+from tests.support.jobs import REPO_ROOT
+
+
+def make_table_env(
+    parallelism: int = 2, *, checkpoint_ms: int | None = None, extra: dict[str, str] | None = None
+) -> TableEnvironment:
+    """A streaming TableEnvironment on the MiniCluster, with the connectors registered.
+
+    Python workers run as processes (as on a cluster), a failure ends the job at once
+    (``restart-strategy.type=none``), and the workers import this repository and the venv.
+    """
+    site = sysconfig.get_paths()["purelib"]
+    paths = [REPO_ROOT, site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # PyFlink reads the worker mode from this variable when the job is submitted.
+    os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112
+    settings = EnvironmentSettings.new_instance().in_streaming_mode().build()
+    t_env = TableEnvironment.create(settings)
+    config = t_env.get_config()
+    config.set("python.executable", sys.executable)
+    config.set("python.client.executable", sys.executable)
+    config.set("restart-strategy.type", "none")
+    config.set("parallelism.default", str(parallelism))
+    if checkpoint_ms is not None:
+        config.set("execution.checkpointing.interval", f"{checkpoint_ms} ms")
+    for key, value in (extra or {}).items():
+        config.set(key, value)
+    register(t_env)
+    return t_env
+
+
+def planning_error(t_env: TableEnvironment, statement: str) -> str:
+    """The message of the error planning ``statement`` raises (it must raise)."""
+    try:
+        result = t_env.execute_sql(statement)
+    except Exception as exc:  # noqa: BLE001 - py4j errors carry the Java trace as text
+        return str(exc)
+    result.get_job_client().cancel()
+    raise AssertionError(f"planning {statement!r} did not fail")

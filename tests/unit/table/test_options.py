@@ -1,0 +1,160 @@
+"""The SQL connectors' option list: its shape, its defaults (the DataStream ones), its parser."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from datetime import timedelta
+
+import pytest
+
+from pyflink_gcp.bigquery import BigQueryWriterOptions
+from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubWriterOptions
+from pyflink_gcp.table import options
+from pyflink_gcp.table.options import CONNECTORS, OptionError, parse
+
+KEY = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*(\.[a-z][a-z0-9]*(-[a-z0-9]+)*)*$")
+COLUMNS = ("id", "region", "payload")
+
+
+def test_every_key_follows_flinks_connector_convention_and_has_a_valid_kind():
+    for connector in CONNECTORS.values():
+        keys = [o.key for o in connector.options]
+        assert len(keys) == len(set(keys)), connector.identifier
+        for option in connector.options:
+            assert KEY.match(option.key), option.key
+            assert option.kind in options.KINDS, option.key
+            assert (option.kind == "enum") == bool(option.choices), option.key
+            assert not (option.required and option.default is not None), option.key
+
+
+def test_the_required_keys_are_the_issues():
+    required = {i: {o.key for o in c.options if o.required} for i, c in CONNECTORS.items()}
+    assert required == {
+        "gcp-pubsub": {"project", "topic"},
+        "gcp-bigquery": {"project", "dataset", "table"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("identifier", "writer_type"),
+    [("gcp-pubsub", PubSubWriterOptions), ("gcp-bigquery", BigQueryWriterOptions)],
+)
+def test_defaults_are_the_datastream_defaults(identifier, writer_type):
+    """Every option mapping to a writer option field has that field's default."""
+    defaults = {f.name: f.default for f in fields(writer_type)}
+    required = {o.key: "x" for o in CONNECTORS[identifier].options if o.required}
+    values = parse(identifier, required, ())
+    checked = 0
+    for option in CONNECTORS[identifier].options:
+        target = option.maps_to or ""
+        if target.startswith("writer."):
+            field = target.removeprefix("writer.")
+            assert field in defaults, option.key
+            assert values[option.key] == defaults[field], option.key
+            checked += 1
+    assert checked >= 8
+
+
+def test_publisher_defaults_are_the_datastream_defaults():
+    values = parse("gcp-pubsub", {"project": "p", "topic": "t"}, ())
+    publisher = PubSubPublisherOptions()
+    assert values["publisher.max-messages"] == publisher.max_messages
+    assert values["publisher.max-bytes"] == publisher.max_bytes
+
+
+def test_parse_types_every_kind():
+    values = parse(
+        "gcp-pubsub",
+        {
+            "connector": "gcp-pubsub",
+            "project": "p",
+            "topic": "t-{region}",
+            "sink.buffer-flush.max-rows": "500",
+            "sink.buffer-flush.interval": "250ms",
+            "sink.idle-timeout": "0ms",
+            "sink.retry-deadline": "3 min",
+            "sink.per-destination-metrics": "TRUE",
+            "payload.format": "raw",
+            "payload.column": "payload",
+            "attributes.columns": "id, region",
+        },
+        COLUMNS,
+    )
+    assert values["topic"] == "t-{region}"
+    assert values["sink.buffer-flush.max-rows"] == 500
+    assert values["sink.buffer-flush.interval"] == timedelta(milliseconds=250)
+    assert values["sink.idle-timeout"] == timedelta(0)
+    assert values["sink.retry-deadline"] == timedelta(minutes=3)
+    assert values["sink.per-destination-metrics"] is True
+    assert values["attributes.columns"] == ("id", "region")
+    assert values["sink.max-active-destinations"] is None  # unset, no default
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("sink.buffer-flush.max-rows", "many", "an integer >= 1"),
+        ("sink.buffer-flush.max-rows", "0", "an integer >= 1"),
+        ("publisher.max-messages", "1001", "an integer in [1, 1000]"),
+        (
+            "sink.buffer-flush.interval",
+            "10",
+            "a duration such as 500ms, 10s, 5min, 1h or 1d of at least 1ms",
+        ),
+        (
+            "sink.buffer-flush.interval",
+            "0s",
+            "a duration such as 500ms, 10s, 5min, 1h or 1d of at least 1ms",
+        ),
+        ("sink.idle-timeout", "soon", "a duration such as 500ms, 10s, 5min, 1h or 1d"),
+        ("sink.per-destination-metrics", "yes", "true or false"),
+        ("failure-handler", "retry", "one of fail, drop, dead-letter"),
+        ("ordering-key.column", "customer", "a column of the table (id, region, payload)"),
+    ],
+)
+def test_a_bad_value_names_the_option_the_connector_and_what_is_expected(key, value, expected):
+    raw = {"project": "p", "topic": "t", key: value}
+    shown = "customer" if key == "ordering-key.column" else value
+    with pytest.raises(OptionError) as error:
+        parse("gcp-pubsub", raw, COLUMNS)
+    assert str(error.value) == (
+        f"Invalid value for option '{key}' of connector 'gcp-pubsub': expected {expected}, "
+        f"got '{shown}'."
+    )
+
+
+def test_unknown_and_missing_keys_and_conditional_requirements():
+    with pytest.raises(OptionError, match=r"Unsupported options found for 'gcp-pubsub': tpoic\."):
+        parse("gcp-pubsub", {"project": "p", "topic": "t", "tpoic": "x"}, ())
+    with pytest.raises(OptionError, match=r"Missing required options for 'gcp-bigquery': table\."):
+        parse("gcp-bigquery", {"project": "p", "dataset": "d"}, ())
+    with pytest.raises(OptionError) as error:
+        parse("gcp-pubsub", {"project": "p", "topic": "t", "failure-handler": "dead-letter"}, ())
+    assert str(error.value) == (
+        "Option 'dead-letter.topic' of connector 'gcp-pubsub' is required when "
+        "'failure-handler' is 'dead-letter'."
+    )
+
+
+def test_the_resource_is_what_the_java_factories_read():
+    files = options.resource("marker line")
+    document = json.loads(files[options.RESOURCE])
+    assert document["writer_module"] == "pyflink_gcp.table"
+    assert document["writer_name"] == "create_writer"
+    assert document["non_retriable_marker"] == "marker line"
+    assert document["time_roots"] == ["event_time", "processing_time"]
+    assert set(document["connectors"]) == set(CONNECTORS)
+    topic = next(o for o in document["connectors"]["gcp-pubsub"]["options"] if o["key"] == "topic")
+    assert topic["kind"] == "template" and topic["required"] is True
+    assert files[options.SERVICES].split() == [c.factory_class for c in CONNECTORS.values()]
+
+
+def test_the_writer_factory_is_a_top_level_name_of_the_package():
+    import pyflink_gcp.table
+
+    module, name = options.WRITER_FACTORY.split(":")
+    assert "." not in name
+    assert getattr(pyflink_gcp.table, name) is pyflink_gcp.table.create_writer
+    assert module == pyflink_gcp.table.__name__

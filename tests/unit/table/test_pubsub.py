@@ -1,0 +1,94 @@
+"""gcp-pubsub's adapter: messages, attributes and ordering keys from columns, topics from the
+template."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+
+import pytest
+
+from pyflink_gcp.core.errors import ResolverError
+from pyflink_gcp.core.sink_writer import SinkWriter
+from pyflink_gcp.table.options import parse
+from pyflink_gcp.table.pubsub import build_sink, row_json
+from pyflink_gcp.table.rows import Column, TableInfo
+
+TABLE = TableInfo(
+    "events",
+    tuple(Column(n, {"root": "VARCHAR"}) for n in ("id", "region", "body", "labels", "customer")),
+)
+
+
+def _serializer_and_resolver(**options: str):
+    values = parse("gcp-pubsub", {"project": "p", "topic": "ev-{region}", **options}, TABLE.names)
+    config = build_sink(values, TABLE)._sink_config()
+    return config.serializer, config.resolver
+
+
+def test_json_renders_every_sql_value_form():
+    record = {
+        "d": Decimal("12.50"),
+        "ts": datetime(2024, 3, 1, 12, 0, 0, 123456),
+        "ltz": datetime(2024, 3, 1, 12, 0, tzinfo=UTC),
+        "day": date(2024, 3, 1),
+        "t": time(12, 30, 0, 123000),
+        "b": b"\x00\xff",
+        "nested": {"x": [1, None], "m": {"k": "é"}},
+        "nan": float("nan"),
+    }
+    assert row_json(record).decode() == (
+        '{"d":"12.50","ts":"2024-03-01T12:00:00.123456","ltz":"2024-03-01T12:00:00Z",'
+        '"day":"2024-03-01","t":"12:30:00.123000","b":"AP8=","nested":{"x":[1,null],'
+        '"m":{"k":"é"}},"nan":NaN}'
+    )
+
+
+def test_the_default_message_is_the_row_as_json_to_the_templates_topic():
+    serializer, resolver = _serializer_and_resolver()
+    record = {"id": 1, "region": "eu/west", "body": None, "labels": None, "customer": "c1"}
+    assert serializer.serialize(record, None) == (row_json(record), "", None)
+    # The sanitizer turns what a topic id cannot hold into its separator.
+    assert str(resolver.resolve(record, None)) == "projects/p/topics/ev-eu_west"
+
+
+def test_raw_payload_attributes_and_ordering_key_come_from_columns():
+    serializer, _ = _serializer_and_resolver(
+        **{
+            "payload.format": "raw",
+            "payload.column": "body",
+            "attributes.columns": "id,region",
+            "attributes.map-column": "labels",
+            "ordering-key.column": "customer",
+        }
+    )
+    record = {
+        "id": 7,
+        "region": "eu",
+        "body": b"raw",
+        "labels": {"k": "v", "n": None},
+        "customer": 3,
+    }
+    assert serializer.serialize(record, None) == (
+        b"raw",
+        "3",
+        {"k": "v", "id": "7", "region": "eu"},
+    )
+    # A NULL payload skips the row.
+    assert serializer.serialize({**record, "body": None}, None) is None
+
+
+def test_a_row_whose_template_renders_no_topic_fails_the_job():
+    values = parse("gcp-pubsub", {"project": "p", "topic": "ev-{region}"}, TABLE.names)
+    writer = SinkWriter(build_sink(values, TABLE)._sink_config())
+    with pytest.raises(ResolverError, match="TemplateValueError"):
+        writer.write({"id": 1, "region": None, "body": None, "labels": None, "customer": None})
+
+
+def test_ordering_is_on_exactly_when_an_ordering_key_column_is_set():
+    for options, ordered in (({}, False), ({"ordering-key.column": "customer"}, True)):
+        values = parse("gcp-pubsub", {"project": "p", "topic": "t1t", **options}, TABLE.names)
+        factory = build_sink(values, TABLE)._sink_config().factory
+        assert factory.publisher_options.enable_message_ordering is ordered
+    assert json.loads(row_json({"a": 1})) == {"a": 1}

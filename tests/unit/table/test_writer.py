@@ -1,0 +1,70 @@
+"""create_writer: the payload's target, from DDL options to the DataStream writer function."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyflink.common import Row
+
+from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, ConfigurationError
+from pyflink_gcp.pubsub.sink import PubSubSink
+from pyflink_gcp.table import create_writer
+from pyflink_gcp.table.writer import TableWriterProcessFunction, UnbuildableWriter
+
+SCHEMA = json.dumps(
+    {
+        "sink_name": "events",
+        "columns": [
+            {"name": "id", "type": {"root": "BIGINT", "nullable": True, "sql": "BIGINT"}},
+            {"name": "region", "type": {"root": "VARCHAR", "nullable": True, "sql": "STRING"}},
+        ],
+    }
+)
+
+
+def test_the_writer_is_the_datastream_sinks_writer_converting_rows():
+    writer = create_writer("gcp-pubsub", {"project": "p", "topic": "t-{region}"}, SCHEMA)
+    assert isinstance(writer, TableWriterProcessFunction)
+    config = writer._config
+    assert config.sink_name == "events"
+    assert type(config.factory).__name__ == "PubSubWriterFactory"
+    assert config.max_buffered_records == 20_000 and config.max_buffer_time_ms == 1_000
+    record = writer._convert(Row(id=1, region="eu"))
+    assert record == {"id": 1, "region": "eu"}
+    assert str(config.resolver.resolve(record, None)) == "projects/p/topics/t-eu"
+    assert isinstance(PubSubSink(config), PubSubSink)
+
+
+def test_options_map_onto_the_builders_shared_names():
+    writer = create_writer(
+        "gcp-pubsub",
+        {
+            "project": "p",
+            "topic": "events",
+            "sink.buffer-flush.max-rows": "50",
+            "sink.buffer-flush.interval": "250ms",
+            "sink.idle-timeout": "1min",
+            "sink.max-active-destinations": "7",
+            "failure-handler": "drop",
+        },
+        SCHEMA,
+    )
+    assert isinstance(writer, TableWriterProcessFunction)
+    config = writer._config
+    assert (config.max_buffered_records, config.max_buffer_time_ms) == (50, 250)
+    assert (config.idle_timeout_s, config.max_active) == (60.0, 7)
+    assert config.failure_handler.mode == "log_and_drop"
+
+
+def test_an_unbuildable_writer_fails_once_from_open_marked_non_retriable():
+    writer = create_writer("gcp-pubsub", {"project": "p", "topic": "{nope}"}, SCHEMA)
+    assert isinstance(writer, UnbuildableWriter)
+    with pytest.raises(ConfigurationError, match=r"unknown placeholder \{nope\}") as error:
+        writer.open(None)
+    assert NON_RETRIABLE_MARKER in "".join(getattr(error.value, "__notes__", []))
+    bad = create_writer(
+        "gcp-pubsub", {"project": "p", "topic": "t", "sink.idle-timeout": "x"}, SCHEMA
+    )
+    with pytest.raises(ConfigurationError, match=r"^sink 'events': Invalid value for option"):
+        bad.open(None)
