@@ -1,0 +1,162 @@
+"""The ``gcp-bigquery`` SQL connector in MiniCluster jobs, read back from the emulator.
+
+One job writes through a DDL table and a ``TableDescriptor`` table (a statement set), both
+with templates over a column and the event time, into tables the sink creates from the DDL's
+columns; a TIMESTAMP(6) column keeps its microseconds.
+
+ROW and MAP columns (RECORD and repeated RECORD columns) are left out: the BigQuery emulator
+fails every Storage Write API append to a table with a RECORD column ("Attempted to convert a
+STRUCT with no fields to DuckDB"), whichever sink sends it; their schema mapping is unit-tested
+(tests/unit/table/test_bigquery.py), and nested timestamps travel in the Pub/Sub test.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+from pyflink.table import DataTypes, Schema, TableDescriptor
+
+from pyflink_gcp.bigquery.rows import bq_type
+from tests.integration.bigquery.support import bq_client, make_dataset, query, table_names
+from tests.support.tables import make_table_env, planning_error
+
+pytestmark = pytest.mark.e2e
+
+TENANTS = ("acme", "globex", "initech")
+ROWS = [
+    (i, TENANTS[i % 3], f"{i}.25", f"2024-03-0{1 + i % 2} 12:00:00.{123001 + i:06d}")
+    for i in range(12)
+]
+COLUMNS = (
+    "order_id BIGINT NOT NULL, tenant STRING, amount DECIMAL(12, 2), event_time TIMESTAMP(6), "
+    "tags ARRAY<STRING>, born DATE, flag BOOLEAN"
+)
+
+
+def _values() -> str:
+    rows = []
+    for i, tenant, amount, at in ROWS:
+        rows.append(
+            f"({i}, '{tenant}', CAST({amount} AS DECIMAL(12, 2)), TIMESTAMP '{at}', "
+            f"ARRAY['t{i}', 'x'], DATE '2000-01-0{1 + i % 9}', {str(i % 2 == 0).upper()})"
+        )
+    return ", ".join(rows)
+
+
+def _expected(tenant: str, day: str) -> list[tuple[int, str, Decimal, datetime]]:
+    return [
+        (i, tenant, Decimal(amount), datetime.fromisoformat(at).replace(tzinfo=UTC))
+        for i, t, amount, at in ROWS
+        if t == tenant and at.startswith(day)
+    ]
+
+
+def test_ddl_and_descriptor_tables_create_their_template_tables_with_microseconds(
+    project: str,
+) -> None:
+    sql_dataset, desc_dataset = make_dataset(project, "sql"), make_dataset(project, "desc")
+    t_env = make_table_env()
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE orders_out ({COLUMNS}) WITH (
+            'connector' = 'gcp-bigquery', 'project' = '{project}', 'dataset' = '{sql_dataset}',
+            'table' = 'orders_{{tenant}}_{{event_time:%Y%m%d}}')"""
+    )
+    schema = (
+        Schema.new_builder()
+        .column("order_id", DataTypes.BIGINT().not_null())
+        .column("tenant", DataTypes.STRING())
+        .column("amount", DataTypes.DECIMAL(12, 2))
+        .column("event_time", DataTypes.TIMESTAMP(6))
+        .column("tags", DataTypes.ARRAY(DataTypes.STRING()))
+        .column("born", DataTypes.DATE())
+        .column("flag", DataTypes.BOOLEAN())
+        .build()
+    )
+    t_env.create_temporary_table(
+        "described",
+        TableDescriptor.for_connector("gcp-bigquery")
+        .schema(schema)
+        .option("project", project)
+        .option("dataset", desc_dataset)
+        .option("table", "t_{tenant}")
+        .option("sink.max-created-destinations", "3")
+        .build(),
+    )
+    statements = t_env.create_statement_set()
+    statements.add_insert_sql(f"INSERT INTO orders_out VALUES {_values()}")
+    statements.add_insert_sql(f"INSERT INTO described VALUES {_values()}")
+    statements.execute().wait()
+
+    days = ("20240301", "20240302")
+    assert table_names(project, sql_dataset) == sorted(
+        f"orders_{t}_{d}" for t in TENANTS for d in days
+    )
+    for tenant in TENANTS:
+        for day in days:
+            rows = query(
+                project,
+                f"SELECT order_id, tenant, amount, event_time FROM "
+                f"`{project}.{sql_dataset}.orders_{tenant}_{day}` ORDER BY order_id",
+            )
+            iso = f"2024-03-{day[-2:]}"
+            got = [(r["order_id"], r["tenant"], r["amount"], r["event_time"]) for r in rows]
+            assert got == _expected(tenant, iso), (tenant, day)
+            assert all(r["event_time"].microsecond % 1000 for r in rows)  # below milliseconds
+
+    table = bq_client(project).get_table(f"{project}.{desc_dataset}.t_acme")
+    assert [(f.name, bq_type(f), f.mode) for f in table.schema] == [
+        ("order_id", "INT64", "REQUIRED"),
+        ("tenant", "STRING", "NULLABLE"),
+        ("amount", "NUMERIC", "NULLABLE"),
+        ("event_time", "TIMESTAMP", "NULLABLE"),
+        ("tags", "STRING", "REPEATED"),
+        ("born", "DATE", "NULLABLE"),
+        ("flag", "BOOL", "NULLABLE"),
+    ]
+    rows = query(project, f"SELECT * FROM `{project}.{desc_dataset}.t_acme` ORDER BY order_id")
+    assert [r["order_id"] for r in rows] == [i for i, t, _, _ in ROWS if t == "acme"]
+    first = rows[0]
+    assert first["tags"] == [f"t{first['order_id']}", "x"]
+    assert first["born"] == date(2000, 1, 1 + first["order_id"] % 9)
+    assert first["flag"] is (first["order_id"] % 2 == 0)
+    assert first["event_time"] == _expected("acme", "2024-03-01")[0][3]
+
+
+def test_mistakes_fail_at_planning_with_exact_messages() -> None:
+    t_env = make_table_env()
+
+    def table(name: str, **options: str) -> None:
+        values = {"connector": "gcp-bigquery", "project": "p", "dataset": "d", **options}
+        listed = ", ".join(f"'{k}' = '{v}'" for k, v in values.items())
+        t_env.execute_sql(
+            f"CREATE TEMPORARY TABLE {name} (id BIGINT, tenant STRING) WITH ({listed})"
+        )
+
+    insert = "INSERT INTO {} VALUES (1, 'acme')"
+    table("missing_table")
+    assert "Missing required options are:\n\ntable\n" in planning_error(
+        t_env, insert.format("missing_table")
+    )
+    table("unknown_key", table="t", **{"write_method": "x"})
+    assert "Unsupported options:\n\nwrite_method\n" in planning_error(
+        t_env, insert.format("unknown_key")
+    )
+    table("bad_disposition", table="t", **{"create-disposition": "sometimes"})
+    assert (
+        "Invalid value for option 'create-disposition' of connector 'gcp-bigquery': expected "
+        "one of create-if-needed, create-never, got 'sometimes'.\n"
+    ) in planning_error(t_env, insert.format("bad_disposition"))
+    table("bad_placeholder", table="t_{customer.id}")
+    assert (
+        "Unknown placeholder '{customer.id}' in option 'table' of connector 'gcp-bigquery': "
+        "'customer' is neither a column of the table (id, tenant) nor event_time or "
+        "processing_time.\n"
+    ) in planning_error(t_env, insert.format("bad_placeholder"))
+    table("updates", table="t_{tenant}")
+    assert "doesn't support consuming update changes" in planning_error(
+        t_env,
+        "INSERT INTO updates SELECT COUNT(*), tenant FROM (VALUES (1, 'a')) AS v(id, tenant) "
+        "GROUP BY tenant",
+    )
