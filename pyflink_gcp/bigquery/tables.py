@@ -221,6 +221,11 @@ class TableCatalog:
             table.clustering_fields = list(schema.clustering_fields)
         client = self._client(destination.project)
         what = f"sink '{self.sink_name}': create table {table_id} at {self.endpoint_name}"
+        # Asked first, under the retry policy: some backends answer a create in a missing
+        # dataset with an internal error rather than 404, and then a definite answer is hard
+        # to get from a server that is also busy (the emulator drops its connection too).
+        if not self._dataset_exists(destination):
+            raise self._no_dataset(destination)
         backoff = self.retry.backoffs()
         while True:
             try:
@@ -245,6 +250,24 @@ class TableCatalog:
                 continue
             _LOG.info("%s: created table %s", self.sink_name, table_id)
             return created
+
+    def _dataset_exists(self, destination: TableDestination) -> bool:
+        client = self._client(destination.project)
+        dataset = f"{destination.project}.{destination.dataset}"
+
+        def attempt() -> bool:
+            try:
+                client.get_dataset(dataset, retry=None, timeout=self._timeout_s)
+            except gexc.NotFound:
+                return False
+            return True
+
+        return bool(
+            self.retry.call(
+                attempt,
+                f"sink '{self.sink_name}': look up dataset {dataset} at {self.endpoint_name}",
+            )
+        )
 
     def _dataset_missing(self, destination: TableDestination) -> bool:
         client = self._client(destination.project)

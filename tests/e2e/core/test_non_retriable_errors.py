@@ -1,7 +1,7 @@
 """Errors a restart cannot fix end the job once; a transient error still restarts it.
 
-Each job runs under a restart strategy that never gives up: fixed delay, a million attempts,
-200 ms apart (make_env's delay). Flink's real default once checkpointing is on, exponential
+Each job runs under a restart strategy that never gives up: a million attempts, exponential
+delay from 200 ms (make_env's). Flink's real default once checkpointing is on, exponential
 delay from 1 s, is just as unbounded but slower to show a second attempt; a failure that is not
 suppressed shows up here as a second attempt within a second. An upstream map writes one line
 per attempt (its task attempt number) to a file, so the test counts attempts from outside the
