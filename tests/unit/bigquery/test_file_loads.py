@@ -198,3 +198,19 @@ def test_a_row_that_does_not_fit_goes_to_the_failure_handler(
     writer.write({"id": 2}, 2)
     [failed] = writer.flush()
     assert "expected an INT64" in failed.reason and failed.record_repr == "'the record'"
+
+
+def test_a_change_data_capture_row_ends_the_job_naming_the_method_to_use(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    from pyflink_gcp.core import ConfigurationError
+    from pyflink_gcp.core.errors import is_non_retriable
+
+    writer, _ = open_writer(tmp_path, monkeypatch)
+    with pytest.raises(ConfigurationError) as err:
+        writer.write({"id": 1, "_CHANGE_TYPE": "UPSERT"}, "the record")
+    assert str(err.value) == (
+        "sink 's': a change-data-capture row (_CHANGE_TYPE) for table p.d.t, but load jobs only "
+        "append: use WriteMethod.STORAGE_API_AT_LEAST_ONCE for CDC tables. Record: 'the record'"
+    )
+    assert is_non_retriable(err.value)

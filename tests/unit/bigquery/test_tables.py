@@ -85,6 +85,26 @@ def test_the_creation_bound_fails_before_any_request() -> None:
     tables.close()
 
 
+def test_a_table_the_sink_cannot_write_ends_the_job_naming_the_table_and_column(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from pyflink_gcp.core import ConfigurationError
+    from pyflink_gcp.core.errors import is_non_retriable
+
+    tables = catalog(lambda r, c: r)
+    table = SimpleNamespace(schema=[*SCALARS, SchemaField("r", "RANGE")], table_constraints=None)
+    monkeypatch.setattr(tables, "_get_or_create", lambda destination: table)
+    with pytest.raises(ConfigurationError) as err:
+        tables.layout(DEST)
+    assert str(err.value) == (
+        "sink 's': table p.d.t: column 'r' has type RANGE, which the sink cannot write"
+    )
+    assert is_non_retriable(err.value)
+    tables.close()
+
+
 def test_an_unreachable_rest_endpoint_is_retried_until_the_deadline_and_named() -> None:
     # A refused connection has no HTTP status; it is transient (retried), and the final error
     # names the sink, the table and the endpoint, within the deadline plus one attempt.

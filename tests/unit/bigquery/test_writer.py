@@ -79,6 +79,30 @@ def test_change_rows_are_encoded_on_arrival_and_a_request_never_holds_a_key_twic
     assert service.requests == [[1], [1, 2], [1, 3]]
 
 
+def test_a_change_row_on_a_buffered_stream_ends_the_job_naming_the_default_stream() -> None:
+    from concurrent.futures import Future
+
+    from pyflink_gcp.core import ConfigurationError
+    from pyflink_gcp.core.errors import is_non_retriable
+
+    service = FakeService()
+    made = factory(service)
+    stream: Future[str] = Future()
+    stream.set_result(f"{DEST.default_stream.removesuffix('_default')}buffered-1")
+    made.stream_for = lambda destination, layout: stream  # type: ignore[method-assign]
+    w = TableWriter(DEST, made, TableLayout.of(CDC, ("id",)))
+    assert w.sender.offsets is not None  # a BUFFERED stream's writer
+    with pytest.raises(ConfigurationError) as err:
+        w.write({"id": 1, "_CHANGE_TYPE": "UPSERT"}, "the record")
+    assert str(err.value) == (
+        "sink 'test-sink': a change-data-capture row (_CHANGE_TYPE) for table p.d.t, but "
+        "BigQuery applies upserts and deletes only on the default stream: use "
+        "WriteMethod.STORAGE_API_AT_LEAST_ONCE for CDC tables. Record: 'the record'"
+    )
+    assert is_non_retriable(err.value)
+    assert service.requests == []
+
+
 def test_a_dirty_writer_released_at_the_active_destinations_cap_is_flushed_then_closed() -> None:
     service = FakeService(stream=None)
     options = BigQueryWriterOptions.builder().max_active_destinations(2).build()

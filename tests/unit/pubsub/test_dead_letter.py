@@ -157,3 +157,28 @@ def test_without_its_own_policy_the_queue_retries_for_the_sinks_deadline(monkeyp
     explicit = RetryPolicy(deadline_s=1)
     queue.retry = explicit
     assert queue.policy is explicit
+
+
+def test_a_missing_dead_letter_topic_fails_the_subtask_at_open_naming_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from google.api_core import exceptions as gexc
+
+    import pyflink_gcp.pubsub.dead_letter as module
+    from pyflink_gcp.core import DestinationNotFoundError
+    from pyflink_gcp.core.errors import is_non_retriable
+
+    rpc = FakeRpc()
+
+    def get_topic(name):
+        raise gexc.NotFound(f"Resource not found (resource={name})")
+
+    rpc.get_topic = get_topic
+    monkeypatch.setattr(module, "PubSubRpc", lambda endpoint, timeout: rpc)
+    queue = PubSubDeadLetterQueue.of(DLQ_TOPIC)
+    with pytest.raises(DestinationNotFoundError) as err:
+        queue.open(SimpleNamespace(sink_name="orders-sink", retry_deadline_s=1.0))
+    assert str(err.value) == (
+        "sink 'orders-sink': the dead-letter topic projects/p/topics/orders-dlq does not exist"
+    )
+    assert is_non_retriable(err.value)

@@ -142,6 +142,28 @@ def test_too_many_mutations_is_split_without_blaming_records() -> None:
     assert all(len(c.mutations[0].insert_or_update.values) <= 10 for c in api.commits)
 
 
+def test_a_record_spanner_refuses_even_alone_goes_to_the_failure_handler() -> None:
+    # A record over Spanner's commit limits is committed alone; refused alone too, it is the
+    # record's fault, and the rest of the batch is committed.
+    def fail(pb: Any) -> Exception | None:
+        for m in pb.mutations:
+            for row in m.insert_or_update.values:
+                if len(row.values) > 1 and len(row.values[1].string_value) > 1_000:
+                    return gexc.InvalidArgument("The transaction exceeds the size limit.")
+        return None
+
+    _, writer, api = make(fail)
+    for i in range(8):
+        writer.write(event(i, kind="x" * 5_000 if i == 3 else "k"), i)
+    [failed] = writer.flush()
+    assert failed.record_repr == "3"
+    assert (
+        failed.reason == "table Events: INVALID_ARGUMENT: The transaction exceeds the size limit."
+    )
+    assert failed.destination == str(DB)
+    assert sorted(ids(api)) == [0, 1, 2, 4, 5, 6, 7]
+
+
 def test_permanent_errors_fail_the_job_and_later_batches_are_abandoned() -> None:
     _, writer, api = make(
         lambda pb: gexc.PermissionDenied("no"), max_mutations_per_commit=7, max_in_flight_requests=5
