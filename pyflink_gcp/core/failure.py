@@ -164,7 +164,11 @@ class FailureRouter:
     def handle(self, failed: FailedRecord) -> None:
         mode = self._handler._mode
         if mode is _Mode.FAIL:
-            raise RecordRejectedError(failed.describe() + " (failure handler: fail_job)")
+            raise RecordRejectedError(
+                failed.describe() + " (failure handler: fail_job). A restart replays this "
+                "record: fix its cause, or let the job go on past such records with "
+                "FailureHandler.log_and_drop() or send_to_dead_letter_queue(...)"
+            )
         if mode is _Mode.DROP:
             self.dropped += 1
         else:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from pyflink_gcp.core import FailedRecord, FailureHandler, RecordRejectedError, SubtaskInfo
+from pyflink_gcp.core.errors import is_non_retriable
 from pyflink_gcp.core.failure import CONSOLE_LOG_VARIABLE, FailureRouter
 from tests.support.dead_letters import MemoryDeadLetterQueue
 
@@ -42,8 +43,18 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def test_fail_job_raises_naming_the_sink_destination_and_record() -> None:
     router = open_router(FailureHandler.fail_job())
-    with pytest.raises(RecordRejectedError, match=r"sink 'orders'.*topics/a.*'i': 1.*fail_job"):
+    with pytest.raises(
+        RecordRejectedError, match=r"sink 'orders'.*topics/a.*'i': 1.*fail_job"
+    ) as err:
         router.handle(failed(1))
+    # A rejection is retriable (the restart strategy decides), and the message says the replay
+    # meets the record again and which handlers let the job go on.
+    assert not is_non_retriable(err.value)
+    assert str(err.value).endswith(
+        "(failure handler: fail_job). A restart replays this record: fix its cause, or let the "
+        "job go on past such records with FailureHandler.log_and_drop() or "
+        "send_to_dead_letter_queue(...)"
+    )
 
 
 def test_drops_log_the_first_records_then_one_summary_per_flush(
