@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pyflink_gcp.bigtable.client import (
@@ -64,3 +66,24 @@ def test_plain_text_client_opens_the_admin_channel_on_first_use() -> None:
     finally:
         client.close()
     assert client._channels == []
+
+
+def test_no_credentials_is_a_configuration_error_naming_the_endpoint_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from pyflink_gcp.core import ConfigurationError
+    from pyflink_gcp.core.errors import is_non_retriable
+
+    monkeypatch.delenv(EMULATOR_VARIABLE, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigurationError) as err:
+        BigtableClient("unit", "bigtable.example.com:443")
+    message = str(err.value)
+    assert message.startswith(
+        "sink 'unit': could not connect the Bigtable data client to bigtable.example.com:443: "
+        "DefaultCredentialsError: "
+    ), message
+    assert message.endswith(
+        f"Set {EMULATOR_VARIABLE} to use the emulator, or provide Application Default Credentials."
+    ), message
+    assert is_non_retriable(err.value)
