@@ -4,13 +4,16 @@
 build`` compiles the Java bridge jar (``make test`` runs both); ``pyflink-gcp emulators up``
 runs the whole local stack in the foreground and prints the ``export`` lines that point
 another terminal's clients and jobs at it; ``pyflink-gcp emulators restart SERVICE`` asks that
-running ``up`` to restart one emulator on the same port.
+running ``up`` to restart one emulator on the same port. ``pyflink-gcp cluster up`` runs a
+standalone Flink cluster from the apache-flink wheel in the foreground and ``pyflink-gcp cluster
+down`` stops it from another shell (:mod:`pyflink_gcp.cluster.commands`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -84,7 +87,62 @@ def _parser() -> argparse.ArgumentParser:
         "build", help="compile the jar against the installed Flink (skipped when up to date)"
     )
     build.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    cluster = commands.add_parser(
+        "cluster", help="a standalone Flink cluster from the installed apache-flink wheel"
+    )
+    cluster_actions = cluster.add_subparsers(dest="action", required=True)
+    cluster_up = cluster_actions.add_parser(
+        "up",
+        help="start a JobManager and TaskManagers, print how to submit, wait until interrupted",
+    )
+    cluster_up.add_argument(
+        "--taskmanagers", type=int, default=2, help="TaskManagers (default: %(default)s)"
+    )
+    cluster_up.add_argument(
+        "--slots", type=int, default=2, help="slots per TaskManager (default: %(default)s)"
+    )
+    cluster_up.add_argument(
+        "--env-from-emulators",
+        action="store_true",
+        help="pass the variables of the running `pyflink-gcp emulators up` to the cluster",
+    )
+    cluster_up.add_argument(
+        "--emulators-pid", type=int, help="the pid of that `emulators up`, when several run"
+    )
+    cluster_up.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one more variable for the TaskManagers and job clients (repeatable)",
+    )
+    cluster_up.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to start (default: %(default)s)"
+    )
+    cluster_down = cluster_actions.add_parser("down", help="stop the running `cluster up`")
+    cluster_down.add_argument(
+        "--pid", type=int, help="the pid of the `cluster up` to stop, when several run"
+    )
+    cluster_down.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait (default: %(default)s)"
+    )
     return parser
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from pyflink_gcp.cluster import ClusterError, ClusterSettings
+    from pyflink_gcp.cluster import commands as cluster_commands
+
+    try:
+        if args.action == "down":
+            return cluster_commands.down(args.pid, args.timeout)
+        env = cluster_commands.emulator_env(args.emulators_pid) if args.env_from_emulators else {}
+        env.update(cluster_commands.parse_env(args.env))
+        settings = ClusterSettings(taskmanagers=args.taskmanagers, slots=args.slots)
+        return cluster_commands.up(settings, env, start_timeout=args.timeout)
+    except (ClusterError, ValueError) as err:
+        print(f"pyflink-gcp: {err}", file=sys.stderr)
+        return 1
 
 
 def _build_bridge(force: bool) -> int:
@@ -208,6 +266,8 @@ def _up(services: tuple[str, ...], project: str) -> int:
     try:
         stack.start()
         control.mkdir(parents=True, exist_ok=True)
+        # For `pyflink-gcp cluster up --env-from-emulators`.
+        (control / "env.json").write_text(json.dumps(stack.env))
         print(
             f"# pyflink-gcp emulators ready in {time.monotonic() - started:.1f} s; "
             f"logs in {stack.log_dir}. Paste these lines into another shell:",
@@ -266,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _up(_services(args.services), args.project)
         if args.command == "emulators" and args.action == "restart":
             return _restart(args.service, args.pid, args.timeout)
+        if args.command == "cluster":
+            return _cluster(args)
     except EmulatorError as err:
         print(f"pyflink-gcp: {err}", file=sys.stderr)
         return 1
