@@ -71,7 +71,7 @@ def to_row(event: dict[str, Any], context: Any) -> RowMutationEntry:
     )
 
 
-def run_job(project: str, instance: str, count: int) -> None:
+def run_job(project: str, instance: str, count: int, parallelism: int = 2) -> None:
     from pyflink.common import Configuration
     from pyflink.common.watermark_strategy import WatermarkStrategy
     from pyflink.datastream import StreamExecutionEnvironment
@@ -84,7 +84,7 @@ def run_job(project: str, instance: str, count: int) -> None:
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
+    env.set_parallelism(parallelism)
     env.enable_checkpointing(1_000)
 
     sink = (
@@ -140,12 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "test-project"))
     parser.add_argument("--instance", default=f"demo-{int(time.time())}")
     parser.add_argument("--count", type=int, default=30_000, help="readings (at most 259200)")
+    parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args(argv)
     if not 3 <= args.count <= 259_200:
         parser.error("--count must be between 3 and 259200 (three days of one reading a second)")
     with emulators_for(("bigtable",), "BIGTABLE_EMULATOR_HOST"):
         started = time.monotonic()
-        run_job(args.project, args.instance, args.count)
+        run_job(args.project, args.instance, args.count, args.parallelism)
         print(
             f"wrote {args.count} readings to instance {args.instance} "
             f"in {time.monotonic() - started:.1f}s (including job startup):"

@@ -110,7 +110,7 @@ def database(destination: DatabaseDestination) -> Any:
     return client.instance(destination.instance).database(destination.database)
 
 
-def run_job(destination: DatabaseDestination, count: int) -> None:
+def run_job(destination: DatabaseDestination, count: int, parallelism: int = 2) -> None:
     from pyflink.common import Configuration
     from pyflink.common.watermark_strategy import WatermarkStrategy
     from pyflink.datastream import StreamExecutionEnvironment
@@ -123,7 +123,7 @@ def run_job(destination: DatabaseDestination, count: int) -> None:
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
+    env.set_parallelism(parallelism)
     env.enable_checkpointing(1_000)
 
     sink = (
@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance", default=None, help="default: $SPANNER_INSTANCE")
     parser.add_argument("--database", default=None, help="default: $SPANNER_DATABASE")
     parser.add_argument("--count", type=int, default=10_000, help="events")
+    parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args(argv)
     with emulators_for(("spanner",), "SPANNER_EMULATOR_HOST", project=args.project):
         destination = DatabaseDestination.of(
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for table in ("Events", "AuditEvents", "Users"):  # a fresh run on a reused database
             db.execute_partitioned_dml(f"DELETE FROM {table} WHERE true")
         started = time.monotonic()
-        run_job(destination, args.count)
+        run_job(destination, args.count, args.parallelism)
         print(
             f"wrote {args.count} events to {destination} "
             f"in {time.monotonic() - started:.1f}s (including job startup):"
