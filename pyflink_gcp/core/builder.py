@@ -142,6 +142,11 @@ class SinkBuilder:
         else of the service's from ``service_fields``.
         """
         options: WriterOptions = self._options
+        check = getattr(self._resolver, "check_sink", None)
+        if self.uses_resolver and callable(check):
+            # Resolvers that know every destination they can return (pyflink_gcp.routing) are
+            # checked against the sink now rather than per record.
+            check(name, factory.destination_type, factory.accepts_unroutable)
         if not callable(getattr(serializer, "serialize", None)):
             # A plain callable may take (record) or (record, context): decided once, here.
             serializer = with_context(serializer, "serializer", name)

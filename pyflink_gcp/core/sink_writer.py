@@ -89,6 +89,10 @@ class SinkWriter:
         self._dest_type = config.factory.destination_type
         self._fixed = config.fixed_destination
         self._resolve = as_resolver(config.resolver, self._sink) if self._fixed is None else None
+        # A resolver whose records carry their destination (routing.LiveRules) hands the
+        # serializer the record inside.
+        unwrap = getattr(config.resolver, "record_of", None)
+        self._unwrap = unwrap if callable(unwrap) else None
         serializer = config.serializer
         method = getattr(serializer, "serialize", None)
         self._serialize = method if callable(method) else serializer
@@ -167,6 +171,8 @@ class SinkWriter:
                 destination = self._check_destination(destination, record)
                 if destination is None:
                     return
+            if self._unwrap is not None:
+                record = self._unwrap(record)
         else:
             destination = self._fixed
         try:

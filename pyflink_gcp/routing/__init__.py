@@ -1,12 +1,49 @@
-"""Routing: one template syntax for destination names, and what each service accepts as a name.
+"""Routing without hand-written resolvers: by a field, by a name template, by live rules.
 
-``Template("orders_{tenant}_{event_time:%Y%m%d}", sanitizer=names.bigquery_table_id)`` renders a
-name per record from its fields and event time; the SQL connectors take the same syntax in their
-options. See ``docs/templates.md``.
+- :func:`route_by_field`: a field's value mapped to a destination, with a fallback for missing
+  fields, unmatched values and unparseable JSON payloads.
+- :func:`route_by_template`: ``"orders_{tenant}_{event_time:%Y%m%d}"`` rendered per record
+  (:class:`Template`, the syntax the SQL connectors take too), sanitized by the service's
+  naming rules (:mod:`~pyflink_gcp.routing.names`).
+- :class:`LiveRules`: field routing whose rules change while the job runs, from a second
+  stream, kept in broadcast state.
+
+See ``docs/routing.md`` and ``docs/templates.md``.
 """
 
 from pyflink_gcp.routing import names
+from pyflink_gcp.routing.fields import FieldPath
 from pyflink_gcp.routing.names import NameRule
+from pyflink_gcp.routing.resolvers import (
+    DestinationNames,
+    FieldRouter,
+    TemplateRouter,
+    bigquery_tables,
+    bigtable_tables,
+    cloudtasks_queues,
+    pubsub_topics,
+    route_by_field,
+    route_by_template,
+)
+from pyflink_gcp.routing.rules import LiveRules, Routed
 from pyflink_gcp.routing.templates import Template, TemplateError, TemplateValueError
 
-__all__ = ["NameRule", "Template", "TemplateError", "TemplateValueError", "names"]
+__all__ = [
+    "DestinationNames",
+    "FieldPath",
+    "FieldRouter",
+    "LiveRules",
+    "NameRule",
+    "Routed",
+    "Template",
+    "TemplateError",
+    "TemplateRouter",
+    "TemplateValueError",
+    "bigquery_tables",
+    "bigtable_tables",
+    "cloudtasks_queues",
+    "names",
+    "pubsub_topics",
+    "route_by_field",
+    "route_by_template",
+]

@@ -28,14 +28,14 @@ no regular expression runs per record. It is immutable and pickles as its text a
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.types import WriterContext
+from pyflink_gcp.routing._helpers import MISSING, field_of, row_type
 
 __all__ = [
     "EVENT_TIME",
@@ -59,7 +59,6 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # as their last character (the percentage type), or as a fill character before an alignment,
 # so '{ratio:.1%}' and '{n:%>5}' stay format() specs.
 _TIME_DIRECTIVE = re.compile(r"%[-_0^#:]?[A-Za-z]")
-_MISSING: Any = object()
 
 
 class TemplateError(ConfigurationError):
@@ -138,31 +137,10 @@ class _Placeholder:
         return text
 
 
-def _row_type() -> type | None:
-    """PyFlink's ``Row`` class, when PyFlink is loaded (a record can only be a Row then)."""
-    module = sys.modules.get("pyflink.common.types")
-    return getattr(module, "Row", None) if module is not None else None
-
-
-def _field(value: Any, name: str) -> Any:
-    """``value``'s field ``name``: a mapping's key, a Row's field, else an attribute."""
-    if type(value) is dict or isinstance(value, Mapping):
-        return value.get(name, _MISSING)
-    row = _row_type()
-    if row is not None and isinstance(value, row):
-        # A Row's attributes are its fields and its methods; only the fields are looked up.
-        fields: Any = value
-        try:
-            return fields[name]
-        except (KeyError, ValueError, AttributeError, IndexError):
-            return _MISSING
-    return getattr(value, name, _MISSING)
-
-
 def _no_field(owner: str, value: Any, name: str) -> str:
     """The reason for a missing field, with a hint for a Row that has no field names."""
     reason = f"{owner} has no field {name!r}"
-    row = _row_type()
+    row = row_type()
     if row is not None and isinstance(value, row) and getattr(value, "_fields", None) is None:
         reason += " (a Row without field names: give its type field names, Types.ROW_NAMED)"
     return reason
@@ -359,9 +337,9 @@ class Template:
             if isinstance(part, str):
                 out.append(part)
                 continue
-            value = _field(record, part.root)
+            value = field_of(record, part.root)
             epoch = False
-            if value is _MISSING:
+            if value is MISSING:
                 if part.root == EVENT_TIME:
                     value = self._event_millis(part, record, context)
                     epoch = part.time_spec and not part.rest
@@ -414,8 +392,8 @@ class Template:
         for segment in part.rest:
             if value is None:
                 raise self._value_error(part, record, f"{where!r} is None")
-            found = _field(value, segment)
-            if found is _MISSING:
+            found = field_of(value, segment)
+            if found is MISSING:
                 owner = f"{where!r} ({type(value).__name__})"
                 raise self._value_error(part, record, _no_field(owner, value, segment))
             value = found

@@ -18,8 +18,14 @@ from pyflink.common.types import Row
 
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, SinkError
 from pyflink_gcp.core.types import WriterContext
-from pyflink_gcp.routing import NameRule, Template, TemplateError, TemplateValueError, names
-from pyflink_gcp.routing import templates as templates_module
+from pyflink_gcp.routing import (
+    NameRule,
+    Template,
+    TemplateError,
+    TemplateValueError,
+    _helpers,
+    names,
+)
 
 # 2024-05-01T10:00:00Z
 MAY_1 = 1714557600000
@@ -223,7 +229,7 @@ def test_a_row_without_field_names_says_so():
 
 def test_lookup_works_without_pyflink_loaded(monkeypatch):
     monkeypatch.delitem(sys.modules, "pyflink.common.types")
-    assert templates_module._row_type() is None
+    assert _helpers.row_type() is None
     assert Template("{a}_{b.region}").render({"a": 1, "b": Customer("eu", 1)}) == "1_eu"
 
 

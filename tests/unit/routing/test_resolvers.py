@@ -1,0 +1,142 @@
+"""route_by_field and route_by_template: routes, fallbacks, unroutable records, the check a sink
+makes when it is built, and pickling."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import UTC, datetime
+
+import cloudpickle
+import pytest
+
+from pyflink_gcp.bigquery import TableDestination
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.types import UnroutableRecord, WriterContext
+from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink, TopicDestination
+from pyflink_gcp.routing import (
+    bigquery_tables,
+    pubsub_topics,
+    route_by_field,
+    route_by_template,
+)
+
+EU = TopicDestination.of("p", "orders-eu")
+US = TopicDestination.of("p", "orders-us")
+OTHER = TopicDestination.of("p", "orders-other")
+CTX = WriterContext(timestamp=int(datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000))
+
+
+def by_region(**kwargs: object):
+    return route_by_field("region", {"eu": EU, "us": US}, **kwargs)  # type: ignore[arg-type]
+
+
+def test_values_route_and_the_rest_falls_back() -> None:
+    resolver = by_region(fallback=OTHER)
+    assert resolver({"region": "eu"}, CTX) == EU
+    assert resolver(b'{"region": "us", "big": "x"}', CTX) == US
+    assert resolver({"region": "jp"}, CTX) == OTHER  # unmatched
+    assert resolver({"id": 1}, CTX) == OTHER  # missing
+    assert resolver(b"garbage", CTX) == OTHER  # unparseable
+    assert resolver({"region": ["eu"]}, CTX) == OTHER  # unhashable: no route
+
+
+def test_unroutable_records_carry_their_payload_and_reason() -> None:
+    resolver = by_region(unroutable=True)
+    result = resolver({"region": "jp", "id": 7}, CTX)
+    assert isinstance(result, UnroutableRecord)
+    assert result.payload == b'{"region": "jp", "id": 7}'
+    assert result.reason == "no route for region='jp'"
+    missing = resolver(b"garbage", CTX)
+    assert isinstance(missing, UnroutableRecord) and missing.payload == b"garbage"
+    assert missing.reason == "not a JSON object"
+
+
+def test_a_function_of_the_value_routes_too() -> None:
+    resolver = route_by_field("n", lambda n: EU if n % 2 else None, fallback=OTHER)
+    assert resolver({"n": 3}, CTX) == EU and resolver({"n": 4}, CTX) == OTHER
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "give exactly one of fallback=<destination>"),
+        ({"fallback": OTHER, "unroutable": True}, "give exactly one of"),
+        ({"fallback": "orders-other"}, "fallback must be a destination"),
+    ],
+)
+def test_a_router_needs_exactly_one_way_out(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        by_region(**kwargs)
+
+
+def test_routes_must_be_destinations() -> None:
+    with pytest.raises(ConfigurationError, match="the route of 'eu' must be a destination"):
+        route_by_field("region", {"eu": "orders-eu"}, fallback=OTHER)  # type: ignore[dict-item]
+
+
+def pubsub_sink(resolver: object):
+    return (
+        PubSubSink.builder()
+        .set_sink_name("routed")
+        .set_destination_resolver(resolver)
+        .set_serializer(PubSubSerializationSchema.payload(lambda r: b"x"))
+        .build()
+    )
+
+
+def test_the_sink_refuses_a_router_of_another_service_at_build() -> None:
+    wrong = route_by_field(
+        "t", {"a": TableDestination.of("p", "d", "a")}, fallback=TableDestination.of("p", "d", "z")
+    )
+    with pytest.raises(ConfigurationError, match="not a TopicDestination"):
+        pubsub_sink(wrong)
+    with pytest.raises(ConfigurationError, match="which this sink does not accept"):
+        pubsub_sink(by_region(unroutable=True))
+    pubsub_sink(by_region(fallback=OTHER))  # fits
+
+
+def test_templates_render_sanitized_names_per_service() -> None:
+    resolver = route_by_template(
+        "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop")
+    )
+    # Sanitized by BigQuery's table id rules: the space becomes an underscore (dashes are allowed).
+    assert resolver({"tenant": "acme-eu west"}, CTX) == TableDestination.of(
+        "p", "shop", "orders_acme-eu_west_20240501"
+    )
+    topics = route_by_template("events-{kind}", pubsub_topics("p"), fallback=OTHER)
+    assert topics({"kind": "click"}, CTX) == TopicDestination.of("p", "events-click")
+    assert topics({"other": 1}, CTX) == OTHER  # cannot render: the fallback
+
+
+def test_a_template_that_cannot_render_is_unroutable_for_bigquery() -> None:
+    resolver = route_by_template("orders_{tenant}", bigquery_tables("p", "shop"), unroutable=True)
+    result = resolver({"id": 1}, CTX)
+    assert isinstance(result, UnroutableRecord) and "tenant" in result.reason
+
+
+def test_known_fields_make_an_unknown_placeholder_an_error_now() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown placeholder \{tenat\}"):
+        route_by_template(
+            "orders_{tenat}", bigquery_tables("p", "shop"), unroutable=True, fields=["tenant"]
+        )
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
+def test_routers_pickle(dumps) -> None:
+    for resolver in (
+        by_region(fallback=OTHER),
+        route_by_template("events-{kind}", pubsub_topics("p"), fallback=OTHER),
+    ):
+        if dumps is pickle.dumps and "template" in repr(resolver):
+            continue  # the destination kinds hold lambdas: cloudpickle ships them
+        copy = pickle.loads(dumps(resolver))
+        assert repr(copy) == repr(resolver)
+        assert copy({"region": "eu", "kind": "click"}, CTX) == resolver(
+            {"region": "eu", "kind": "click"}, CTX
+        )
+
+
+def test_a_template_without_a_way_out_raises_for_the_sink_to_fail_the_job() -> None:
+    resolver = route_by_template("events-{kind}", pubsub_topics("p"))
+    with pytest.raises(ValueError, match="has no field 'kind'"):
+        resolver({"id": 1}, CTX)
