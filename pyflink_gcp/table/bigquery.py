@@ -16,6 +16,12 @@ job when it starts.
 
 A row whose ``table`` template renders no valid table id (a NULL column, say) is unroutable: it
 goes to the failure handler as its JSON.
+
+A table declared with ``PRIMARY KEY (...) NOT ENFORCED`` takes a changelog: every row is sent
+as a change-data-capture row, ``_CHANGE_TYPE`` ``UPSERT`` for an insert or ``UPDATE_AFTER`` and
+``DELETE`` for a delete, to tables whose primary key is the DDL's (the tables the sink creates
+get it; an existing table needs its own). ``ordering-mode`` then defaults to ``per-table``, so
+one key's changes commit in the order the planner produced them.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pyflink_gcp.bigquery import (
     TableSchema,
     WriteMethod,
 )
+from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
@@ -39,7 +46,7 @@ from pyflink_gcp.routing import names
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 from pyflink_gcp.table.adapter import configure, destination_template
 from pyflink_gcp.table.pubsub import row_json
-from pyflink_gcp.table.rows import LTZ, NTZ, Column, TableInfo
+from pyflink_gcp.table.rows import LTZ, NTZ, Column, DeletedRow, TableInfo
 
 IDENTIFIER = "gcp-bigquery"
 
@@ -96,9 +103,10 @@ def _field(name: str, type_: dict[str, Any], where: str, repeated: bool = False)
     )
 
 
-def table_schema(columns: tuple[Column, ...]) -> TableSchema:
-    """The schema of the tables the sink creates, from the DDL's columns."""
-    return TableSchema.of([_field(c.name, c.type, c.name) for c in columns])
+def table_schema(columns: tuple[Column, ...], primary_key: tuple[str, ...] = ()) -> TableSchema:
+    """The schema of the tables the sink creates, from the DDL's columns and primary key."""
+    fields = [_field(c.name, c.type, c.name) for c in columns]
+    return TableSchema.of(fields, primary_key=list(primary_key) or None)
 
 
 def _has_map(type_: dict[str, Any]) -> bool:
@@ -139,6 +147,23 @@ class MapEntries:
         return row
 
 
+class ChangeRows:
+    """The row function of a table with a primary key: each row as a CDC row.
+
+    An insert or ``UPDATE_AFTER`` is an ``UPSERT`` of its key, a :class:`DeletedRow` a
+    ``DELETE``; MAP columns become repeated records as in :class:`MapEntries`.
+    """
+
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        self.entries = MapEntries(columns)
+
+    def __call__(self, record: dict[str, Any], context: Any) -> dict[str, Any]:
+        change = "DELETE" if isinstance(record, DeletedRow) else "UPSERT"
+        row = self.entries(record, context) if self.entries.columns else dict(record)
+        row[CHANGE_TYPE] = change
+        return row
+
+
 class TableTemplate:
     """The resolver: the table the ``table`` template names; unroutable when it renders none."""
 
@@ -161,11 +186,13 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     configure(builder, IDENTIFIER, values, table)
     template = destination_template(values, "table", table, names.bigquery_table_id)
     builder.set_destination_resolver(TableTemplate(values["project"], values["dataset"], template))
-    schema = table_schema(table.columns)
-    to_row = MapEntries(table.columns)
-    builder.set_serializer(BigQuerySerializer.of(to_row if to_row.columns else None, schema))
+    schema = table_schema(table.columns, table.primary_key)
+    to_row: Any = ChangeRows(table.columns) if table.primary_key else MapEntries(table.columns)
+    plain = not table.primary_key and not to_row.columns
+    builder.set_serializer(BigQuerySerializer.of(None if plain else to_row, schema))
     builder.set_write_method(_WRITE_METHODS[values["write-method"]])
-    builder.set_ordering_mode(_ORDERING[values["ordering-mode"]])
+    ordering = values["ordering-mode"] or ("per-table" if table.primary_key else "none")
+    builder.set_ordering_mode(_ORDERING[ordering])
     if values["storage-endpoint"] is not None:
         builder.set_storage_endpoint(values["storage-endpoint"])
     if values["rest-endpoint"] is not None:

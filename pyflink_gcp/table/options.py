@@ -6,9 +6,9 @@ settings), whether it is required, its kind, its default (the DataStream sink's 
 DDL's string form) and the DataStream option it maps to. The bridge build turns this list into a
 resource of the jar (``META-INF/pyflink-gcp/table-options.json``, :func:`resource`), from which
 the Java factories declare their ``ConfigOption`` s and check values at planning time; the
-Python adapter parses the same list on the worker (:func:`parse`). So the two sides cannot drift,
-and a mistake in a DDL fails the ``INSERT`` when it is planned, with one message, instead of a
-worker restarting forever.
+Python adapter parses the same list on the worker (:func:`pyflink_gcp.table.parsing.parse`). So
+the two sides cannot drift, and a mistake in a DDL fails the ``INSERT`` when it is planned,
+with one message, instead of a worker restarting forever.
 
 This module imports nothing but the standard library: the bridge build loads it by its file
 path, also where the package's dependencies are not installed (the wheel build).
@@ -28,10 +28,7 @@ Kinds and their DDL syntax (parsed the same way in Java):
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 #: Option kinds (see the module docstring).
@@ -44,9 +41,6 @@ WRITER_FACTORY = "pyflink_gcp.table:create_writer"
 #: The resource the Java factories read, and the SPI file that lists them.
 RESOURCE = "META-INF/pyflink-gcp/table-options.json"
 SERVICES = "META-INF/services/org.apache.flink.table.factories.Factory"
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d)\s*$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class OptionError(ValueError):
@@ -111,12 +105,16 @@ class Connector:
         adapter: ``module:function`` building the DataStream sink from the parsed options
             (see :mod:`pyflink_gcp.table.adapter`).
         options: Its option keys.
+        upserts: Whether a table with a ``PRIMARY KEY`` takes a changelog (updates as upserts,
+            deletes as deletes); every other table is insert-only, and the Java sink rejects a
+            primary key on a connector without it.
     """
 
     identifier: str
     factory_class: str
     adapter: str
     options: tuple[TableOption, ...]
+    upserts: bool = False
 
     def option(self, key: str) -> TableOption:
         for option in self.options:
@@ -125,8 +123,41 @@ class Connector:
         raise KeyError(key)
 
 
-def _writer_options(*, creates: bool, create_default: str) -> tuple[TableOption, ...]:
-    """The options every connector shares: parallelism, buffering, lifetimes, failures."""
+def _writer_options(
+    *,
+    creates: bool,
+    create_default: str = "create-never",
+    max_rows: str = "20000",
+    in_flight: str = "4",
+    per_destination: bool = True,
+) -> tuple[TableOption, ...]:
+    """The options every connector shares: parallelism, buffering, lifetimes, failures.
+
+    Args:
+        creates: Whether the sink creates destinations (the disposition and its bound).
+        create_default: The DataStream sink's create disposition.
+        max_rows: The service's ``max_buffered_records`` default.
+        in_flight: The service's ``max_in_flight_requests`` default.
+        per_destination: Whether a writer is kept per destination (the idle timeout and the
+            cap on live writers); Spanner's one database has none.
+    """
+    lifetimes = (
+        TableOption(
+            "sink.idle-timeout",
+            "duration",
+            "Close a destination's writer unused this long (0ms: at every flush).",
+            default="15min",
+            maps_to="writer.idle_timeout",
+            minimum=0,
+        ),
+        TableOption(
+            "sink.max-active-destinations",
+            "int",
+            "Cap on live destination writers per subtask (default: no cap).",
+            maps_to="writer.max_active_destinations",
+            minimum=1,
+        ),
+    )
     shared = (
         TableOption(
             "sink.parallelism",
@@ -138,7 +169,7 @@ def _writer_options(*, creates: bool, create_default: str) -> tuple[TableOption,
             "sink.buffer-flush.max-rows",
             "int",
             "Rows a subtask buffers between two bundle ends.",
-            default="20000",
+            default=max_rows,
             maps_to="writer.max_buffered_records",
             minimum=1,
         ),
@@ -162,7 +193,7 @@ def _writer_options(*, creates: bool, create_default: str) -> tuple[TableOption,
             "sink.max-in-flight-requests",
             "int",
             "Write calls sent before the first is answered.",
-            default="4",
+            default=in_flight,
             maps_to="writer.max_in_flight_requests",
             minimum=1,
         ),
@@ -173,21 +204,7 @@ def _writer_options(*, creates: bool, create_default: str) -> tuple[TableOption,
             default="false",
             maps_to="writer.per_destination_metrics",
         ),
-        TableOption(
-            "sink.idle-timeout",
-            "duration",
-            "Close a destination's writer unused this long (0ms: at every flush).",
-            default="15min",
-            maps_to="writer.idle_timeout",
-            minimum=0,
-        ),
-        TableOption(
-            "sink.max-active-destinations",
-            "int",
-            "Cap on live destination writers per subtask (default: no cap).",
-            maps_to="writer.max_active_destinations",
-            minimum=1,
-        ),
+        *(lifetimes if per_destination else ()),
         TableOption(
             "failure-handler",
             "enum",
@@ -328,8 +345,8 @@ BIGQUERY = Connector(
         TableOption(
             "ordering-mode",
             "enum",
-            "none, or per-table: one request in flight per table.",
-            default="none",
+            "none, or per-table: one request in flight per table (default: per-table for a "
+            "table with a PRIMARY KEY, whose changes must apply in order, else none).",
             choices=("none", "per-table"),
             maps_to="set_ordering_mode",
         ),
@@ -347,10 +364,153 @@ BIGQUERY = Connector(
         ),
         *_writer_options(creates=True, create_default="create-if-needed"),
     ),
+    upserts=True,
+)
+
+BIGTABLE = Connector(
+    identifier="gcp-bigtable",
+    factory_class="dev.pyflinkgcp.bridge.table.BigtableTableSinkFactory",
+    adapter="pyflink_gcp.table.bigtable:build_sink",
+    options=(
+        TableOption("project", "string", "The tables' project.", required=True),
+        TableOption("instance", "string", "The tables' Bigtable instance.", required=True),
+        TableOption(
+            "table",
+            "template",
+            "The table id, a template over the row.",
+            required=True,
+            names="bigtable_table_id",
+            maps_to="set_destination_resolver",
+        ),
+        TableOption(
+            "row-key",
+            "column",
+            "The column that is the row key (BYTES as they are, anything else as its text).",
+            required=True,
+        ),
+        TableOption(
+            "column-family",
+            "string",
+            "The family of every column that is not a ROW (qualifier: the column's name); a ROW "
+            "column is a family of its own, its fields the qualifiers.",
+            required=True,
+        ),
+        TableOption(
+            "timestamp.column",
+            "column",
+            "A TIMESTAMP or TIMESTAMP_LTZ column that is every cell's timestamp (milliseconds; "
+            "default: the time of the write).",
+        ),
+        TableOption(
+            "value.format",
+            "enum",
+            "text: every value as its UTF-8 text; binary: integers as 8-byte big-endian, "
+            "floats as IEEE 754, booleans as one byte, the rest as text.",
+            default="text",
+            choices=("text", "binary"),
+        ),
+        TableOption("endpoint", "string", "host:port of Bigtable.", maps_to="set_endpoint"),
+        *_writer_options(creates=True, max_rows="50000", in_flight="8"),
+    ),
+)
+
+CLOUDTASKS = Connector(
+    identifier="gcp-cloudtasks",
+    factory_class="dev.pyflinkgcp.bridge.table.CloudTasksTableSinkFactory",
+    adapter="pyflink_gcp.table.cloudtasks:build_sink",
+    options=(
+        TableOption("project", "string", "The queues' project.", required=True),
+        TableOption("location", "string", "The queues' location (us-central1).", required=True),
+        TableOption(
+            "queue",
+            "template",
+            "The queue id, a template over the row (the sink never creates queues).",
+            required=True,
+            names="cloudtasks_queue_id",
+            maps_to="set_destination_resolver",
+        ),
+        TableOption(
+            "url",
+            "template",
+            "The task's target URL, a template over the row (values are URL-encoded).",
+            required=True,
+            maps_to="CloudTasksSerializationSchema.http_target",
+        ),
+        TableOption(
+            "http-method",
+            "enum",
+            "The task's HTTP method.",
+            default="POST",
+            choices=("POST", "PUT", "PATCH", "GET", "DELETE", "HEAD", "OPTIONS"),
+            maps_to="with_http_method",
+        ),
+        TableOption(
+            "body.format",
+            "enum",
+            "json: the row as a JSON object; raw: one column's bytes; none: no body.",
+            default="json",
+            choices=("json", "raw", "none"),
+            maps_to="with_body",
+        ),
+        TableOption(
+            "body.column",
+            "column",
+            "The column a raw body is (BYTES or STRING).",
+            required_when=("body.format", "raw"),
+        ),
+        TableOption(
+            "content-type",
+            "string",
+            "The Content-Type header (default: application/json for a json body).",
+        ),
+        TableOption(
+            "headers.columns",
+            "columns",
+            "Columns sent as headers (named after the column).",
+            maps_to="with_headers",
+        ),
+        TableOption(
+            "headers.map-column",
+            "column",
+            "A MAP<STRING, STRING> column whose entries are headers.",
+            maps_to="with_headers",
+        ),
+        TableOption(
+            "task-id.column",
+            "column",
+            "The column that names each task (a replay then creates no second task).",
+            maps_to="with_task_id",
+        ),
+        TableOption("endpoint", "string", "host:port of Cloud Tasks.", maps_to="set_endpoint"),
+        *_writer_options(creates=False, max_rows="10000", in_flight="256"),
+    ),
+)
+
+SPANNER = Connector(
+    identifier="gcp-spanner",
+    factory_class="dev.pyflinkgcp.bridge.table.SpannerTableSinkFactory",
+    adapter="pyflink_gcp.table.spanner:build_sink",
+    options=(
+        TableOption("project", "string", "The database's project.", required=True),
+        TableOption("instance", "string", "The database's Spanner instance.", required=True),
+        TableOption("database", "string", "The database.", required=True),
+        TableOption(
+            "table",
+            "template",
+            "The table, a template over the row (tables must exist).",
+            required=True,
+            names="spanner_table_name",
+        ),
+        TableOption("endpoint", "string", "host:port of Spanner.", maps_to="set_endpoint"),
+        *_writer_options(creates=False, max_rows="100000", in_flight="2", per_destination=False),
+    ),
+    upserts=True,
 )
 
 #: Every connector, by identifier.
-CONNECTORS: dict[str, Connector] = {c.identifier: c for c in (PUBSUB, BIGQUERY)}
+CONNECTORS: dict[str, Connector] = {
+    c.identifier: c for c in (PUBSUB, BIGQUERY, BIGTABLE, CLOUDTASKS, SPANNER)
+}
 
 
 def resource(non_retriable_marker: str) -> dict[str, str]:
@@ -372,6 +532,7 @@ def resource(non_retriable_marker: str) -> dict[str, str]:
             c.identifier: {
                 "factory": c.factory_class,
                 "options": [o.as_json() for o in c.options],
+                "upserts": c.upserts,
             }
             for c in CONNECTORS.values()
         },
@@ -381,113 +542,3 @@ def resource(non_retriable_marker: str) -> dict[str, str]:
         RESOURCE: json.dumps(document, indent=1, sort_keys=True) + "\n",
         SERVICES: services,
     }
-
-
-# -- parsing: the same rules and messages as the Java factories --------------------------------
-
-
-def _invalid(connector: str, key: str, expected: str, value: str) -> OptionError:
-    return OptionError(
-        f"Invalid value for option '{key}' of connector '{connector}': expected {expected}, "
-        f"got '{value}'."
-    )
-
-
-def parse_duration(text: str) -> timedelta | None:
-    """``10s`` as a timedelta; None when ``text`` is no duration of this syntax."""
-    match = _DURATION.match(text)
-    if match is None:
-        return None
-    return timedelta(milliseconds=int(match.group(1)) * _UNIT_MS[match.group(2)])
-
-
-def _parse_value(connector: str, option: TableOption, text: str, columns: Sequence[str]) -> Any:
-    key, kind = option.key, option.kind
-    if kind in ("string", "template"):
-        return text
-    if kind == "int":
-        low, high = option.minimum, option.maximum
-        bound = (
-            f" in [{low}, {high}]"
-            if low is not None and high is not None
-            else (f" >= {low}" if low is not None else "")
-        )
-        if not re.fullmatch(r"\s*-?\d+\s*", text):
-            raise _invalid(connector, key, f"an integer{bound}", text)
-        number = int(text)
-        if (low is not None and number < low) or (high is not None and number > high):
-            raise _invalid(connector, key, f"an integer{bound}", text)
-        return number
-    if kind == "bool":
-        if text.strip().lower() not in ("true", "false"):
-            raise _invalid(connector, key, "true or false", text)
-        return text.strip().lower() == "true"
-    if kind == "duration":
-        duration = parse_duration(text)
-        low = option.minimum or 0
-        if duration is None or duration < timedelta(milliseconds=low):
-            least = " of at least 1ms" if low == 1 else ""
-            raise _invalid(
-                connector, key, f"a duration such as 500ms, 10s, 5min, 1h or 1d{least}", text
-            )
-        return duration
-    if kind == "enum":
-        if text not in option.choices:
-            raise _invalid(connector, key, "one of " + ", ".join(option.choices), text)
-        return text
-    if kind in ("column", "columns"):
-        names = [n.strip() for n in text.split(",")] if kind == "columns" else [text]
-        for name in names:
-            if name not in columns:
-                raise _invalid(
-                    connector, key, "a column of the table (" + ", ".join(columns) + ")", name
-                )
-        return tuple(names) if kind == "columns" else text
-    raise OptionError(f"option '{key}' of connector '{connector}' has an unknown kind {kind!r}")
-
-
-def parse(identifier: str, raw: Mapping[str, str], columns: Sequence[str]) -> dict[str, Any]:
-    """The options of a DDL, typed, with the defaults of the unset ones.
-
-    The Java factory already checked all of this at planning time; the worker checks again so
-    that the adapter never runs on options Java did not see (a payload built by hand).
-
-    Args:
-        identifier: The connector.
-        raw: The DDL's options (``connector`` is ignored).
-        columns: The table's column names (for ``column`` options).
-
-    Returns:
-        Every option key of the connector: its parsed value, or None when unset without default.
-
-    Raises:
-        OptionError: An unknown key, a missing required key, or a bad value.
-    """
-    connector = CONNECTORS.get(identifier)
-    if connector is None:
-        raise OptionError(f"unknown connector '{identifier}' (known: {', '.join(CONNECTORS)})")
-    known = {o.key: o for o in connector.options}
-    unknown = sorted(k for k in raw if k != "connector" and k not in known)
-    if unknown:
-        raise OptionError(
-            f"Unsupported options found for '{identifier}': {', '.join(unknown)}. "
-            f"Supported options: {', '.join(sorted(known))}."
-        )
-    missing = sorted(o.key for o in connector.options if o.required and o.key not in raw)
-    if missing:
-        raise OptionError(f"Missing required options for '{identifier}': {', '.join(missing)}.")
-    values: dict[str, Any] = {}
-    for option in connector.options:
-        text = raw.get(option.key, option.default)
-        values[option.key] = (
-            None if text is None else _parse_value(identifier, option, text, columns)
-        )
-    for option in connector.options:
-        if option.required_when and values[option.key] is None:
-            other, value = option.required_when
-            if values.get(other) == value:
-                raise OptionError(
-                    f"Option '{option.key}' of connector '{identifier}' is required when "
-                    f"'{other}' is '{value}'."
-                )
-    return values

@@ -74,6 +74,19 @@ def _text(value: Any) -> str:
     return str(json_form)
 
 
+def value_text(value: Any) -> str:
+    """Any column value as text: scalars as :func:`_text` writes them, ARRAY/ROW/MAP as JSON.
+
+    Shared with the connectors that put values into text fields (Bigtable cells, HTTP
+    headers), so a value has one text form everywhere.
+    """
+    if isinstance(value, list | dict):
+        return json.dumps(
+            value, default=_json_value, ensure_ascii=False, separators=(",", ":"), allow_nan=True
+        )
+    return _text(value)
+
+
 class JsonPayload:
     """``payload.format = json``: the row as a JSON object."""
 

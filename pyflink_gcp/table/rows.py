@@ -9,6 +9,11 @@ Timestamps nested in a ROW, ARRAY or MAP travel at millisecond precision.
 
 Rows arrive as ``pyflink.common.types.Row`` with the DDL's column names; the serializers and
 templates take plain dicts (nested rows too), which :class:`RowConverter` makes, once per row.
+
+A table with a ``PRIMARY KEY`` (on a connector that writes updates) receives Flink's upsert
+changelog: inserts and ``UPDATE_AFTER`` rows are upserts (plain dicts), and a ``DELETE`` becomes
+a :class:`DeletedRow`, so the adapters can tell the two apart without a pseudo-column that could
+clash with a column's name.
 """
 
 from __future__ import annotations
@@ -48,12 +53,22 @@ class Column:
         return str(self.type["root"])
 
 
+class DeletedRow(dict[str, Any]):
+    """A row the changelog deletes (a ``DELETE``): its columns, the primary key's included."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class TableInfo:
-    """What the Java sink says about the table: the sink's name and the columns."""
+    """What the Java sink says about the table: the sink's name, the columns, the primary key.
+
+    ``primary_key`` is empty for an insert-only table; with one, the table takes a changelog.
+    """
 
     sink_name: str
     columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -72,7 +87,8 @@ class TableInfo:
         columns = tuple(
             Column(c["name"], c["type"], bool(c.get("micros", False))) for c in document["columns"]
         )
-        return TableInfo(str(document["sink_name"]), columns)
+        key = tuple(str(k) for k in document.get("primary_key", ()))
+        return TableInfo(str(document["sink_name"]), columns, key)
 
 
 def _naive_micros(value: int) -> datetime:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from pyflink.common.types import RowKind
+
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.runtime import TypedMarkedWriterProcessFunction
 from pyflink_gcp.core.sink_writer import SinkConfig
-from pyflink_gcp.table.options import CONNECTORS, OptionError, parse
-from pyflink_gcp.table.rows import RowConverter, TableInfo
+from pyflink_gcp.table.options import CONNECTORS, OptionError
+from pyflink_gcp.table.parsing import parse
+from pyflink_gcp.table.rows import DeletedRow, RowConverter, TableInfo
 
 
 class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
@@ -24,16 +27,28 @@ class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
 
     Its input is the marker operator's ``(marker, record)`` row with the table's ``Row`` as
     the record; markers, flushes, failure handling and metrics are the DataStream writer's.
+    With ``changelog`` (a table with a primary key, whose sink the planner feeds upserts), a
+    ``DELETE`` row becomes a :class:`DeletedRow` and an ``UPDATE_BEFORE`` is dropped: an upsert
+    of the key's new row replaces the old one, so the retraction carries nothing to write.
     """
 
-    def __init__(self, config: SinkConfig, convert: RowConverter) -> None:
+    def __init__(self, config: SinkConfig, convert: RowConverter, changelog: bool = False) -> None:
         super().__init__(config)
         self._convert = convert
+        self._changelog = changelog
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
         marker = value[0]
         if marker is None:
-            self._write(self._convert(value[1]), ctx)
+            row = value[1]
+            if self._changelog:
+                kind = row.get_row_kind()
+                if kind == RowKind.UPDATE_BEFORE:
+                    return None
+                if kind == RowKind.DELETE:
+                    self._write(DeletedRow(self._convert(row)), ctx)
+                    return None
+            self._write(self._convert(row), ctx)
             return None
         return self._on_marker(marker)
 
@@ -89,4 +104,6 @@ def create_writer(
             raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
     except NonRetriableSinkError as exc:
         return UnbuildableWriter(exc)
-    return TableWriterProcessFunction(sink._sink_config(), RowConverter(table.columns))
+    return TableWriterProcessFunction(
+        sink._sink_config(), RowConverter(table.columns), changelog=bool(table.primary_key)
+    )

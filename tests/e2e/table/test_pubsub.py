@@ -21,7 +21,8 @@ from pyflink.common import JobStatus
 from pyflink.table import DataTypes, Schema, TableDescriptor
 
 from pyflink_gcp.core import bridge
-from pyflink_gcp.table.options import OptionError, parse
+from pyflink_gcp.table.options import OptionError
+from pyflink_gcp.table.parsing import parse
 from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.tables import make_table_env, planning_error

@@ -29,6 +29,9 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",
     "dev/pyflinkgcp/bridge/table/PubSubTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/BigQueryTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/BigtableTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/CloudTasksTableSinkFactory.class",
+    "dev/pyflinkgcp/bridge/table/SpannerTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/TableOptions.class",
     "dev/pyflinkgcp/bridge/table/TableOptions$Spec.class",
     "dev/pyflinkgcp/bridge/table/TableRows.class",
@@ -84,7 +87,9 @@ def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monk
     bridge.build()
     options = tmp_path / "options.py"
     options.write_text(
-        bridge._TABLE_OPTIONS.read_text().replace('default="20000"', 'default="12345"')
+        bridge._TABLE_OPTIONS.read_text().replace(
+            'max_rows: str = "20000"', 'max_rows: str = "12345"'
+        )
     )
     monkeypatch.setattr(bridge, "_TABLE_OPTIONS", options)
     digest = bridge._DIGEST.read_text()
@@ -96,6 +101,9 @@ def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monk
     assert listed.decode().split() == [
         "dev.pyflinkgcp.bridge.table.PubSubTableSinkFactory",
         "dev.pyflinkgcp.bridge.table.BigQueryTableSinkFactory",
+        "dev.pyflinkgcp.bridge.table.BigtableTableSinkFactory",
+        "dev.pyflinkgcp.bridge.table.CloudTasksTableSinkFactory",
+        "dev.pyflinkgcp.bridge.table.SpannerTableSinkFactory",
     ]
 
 

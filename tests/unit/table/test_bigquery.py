@@ -10,7 +10,7 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.table.bigquery import MapEntries, build_sink, table_schema
-from pyflink_gcp.table.options import parse
+from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.table.rows import Column, TableInfo
 
 
@@ -113,3 +113,20 @@ def test_tables_from_the_template_and_unroutable_rows_when_it_renders_none():
     assert isinstance(unroutable, UnroutableRecord)
     assert unroutable.payload == b'{"tenant":null,"id":2}'
     assert "the value is missing (None)" in unroutable.reason
+
+
+def test_a_table_with_a_primary_key_sends_cdc_rows_in_per_table_order():
+    from pyflink_gcp.bigquery import OrderingMode
+    from pyflink_gcp.table.rows import DeletedRow
+
+    table = TableInfo("cdc", (COLUMNS[0], COLUMNS[2]), primary_key=("id",))
+    raw = {"project": "p", "dataset": "d", "table": "t"}
+    sink = build_sink(parse("gcp-bigquery", raw, table.names), table)
+    factory = sink._sink_config().factory
+    serializer = factory.serializer
+    assert serializer.schema(None).primary_key == ("id",)
+    upsert = serializer.serialize({"id": 1, "name": "a"}, None)
+    delete = serializer.serialize(DeletedRow(id=1, name="a"), None)
+    assert upsert == {"id": 1, "name": "a", "_CHANGE_TYPE": "UPSERT"}
+    assert delete == {"id": 1, "name": "a", "_CHANGE_TYPE": "DELETE"}
+    assert factory.ordering is OrderingMode.PER_TABLE

@@ -10,9 +10,13 @@ from datetime import timedelta
 import pytest
 
 from pyflink_gcp.bigquery import BigQueryWriterOptions
+from pyflink_gcp.bigtable import BigtableWriterOptions
+from pyflink_gcp.cloudtasks import CloudTasksWriterOptions
 from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubWriterOptions
+from pyflink_gcp.spanner import SpannerWriterOptions
 from pyflink_gcp.table import options
-from pyflink_gcp.table.options import CONNECTORS, OptionError, parse
+from pyflink_gcp.table.options import CONNECTORS, OptionError
+from pyflink_gcp.table.parsing import parse
 
 KEY = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*(\.[a-z][a-z0-9]*(-[a-z0-9]+)*)*$")
 COLUMNS = ("id", "region", "payload")
@@ -34,18 +38,28 @@ def test_the_required_keys_are_the_issues():
     assert required == {
         "gcp-pubsub": {"project", "topic"},
         "gcp-bigquery": {"project", "dataset", "table"},
+        "gcp-bigtable": {"project", "instance", "table", "row-key", "column-family"},
+        "gcp-cloudtasks": {"project", "location", "queue", "url"},
+        "gcp-spanner": {"project", "instance", "database", "table"},
     }
 
 
 @pytest.mark.parametrize(
     ("identifier", "writer_type"),
-    [("gcp-pubsub", PubSubWriterOptions), ("gcp-bigquery", BigQueryWriterOptions)],
+    [
+        ("gcp-pubsub", PubSubWriterOptions),
+        ("gcp-bigquery", BigQueryWriterOptions),
+        ("gcp-bigtable", BigtableWriterOptions),
+        ("gcp-cloudtasks", CloudTasksWriterOptions),
+        ("gcp-spanner", SpannerWriterOptions),
+    ],
 )
 def test_defaults_are_the_datastream_defaults(identifier, writer_type):
-    """Every option mapping to a writer option field has that field's default."""
+    """Every option mapping to a writer option field has that field's default, and every
+    shared field of the service's options has an option."""
     defaults = {f.name: f.default for f in fields(writer_type)}
     required = {o.key: "x" for o in CONNECTORS[identifier].options if o.required}
-    values = parse(identifier, required, ())
+    values = parse(identifier, required, ("x",))
     checked = 0
     for option in CONNECTORS[identifier].options:
         target = option.maps_to or ""
@@ -54,7 +68,16 @@ def test_defaults_are_the_datastream_defaults(identifier, writer_type):
             assert field in defaults, option.key
             assert values[option.key] == defaults[field], option.key
             checked += 1
-    assert checked >= 8
+    assert checked >= 5
+    mapped = {(o.maps_to or "").removeprefix("writer.") for o in CONNECTORS[identifier].options}
+    shared = {"max_buffer_time", "max_buffered_records", "retry_deadline"}
+    shared |= {"max_in_flight_requests", "per_destination_metrics"}
+    for field in ("idle_timeout", "max_active_destinations", "max_created_destinations"):
+        if field in defaults and (
+            field != "max_created_destinations" or "create-disposition" in values
+        ):
+            shared.add(field)
+    assert shared <= mapped, shared - mapped
 
 
 def test_publisher_defaults_are_the_datastream_defaults():

@@ -11,7 +11,7 @@ import pytest
 
 from pyflink_gcp.core.errors import ResolverError
 from pyflink_gcp.core.sink_writer import SinkWriter
-from pyflink_gcp.table.options import parse
+from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.table.pubsub import build_sink, row_json
 from pyflink_gcp.table.rows import Column, TableInfo
 

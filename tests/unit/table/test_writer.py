@@ -68,3 +68,29 @@ def test_an_unbuildable_writer_fails_once_from_open_marked_non_retriable():
     )
     with pytest.raises(ConfigurationError, match=r"^sink 'events': Invalid value for option"):
         bad.open(None)
+
+
+def test_a_table_with_a_primary_key_writes_upserts_and_deletes_and_drops_update_before():
+    from pyflink.common.types import RowKind
+
+    from pyflink_gcp.table.rows import DeletedRow
+
+    keyed = json.loads(SCHEMA)
+    keyed["primary_key"] = ["id"]
+    writer = create_writer(
+        "gcp-bigquery", {"project": "p", "dataset": "d", "table": "t"}, json.dumps(keyed)
+    )
+    assert isinstance(writer, TableWriterProcessFunction)
+    written: list = []
+    writer._write = lambda record, ctx: written.append(record)  # type: ignore[method-assign]
+    for kind in (RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE):
+        row = Row(id=1, region=kind.name)
+        row.set_row_kind(kind)
+        writer.process_element((None, row), None)
+    assert written == [
+        {"id": 1, "region": "INSERT"},
+        {"id": 1, "region": "UPDATE_AFTER"},
+        {"id": 1, "region": "DELETE"},
+    ]
+    assert [type(r) for r in written] == [dict, dict, DeletedRow]
+    assert writer._config.factory.options is not None

@@ -1,6 +1,8 @@
 package dev.pyflinkgcp.bridge.table;
 
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 import dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator;
@@ -49,6 +51,7 @@ final class GcpTableSink implements DynamicTableSink {
     private final String name;
     private final Map<String, String> options;
     private final RowType rowType;
+    private final List<String> primaryKey;
     private final ReadableConfig config;
     private final TableOptions specs;
 
@@ -57,20 +60,28 @@ final class GcpTableSink implements DynamicTableSink {
             String name,
             Map<String, String> options,
             RowType rowType,
+            List<String> primaryKey,
             ReadableConfig config,
             TableOptions specs) {
         this.identifier = identifier;
         this.name = name;
         this.options = options;
         this.rowType = rowType;
+        this.primaryKey = primaryKey;
         this.config = config;
         this.specs = specs;
     }
 
-    /** Insert-only: an updating query is rejected when it is planned, with Flink's message. */
+    /**
+     * Insert-only unless the table declares a primary key (accepted by the factory only for a
+     * connector that writes updates): then upserts, so the planner sends {@code INSERT} and
+     * {@code UPDATE_AFTER} as upserts of the key's row and {@code DELETE} as its deletion, and
+     * no {@code UPDATE_BEFORE}. An updating query into an insert-only table is rejected when it
+     * is planned, with Flink's message.
+     */
     @Override
     public ChangelogMode getChangelogMode(ChangelogMode requestedMode) {
-        return ChangelogMode.insertOnly();
+        return primaryKey.isEmpty() ? ChangelogMode.insertOnly() : ChangelogMode.upsert();
     }
 
     @Override
@@ -116,7 +127,7 @@ final class GcpTableSink implements DynamicTableSink {
                         document.get("writer_name").asText(),
                         identifier,
                         options,
-                        rows.schemaJson(name));
+                        rows.schemaJson(name, primaryKey));
         DataStreamPythonFunctionInfo function =
                 new DataStreamPythonFunctionInfo(
                         new DataStreamPythonFunction(payload, new PythonEnv(PythonEnv.ExecType.PROCESS)),
@@ -152,7 +163,13 @@ final class GcpTableSink implements DynamicTableSink {
     @Override
     public DynamicTableSink copy() {
         return new GcpTableSink(
-                identifier, name, new LinkedHashMap<>(options), rowType, config, specs);
+                identifier,
+                name,
+                new LinkedHashMap<>(options),
+                rowType,
+                new ArrayList<>(primaryKey),
+                config,
+                specs);
     }
 
     @Override

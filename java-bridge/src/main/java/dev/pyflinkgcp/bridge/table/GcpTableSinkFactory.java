@@ -1,5 +1,6 @@
 package dev.pyflinkgcp.bridge.table;
 
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,8 +23,9 @@ import org.apache.flink.table.types.logical.RowType;
  * file); its options come from the generated option list ({@link TableOptions}), and what they
  * mean is decided on the Python side ({@code pyflink_gcp.table}). Everything the planner can
  * check is checked here, when the statement is planned: unknown and missing keys (Flink's
- * helper), values of every kind and template placeholders ({@link TableOptions#validate}), and
- * {@code python.metric.enabled}, without which the writer's pre-barrier flush cannot run.
+ * helper), values of every kind and template placeholders ({@link TableOptions#validate}), a
+ * {@code PRIMARY KEY} on a connector that cannot write updates, and {@code
+ * python.metric.enabled}, without which the writer's pre-barrier flush cannot run.
  */
 public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
 
@@ -62,6 +64,17 @@ public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
         List<String> columns = rowType.getFieldNames();
         options.validate(values, columns);
         String name = context.getObjectIdentifier().getObjectName();
+        List<String> primaryKey = new ArrayList<>();
+        for (int index : context.getPrimaryKeyIndexes()) {
+            primaryKey.add(columns.get(index));
+        }
+        if (!primaryKey.isEmpty() && !options.upserts()) {
+            throw new ValidationException(
+                    String.format(
+                            "sink '%s': connector '%s' is insert-only and takes no PRIMARY KEY;"
+                                    + " only %s write updates and deletes of a table with one.",
+                            name, identifier, String.join(" and ", TableOptions.upsertConnectors())));
+        }
         ReadableConfig config = context.getConfiguration();
         if (!config.get(PythonOptions.PYTHON_METRIC_ENABLED)) {
             throw new ValidationException(
@@ -71,6 +84,6 @@ public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
                                     + " enable it.",
                             name));
         }
-        return new GcpTableSink(identifier, name, values, rowType, config, options);
+        return new GcpTableSink(identifier, name, values, rowType, primaryKey, config, options);
     }
 }

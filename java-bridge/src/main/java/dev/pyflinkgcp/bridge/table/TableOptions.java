@@ -76,10 +76,32 @@ public final class TableOptions {
 
     private final String identifier;
     private final Map<String, Spec> specs;
+    private final boolean upserts;
 
-    private TableOptions(String identifier, Map<String, Spec> specs) {
+    private TableOptions(String identifier, Map<String, Spec> specs, boolean upserts) {
         this.identifier = identifier;
         this.specs = specs;
+        this.upserts = upserts;
+    }
+
+    /** Whether a table with a primary key takes a changelog (upserts and deletes). */
+    public boolean upserts() {
+        return upserts;
+    }
+
+    /** The identifiers of the connectors that take a changelog, in list order. */
+    static List<String> upsertConnectors() {
+        List<String> out = new ArrayList<>();
+        load().get("connectors")
+                .fields()
+                .forEachRemaining(
+                        e -> {
+                            JsonNode flag = e.getValue().get("upserts");
+                            if (flag != null && flag.asBoolean()) {
+                                out.add(e.getKey());
+                            }
+                        });
+        return out;
     }
 
     /** The options of {@code identifier}, from the jar's generated list. */
@@ -94,7 +116,8 @@ public final class TableOptions {
             Spec spec = new Spec(node);
             specs.put(spec.key, spec);
         });
-        return new TableOptions(identifier, specs);
+        JsonNode flag = connector.get("upserts");
+        return new TableOptions(identifier, specs, flag != null && flag.asBoolean());
     }
 
     /** The whole generated document (writer module, marker line, connectors). */

@@ -128,12 +128,15 @@ final class TableRows {
 
     /**
      * The columns as the Python side reads them: name, type (root, nullability, precision,
-     * scale, nested types) and, for the converted timestamps, {@code "micros": true}.
+     * scale, nested types) and, for the converted timestamps, {@code "micros": true}; and the
+     * primary key's columns (empty for an insert-only table).
      */
-    String schemaJson(String sinkName) {
+    String schemaJson(String sinkName, List<String> primaryKey) {
         ObjectMapper mapper = new ObjectMapper();
         ObjectNode root = mapper.createObjectNode();
         root.put("sink_name", sinkName);
+        ArrayNode key = root.putArray("primary_key");
+        primaryKey.forEach(key::add);
         ArrayNode columns = root.putArray("columns");
         for (int i = 0; i < physical.getFieldCount(); i++) {
             RowType.RowField field = physical.getFields().get(i);
