@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup venv tools bridge lint clean bench dist resolve-time
+.PHONY: demo test cluster-test setup venv tools bridge lint clean bench dist resolve-time
 
 demo: setup
 	$(PY) examples/demo.py
@@ -14,9 +14,14 @@ demo: setup
 # The install-from-wheel test runs in a pytest process of its own: the jobs of the main run
 # leave PyFlink's gateway and the repository's PYTHONPATH in the process's environment, and a
 # clean venv must see neither.
+# Every example on a standalone cluster (tests/cluster/test_examples.py) takes minutes, so it
+# runs in `make cluster-test` only; `make test` keeps the cluster's TaskManager-kill test.
 test: setup
-	$(PY) -m pytest tests --ignore=tests/packaging $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/packaging --ignore=tests/cluster/test_examples.py $(PYTEST_ARGS)
 	$(PY) -m pytest tests/packaging $(PYTEST_ARGS) || test $$? -eq 5
+
+cluster-test: setup
+	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
 setup: venv tools bridge
 
