@@ -19,7 +19,13 @@ import pytest
 from pyflink.table import DataTypes, Schema, TableDescriptor
 
 from pyflink_gcp.bigquery.rows import bq_type
-from tests.integration.bigquery.support import bq_client, make_dataset, query, table_names
+from tests.integration.bigquery.support import (
+    bq_client,
+    make_dataset,
+    query,
+    read_events,
+    table_names,
+)
 from tests.support.tables import make_table_env, planning_error
 
 pytestmark = pytest.mark.e2e
@@ -160,3 +166,82 @@ def test_mistakes_fail_at_planning_with_exact_messages() -> None:
         "INSERT INTO updates SELECT COUNT(*), tenant FROM (VALUES (1, 'a')) AS v(id, tenant) "
         "GROUP BY tenant",
     )
+
+
+# Where each account is, in order: accounts move between regions, and "north" ends up empty.
+MOVES = [(1, "north"), (2, "north"), (3, "south"), (1, "south"), (4, "east"), (2, "east")]
+# Loaded by the job's Python workers (their PYTHONPATH holds python.files): the gcp-bigquery
+# adapter's sinks record every AppendRows request they send, as the DataStream CDC tests do.
+# Quiet: PyFlink reads the output of one of these processes (its runner script's path).
+RECORDING_HOOK = """
+import warnings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import pyflink_gcp.table.bigquery as adapter
+    from tests.integration.bigquery.support import FileAppendRecorder
+
+_build = adapter.build_sink
+
+
+def _recording(values, table):
+    sink = _build(values, table)
+    sink._sink_config().factory.interceptors = (FileAppendRecorder({log!r}),)
+    return sink
+
+
+adapter.build_sink = _recording
+"""
+
+
+def test_a_changelog_into_a_table_with_a_primary_key_sends_upserts_and_deletes(
+    project: str, tmp_path
+) -> None:
+    """What the sink sent converges to the aggregate. The emulator ignores the CDC
+    pseudo-columns and primary keys (it appends every change as a row), so the changes are
+    read where they leave the sink: the AppendRows requests."""
+    dataset = make_dataset(project, "cdc")
+    log = tmp_path / "appends.jsonl"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(RECORDING_HOOK.format(log=str(log)))
+    t_env = make_table_env()
+    t_env.add_python_file(str(hook))
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE per_region (region STRING NOT NULL, accounts BIGINT,
+            PRIMARY KEY (region) NOT ENFORCED) WITH ('connector' = 'gcp-bigquery',
+            'project' = '{project}', 'dataset' = '{dataset}', 'table' = 'regions')"""
+    )
+    moves = ", ".join(f"({i}, {n}, '{r}')" for n, (i, r) in enumerate(MOVES))
+    t_env.execute_sql(
+        f"""INSERT INTO per_region
+            SELECT region, COUNT(*) FROM (
+                SELECT account, LAST_VALUE(region) AS region
+                FROM (VALUES {moves}) AS m(account, seq, region) GROUP BY account)
+            GROUP BY region"""
+    ).wait()
+
+    sends = [e for e in read_events(str(log)) if e["kind"] == "send"]
+    assert sends, "the hook recorded nothing"
+    state: dict[str, int] = {}
+    kinds: dict[str, list[str]] = {}
+    # One region's changes come from one subtask (the planner partitions by the key), whose
+    # requests the recorder numbers in the order they went out.
+    for event in sorted(sends, key=lambda e: (e["recorder"], e["seq"])):
+        for row in event["rows"]:
+            kinds.setdefault(row["region"], []).append(row["_CHANGE_TYPE"])
+            if row["_CHANGE_TYPE"] == "DELETE":
+                state.pop(row["region"])
+            else:
+                state[row["region"]] = row["accounts"]
+    assert state == {"south": 2, "east": 2}
+    assert kinds["north"][-1] == "DELETE" and set(kinds["north"][:-1]) == {"UPSERT"}
+    assert set(kinds["south"]) == set(kinds["east"]) == {"UPSERT"}
+    table = bq_client(project).get_table(f"{project}.{dataset}.regions")
+    assert [(f.name, f.mode) for f in table.schema] == [
+        ("region", "REQUIRED"),
+        ("accounts", "NULLABLE"),
+    ]
+    # The emulator appended every change, deletes included, as a plain row.
+    rows = query(project, f"SELECT region FROM `{project}.{dataset}.regions`")
+    assert len(rows) == sum(len(k) for k in kinds.values())
