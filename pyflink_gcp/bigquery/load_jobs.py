@@ -9,6 +9,7 @@ which makes a commit repeated after a failover harmless. Loaded files are delete
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,11 +20,21 @@ from pyflink_gcp.bigquery.file_formats import load_job_config
 from pyflink_gcp.bigquery.options import BigQueryFileLoadsOptions
 from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.core.commit import Committer
-from pyflink_gcp.core.errors import WriteError
+from pyflink_gcp.core.errors import NonRetriableSinkError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
+#: Load jobs tried per committable when BigQuery fails one for a passing reason.
+_JOB_ATTEMPTS = 3
+#: ``errorResult.reason`` values of a load job a new job may not meet again.
+_PASSING_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded"})
+
+
+class LoadJobFailedError(NonRetriableSinkError):
+    """A load job BigQuery refused or ran and failed for a reason the same files meet again
+    (rows the table refuses, a schema that does not match): the job ends instead of restarting
+    into the same failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,29 +109,24 @@ class LoadJobCommitter(Committer):
         for future in [self._pool.submit(self._run, load) for load in jobs.values()]:
             future.result()
 
-    def _client(self, project: str) -> Any:
-        client = self._clients.get(project)
-        if client is None:
-            client = rest_client(resolve_rest_endpoint(self._rest_endpoint), project)
-            self._clients[project] = client
-        return client
-
-    def _run(self, load: FileLoad) -> None:
-        from google.api_core.exceptions import Conflict
-
-        project = load.table_id.split(".", 1)[0]
-        client = self._client(project)
-        what = f"sink '{self._sink}': load job {load.job_id} into {load.table_id}"
-        config = load_job_config(self._loads.file_format)
-        assert self._staging is not None
-        uris = [self._staging.uri(f.name) for f in load.files]
+    def _insert_or_find(
+        self,
+        client: Any,
+        project: str,
+        uris: list[str],
+        load: FileLoad,
+        job_id: str,
+        config: Any,
+        what: str,
+    ) -> Any:
+        from google.api_core.exceptions import BadRequest, Conflict
 
         def insert() -> Any:
             try:
                 job = client.load_table_from_uri(
                     uris,
                     load.table_id,
-                    job_id=load.job_id,
+                    job_id=job_id,
                     job_config=config,
                     project=project,
                     timeout=self._timeout_s,
@@ -131,18 +137,63 @@ class LoadJobCommitter(Committer):
             except Conflict:
                 # Started by an earlier attempt of this commit: wait for that job instead.
                 self.jobs_found += 1
-                return client.get_job(
-                    load.job_id, project=project, timeout=self._timeout_s, retry=None
-                )
+                return client.get_job(job_id, project=project, timeout=self._timeout_s, retry=None)
 
-        job = self._retry.call(insert, what)
         try:
-            job.result(timeout=self._loads.load_job_timeout.total_seconds(), retry=None)
-        except Exception as exc:
-            errors = getattr(job, "errors", None) or []
-            raise WriteError(
-                f"{what} failed: {status_name(exc)}: {exc}; errors: {errors[:5]}"
-            ) from exc
+            return self._retry.call(insert, what)
+        except BadRequest as exc:  # refused at submission: the same files are refused again
+            raise self._failed(what, load, f"{status_name(exc)}: {exc}") from exc
+
+    def _failed(self, what: str, load: FileLoad, detail: str) -> LoadJobFailedError:
+        names = ", ".join(f.name for f in load.files[:3])
+        more = f" and {len(load.files) - 3} more" if len(load.files) > 3 else ""
+        return LoadJobFailedError(
+            f"{what} failed: {detail}. The files stay in the staging location ({names}{more}); "
+            "a restart would load the same files again and fail the same way, so the job ends: "
+            "fix or remove them (rows in them that the table refuses), then restart from the "
+            "last checkpoint"
+        )
+
+    def _client(self, project: str) -> Any:
+        client = self._clients.get(project)
+        if client is None:
+            client = rest_client(resolve_rest_endpoint(self._rest_endpoint), project)
+            self._clients[project] = client
+        return client
+
+    def _run(self, load: FileLoad) -> None:
+        from google.api_core.exceptions import GoogleAPICallError
+
+        project = load.table_id.split(".", 1)[0]
+        client = self._client(project)
+        config = load_job_config(self._loads.file_format)
+        assert self._staging is not None
+        uris = [self._staging.uri(f.name) for f in load.files]
+        # A load job that failed appended nothing (load jobs are atomic), so one that failed
+        # for a passing reason is run again under the next id of a fixed sequence: a commit
+        # repeated after a failover walks the same ids and stops at the one that succeeded.
+        for attempt in range(_JOB_ATTEMPTS):
+            job_id = load.job_id if attempt == 0 else f"{load.job_id[:1000]}_retry{attempt}"
+            what = f"sink '{self._sink}': load job {job_id} into {load.table_id}"
+            job = self._insert_or_find(client, project, uris, load, job_id, config, what)
+            try:
+                job.result(timeout=self._loads.load_job_timeout.total_seconds(), retry=None)
+            except concurrent.futures.TimeoutError as exc:
+                # Still running: a restart commits again and waits for the same job.
+                raise WriteError(
+                    f"{what} still running after {self._loads.load_job_timeout}"
+                ) from exc
+            except GoogleAPICallError as exc:
+                result = getattr(job, "error_result", None)
+                if not result:  # the job's state could not be read: a restart asks again
+                    raise WriteError(f"{what} failed: {status_name(exc)}: {exc}") from exc
+                errors = getattr(job, "errors", None) or []
+                if result.get("reason") in _PASSING_REASONS and attempt + 1 < _JOB_ATTEMPTS:
+                    _LOG.warning("%s failed (%s), loading again: %s", what, result, errors[:3])
+                    continue
+                detail = f"{status_name(exc)}: {exc}; errors: {errors[:5]}"
+                raise self._failed(what, load, detail) from exc
+            break
         assert self._staging is not None
         for staged in load.files:
             try:
