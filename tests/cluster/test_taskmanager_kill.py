@@ -68,7 +68,8 @@ def test_killed_taskmanager_loses_no_record(
     lost = sorted(set(range(COUNT)) - distinct)
     print(
         f"\n{COUNT} records, {len(ids)} read back, {len(lost)} lost, "
-        f"{len(ids) - len(distinct)} duplicates; {len(failures)} failure(s) recorded; "
+        f"{len(ids) - len(distinct)} duplicates; {len(failures)} failure(s) recorded "
+        f"({', '.join(sorted({str(f.get('exceptionName')) for f in failures}))}); "
         f"finished {took:.1f} s after the kill; restored checkpoint {restored['id']}"
     )
     assert not lost, f"{len(lost)} records lost, first {lost[:10]}"

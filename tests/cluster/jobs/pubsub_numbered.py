@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--project", required=True)
     parser.add_argument("--topic", required=True, help="prefix of the two topics")
     parser.add_argument("--count", type=int, default=3000)
-    parser.add_argument("--pace-ms", type=float, default=20.0)
+    parser.add_argument("--pace-ms", type=float, default=30.0)
     parser.add_argument("--checkpoint-ms", type=int, default=1000)
     args = parser.parse_args()
 
