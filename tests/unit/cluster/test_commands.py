@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pyflink_gcp.cli import main
 from pyflink_gcp.cluster import ClusterError
 from pyflink_gcp.cluster.commands import emulator_env, parse_env, running_clusters
 
@@ -56,3 +57,19 @@ def test_emulator_env_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / str(os.getpid())).mkdir()
     with pytest.raises(ClusterError, match="has not published its variables"):
         emulator_env(root=tmp_path)
+
+
+def test_cluster_down_without_a_running_up_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PYFLINK_GCP_CACHE", str(tmp_path))
+    assert main(["cluster", "down"]) == 1
+    assert "exactly one running `pyflink-gcp cluster up` (found: none" in capsys.readouterr().err
+
+
+def test_cluster_up_without_emulators_up_fails_before_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PYFLINK_GCP_CACHE", str(tmp_path))
+    assert main(["cluster", "up", "--env-from-emulators"]) == 1
+    assert "needs exactly one running `pyflink-gcp emulators up`" in capsys.readouterr().err
