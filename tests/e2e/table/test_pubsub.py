@@ -1,8 +1,8 @@
 """The ``gcp-pubsub`` SQL connector in MiniCluster jobs, read back from the emulator.
 
 One job writes through a DDL table and a ``TableDescriptor`` table at once (a statement set);
-the planning tests submit nothing; the last test runs SQL from a Java program without any
-Python client.
+the planning tests submit nothing; one test runs SQL from a Java program without any Python
+client; the last kills the writer's Python worker of a checkpointed job and counts what landed.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -273,3 +275,87 @@ def test_the_writer_flushes_at_checkpoints_while_the_job_runs(project: str) -> N
     result.wait()
     rest = pull_all(project, topic, expect=400 - len(early))
     assert sorted(json.loads(m.data)["id"] for m in [*early, *rest]) == list(range(1, 401))
+
+
+def _python_workers() -> dict[int, str]:
+    """This test's PyFlink Python worker processes (pid: command line), from /proc: the
+    descendants of this process that run PyFlink's Beam worker (pyflink-udf-runner.sh starts
+    it; only ours are ever signalled)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                commands[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return {
+        p: c for p, c in commands.items() if "pyflink.fn_execution.beam.beam_boot" in c and ours(p)
+    }
+
+
+def _wait_for(check, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(project: str) -> None:
+    """The sink's Python worker (the job's only Python operator) is killed with SIGKILL after
+    the first checkpoint flushed rows; Flink restarts from the last checkpoint and replays."""
+    topic = unique("killed")
+    make_topics(project, [topic])
+    rows = 600
+    t_env = make_table_env(
+        parallelism=1,
+        checkpoint_ms=500,
+        extra={
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "3",
+            "restart-strategy.fixed-delay.delay": "1 s",
+        },
+    )
+    t_env.execute_sql(
+        f"CREATE TEMPORARY TABLE source (id BIGINT) WITH ('connector' = 'datagen', "
+        f"'rows-per-second' = '60', 'number-of-rows' = '{rows}', 'fields.id.kind' = "
+        f"'sequence', 'fields.id.start' = '1', 'fields.id.end' = '{rows}')"
+    )
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE killed (id BIGINT) WITH (
+            'connector' = 'gcp-pubsub', 'project' = '{project}', 'topic' = '{topic}',
+            'sink.buffer-flush.max-rows' = '1000000', 'sink.buffer-flush.interval' = '1d')"""
+    )
+    result = t_env.execute_sql("INSERT INTO killed SELECT id FROM source")
+    # Only a checkpoint sends rows before the input ends (thresholds out of reach).
+    early = pull_all(project, topic, expect=1, timeout_s=30.0)
+    assert early, "no checkpoint flushed rows"
+    workers = _wait_for(_python_workers)
+    assert len(workers) == 1, workers
+    (victim,) = workers
+    os.kill(victim, signal.SIGKILL)
+    replacement = _wait_for(lambda: [p for p in _python_workers() if p != victim])
+    assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
+    result.wait()
+    rest = pull_all(project, topic, expect=rows - len(early), timeout_s=60.0)
+    ids = [json.loads(m.data)["id"] for m in [*early, *rest]]
+    lost = set(range(1, rows + 1)) - set(ids)
+    assert not lost, f"lost {len(lost)}"
+    print(
+        f"worker {victim} killed, {replacement[0]} took over: 0 lost, {len(ids) - rows} duplicates"
+    )
