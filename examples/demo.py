@@ -24,6 +24,7 @@ EXAMPLES = [
     "bigtable_daily_tables.py",
     "cloudtasks_webhooks.py",
     "spanner_events.py",
+    "sql_dynamic_tables.py",
 ]
 
 

@@ -1,6 +1,7 @@
-"""SQL and Table API connectors: ``gcp-pubsub`` and ``gcp-bigquery``, run by the DataStream writers.
+"""SQL and Table API connectors, run by the DataStream writers: ``gcp-pubsub``, ``gcp-bigquery``,
+``gcp-bigtable``, ``gcp-cloudtasks`` and ``gcp-spanner`` (``docs/sql.md``).
 
-A table declared with ``'connector' = 'gcp-pubsub'`` (or ``gcp-bigquery``) is written by the same
+A table declared with ``'connector' = 'gcp-pubsub'`` (or another of them) is written by the same
 Python writer as the service's DataStream sink: the Java bridge jar holds a table sink factory
 per connector, which validates the DDL's options when the statement is planned and runs the
 writer as the bridge's checkpoint-marker operator; on the worker :func:`create_writer` maps the
