@@ -37,6 +37,7 @@ EXAMPLES = {
     "bigtable_daily_tables.py": ["--count", "3000"],
     "cloudtasks_webhooks.py": ["--events", "2000"],
     "spanner_events.py": ["--count", "3000"],
+    "sql_dynamic_tables.py": ["--orders", "3000"],
 }
 
 
