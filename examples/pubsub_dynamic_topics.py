@@ -26,12 +26,8 @@ from pyflink.common.watermark_strategy import WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 
-from pyflink_gcp.pubsub import (
-    PubSubPublisherOptions,
-    PubSubSerializationSchema,
-    PubSubSink,
-    TopicDestination,
-)
+from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubSerializationSchema, PubSubSink
+from pyflink_gcp.routing import pubsub_topics, route_by_template
 
 # The emulator answers an empty pull only after its timeout unless asked to return at once.
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
@@ -57,16 +53,6 @@ def make_order(i: int) -> dict:
         "region": REGIONS[(customer * 7) % len(REGIONS)],
         "amount_cents": (i * 37) % 10_000,
     }
-
-
-class RegionTopics:
-    """The resolver: each order goes to its region's topic."""
-
-    def __init__(self, project: str) -> None:
-        self.project = project
-
-    def resolve(self, order: dict, context) -> TopicDestination:
-        return TopicDestination.of(self.project, f"orders-{order['region']}")
 
 
 def prepare_topics(project: str) -> None:
@@ -96,20 +82,14 @@ def prepare_topics(project: str) -> None:
     subscriber.close()
 
 
-def run_job(project: str, orders: int, parallelism: int) -> None:
-    conf = Configuration()
-    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
-    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
-    conf.set_string("python.executable", sys.executable)
-    conf.set_string("python.client.executable", sys.executable)
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
-    env.enable_checkpointing(2000)
-
-    sink = (
+def build_sink(project: str) -> PubSubSink:
+    """The sink: each order to its region's topic (``orders-<region>``), the customer as
+    ordering key. ``pyflink-gcp plan examples/pubsub_dynamic_topics.py:build_sink --arg
+    project=my-project --sample orders.jsonl`` dry-runs it over a sample."""
+    return (
         PubSubSink.builder()
         .set_sink_name("orders-by-region")
-        .set_destination_resolver(RegionTopics(project))
+        .set_destination_resolver(route_by_template("orders-{region}", pubsub_topics(project)))
         .set_serializer(
             PubSubSerializationSchema.payload(lambda o: json.dumps(o).encode()).with_ordering_key(
                 lambda o, ctx: o["customer_id"]
@@ -120,6 +100,19 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
         )
         .build()
     )
+
+
+def run_job(project: str, orders: int, parallelism: int) -> None:
+    conf = Configuration()
+    # The Python workers run this interpreter (the venv with pyflink and pyflink-gcp), whether
+    # or not the venv is activated; otherwise Flink starts the `python` on the PATH.
+    conf.set_string("python.executable", sys.executable)
+    conf.set_string("python.client.executable", sys.executable)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(2000)
+
+    sink = build_sink(project)
 
     # One reader keeps each customer's orders in sequence; key_by keeps them on one subtask.
     numbers = env.from_source(

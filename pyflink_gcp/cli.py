@@ -126,6 +126,15 @@ def _parser() -> argparse.ArgumentParser:
     cluster_down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait (default: %(default)s)"
     )
+    from pyflink_gcp.routing import plan
+
+    plan.add_arguments(
+        commands.add_parser(
+            "plan",
+            help="dry-run a sink's routing over a sample (exit 1 when a bound would be exceeded)",
+            description=(plan.__doc__ or "").split("\n\n")[0],
+        )
+    )
     return parser
 
 
@@ -328,6 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _restart(args.service, args.pid, args.timeout)
         if args.command == "cluster":
             return _cluster(args)
+        if args.command == "plan":
+            from pyflink_gcp.routing import plan
+
+            return plan.run(args)
     except EmulatorError as err:
         print(f"pyflink-gcp: {err}", file=sys.stderr)
         return 1

@@ -45,7 +45,7 @@ class FieldPath:
         ConfigurationError: An empty path or an empty segment.
     """
 
-    __slots__ = ("path", "segments", "_first_key")
+    __slots__ = ("path", "segments", "_first_key", "_first_key_bytes")
 
     def __init__(self, path: str) -> None:
         if not isinstance(path, str):
@@ -60,13 +60,21 @@ class FieldPath:
         self.path = path
         self.segments = segments
         self._first_key = json.dumps(segments[0], ensure_ascii=False)
+        self._first_key_bytes = self._first_key.encode("utf-8")
 
     def get(self, record: Any) -> Any:
         """The field's value, :data:`~pyflink_gcp.routing._helpers.MISSING` when the record
         has no such field, or :data:`UNPARSEABLE` for a str/bytes record that is not JSON."""
         if isinstance(record, bytes | bytearray | memoryview):
+            record = bytes(record)
+            if record.find(self._first_key_bytes, 0, _FAST_WINDOW + len(self._first_key_bytes)) < 0:
+                # Not near the front: parse the bytes whole, without decoding them first.
+                value = _parse_whole(record, self.segments[0])
+                if value is MISSING or value is UNPARSEABLE:
+                    return value
+                return _walk(value, self.segments[1:])
             try:
-                record = bytes(record).decode("utf-8")
+                record = record.decode("utf-8")
             except UnicodeDecodeError:
                 return UNPARSEABLE
         if isinstance(record, str):
@@ -94,13 +102,7 @@ class FieldPath:
                 return value
             at = text.find(needle, after, _FAST_WINDOW + len(needle))
         # Further in, checking the text before the key costs more than parsing it all.
-        try:
-            document = json.loads(text)
-        except ValueError:
-            return UNPARSEABLE
-        if not isinstance(document, dict):
-            return UNPARSEABLE
-        return document.get(self.segments[0], MISSING)
+        return _parse_whole(text, self.segments[0])
 
     def __repr__(self) -> str:
         return f"FieldPath({self.path!r})"
@@ -110,6 +112,16 @@ class FieldPath:
 
     def __hash__(self) -> int:
         return hash(self.segments)
+
+
+def _parse_whole(payload: str | bytes, key: str) -> Any:
+    try:
+        document = json.loads(payload)
+    except ValueError:  # UnicodeDecodeError included
+        return UNPARSEABLE
+    if not isinstance(document, dict):
+        return UNPARSEABLE
+    return document.get(key, MISSING)
 
 
 def _walk(value: Any, segments: tuple[str, ...]) -> Any:

@@ -32,6 +32,9 @@ from pyflink_gcp.routing.fields import UNPARSEABLE, FieldPath
 from pyflink_gcp.routing.names import NameRule
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 
+#: Destinations a template resolver keeps built, by name, at most.
+_CACHED_NAMES = 4_096
+
 
 def _payload(record: Any) -> bytes:
     """A dead-letter payload for a record: its bytes, or its JSON (``str`` for the rest)."""
@@ -121,10 +124,60 @@ class FieldRouter(_Routing):
                 f"or a function of the value, got {routes!r}"
             )
 
+        self.resolve = self._fast_path()
+
     def _destinations(self) -> list[Any]:
         return [*(self._table or {}).values(), *super()._destinations()]
 
-    def resolve(self, record: Any, context: WriterContext) -> Any:
+    def _fast_path(self) -> Callable[[Any, Any], Any]:
+        """The resolver the sink calls: for a dict record and a one-segment path, a closure
+        doing what a hand-written resolver does (a key lookup and a route lookup); anything
+        else, or a value without a route, goes the general way."""
+        general = self._resolve
+        table = self._table
+        if table is None or len(self.path.segments) != 1:
+            return general
+        key = self.path.segments[0]
+        route = table.get
+        fallback = self.fallback
+
+        if fallback is not None:
+
+            def resolve(record: Any, context: Any) -> Any:
+                if type(record) is dict:
+                    try:  # missing or unmatched: the same way out
+                        return route(record.get(key), fallback)
+                    except TypeError:  # an unhashable value
+                        return fallback
+                return general(record, context)
+
+            return resolve
+
+        def resolve(record: Any, context: Any) -> Any:
+            if type(record) is dict:
+                try:
+                    found = route(record.get(key))
+                except TypeError:  # an unhashable value
+                    found = None
+                if found is not None:
+                    return found
+            return general(record, context)
+
+        return resolve
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("resolve", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.resolve = self._fast_path()
+
+    def __call__(self, record: Any, context: WriterContext) -> Any:
+        return self.resolve(record, context)
+
+    def _resolve(self, record: Any, context: WriterContext) -> Any:
         value = self.path.get(record)
         if value is MISSING:
             return self._cannot_route(record, f"no field {self.path.path!r}")
@@ -142,8 +195,6 @@ class FieldRouter(_Routing):
         if found is None:
             return self._cannot_route(record, f"no route for {self.path.path}={short_repr(value)}")
         return found
-
-    __call__ = resolve
 
     def __repr__(self) -> str:
         routes = (
@@ -263,6 +314,7 @@ class TemplateRouter(_Routing):
         )
         self.to = to
         self.fields = fields
+        self._cache: dict[str, Destination] = {}
         if fields is not None:
             self.template.check_fields(fields, f"route_by_template({text!r})")
 
@@ -271,7 +323,21 @@ class TemplateRouter(_Routing):
             name = self.template.render(record, context)
         except TemplateValueError as exc:
             return self._cannot_route(record, str(exc))
-        return self.to(name)
+        # Destinations are immutable values: one per name, built once (a bounded cache).
+        cache = self._cache
+        destination = cache.get(name)
+        if destination is None:
+            if len(cache) >= _CACHED_NAMES:
+                cache.clear()
+            destination = cache[name] = self.to(name)
+        return destination
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache = {}
 
     __call__ = resolve
 

@@ -1,0 +1,355 @@
+"""``pyflink-gcp plan``: a dry run of a sink's routing over a sample, before the job is deployed.
+
+Given a built sink (or a resolver, or a function returning one) and a sample of records (JSON
+lines), it runs the resolver and the serializer on every record, as the sink would, without
+writing anything, and reports: the destinations with their counts; the records that would be
+unroutable, whose resolver or serializer raises, or that the serializer skips; the projected
+number of distinct destinations per day at a given rate; and what that implies per sink —
+destination writers per subtask, connections, auto-created resources against the creation
+bound, and, for BigQuery FILE_LOADS, load jobs per table per day against BigQuery's quota.
+
+The projection is deliberately conservative: if the second half of the sample still found new
+destinations, it assumes the job keeps finding them at that rate all day
+(``distinct + new-in-second-half / records-in-second-half × (records per day − sample)``), capped
+at one destination per record; a sample whose second half found none projects its own count.
+A template over event time (a table per day) should be planned with a sample that spans the
+days it routes to, or the projection per day counts one day's destinations.
+
+Exit status 1 when a bound would be exceeded (creations past ``max_created_destinations``,
+load jobs past 1,500 per table per day), 2 for a target or sample that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.functions import as_resolver, short_repr
+from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
+
+#: BigQuery's load jobs per table per day.
+_LOAD_JOBS_PER_TABLE_PER_DAY = 1_500
+
+
+@dataclass
+class Plan:
+    """What a sample routes to, and what that implies for the job."""
+
+    sink: str
+    records: int
+    destinations: Counter[str] = field(default_factory=Counter)
+    unroutable: Counter[str] = field(default_factory=Counter)
+    resolver_errors: list[str] = field(default_factory=list)
+    serializer_errors: list[str] = field(default_factory=list)
+    skipped: int = 0
+    #: Records into the sample at which each new destination was first seen.
+    first_seen: list[int] = field(default_factory=list)
+    projected_per_day: int = 0
+    #: (what, figure, bound or None, exceeded)
+    resources: list[tuple[str, str, str | None, bool]] = field(default_factory=list)
+
+    @property
+    def exceeded(self) -> list[str]:
+        return [what for what, _, _, over in self.resources if over]
+
+
+def _project(plan: Plan, per_day: float) -> int:
+    n = plan.records
+    distinct = len(plan.destinations)
+    if n == 0:
+        return 0
+    half = n // 2
+    late = sum(1 for at in plan.first_seen if at >= half)
+    if late == 0 or n - half == 0:
+        return distinct
+    rate = late / (n - half)
+    return int(min(per_day, distinct + rate * max(0.0, per_day - n)))
+
+
+def run_plan(
+    sink: Any,
+    records: Iterable[Any],
+    *,
+    records_per_second: float = 1_000.0,
+    parallelism: int = 1,
+    checkpoint_interval_s: float | None = None,
+    timestamp_field: str | None = None,
+) -> Plan:
+    """Route ``records`` through ``sink``'s resolver and serializer (or a bare resolver) and
+    project what a day at ``records_per_second`` implies."""
+    config = getattr(sink, "_config", None)
+    if config is not None:
+        name, resolver, serializer = config.sink_name, config.resolver, config.serializer
+        fixed = config.fixed_destination
+    else:
+        name, resolver, serializer, fixed = "-", sink, None, None
+    resolve = as_resolver(resolver, name) if fixed is None else None
+    method = getattr(serializer, "serialize", None)
+    serialize = method if callable(method) else serializer
+    unwrap = getattr(resolver, "record_of", None)
+    plan = Plan(sink=name, records=0)
+    ctx = WriterContext(number_of_parallel_subtasks=parallelism)
+    for record in records:
+        at = plan.records
+        plan.records += 1
+        if timestamp_field is not None and isinstance(record, dict):
+            stamp = record.get(timestamp_field)
+            ctx.timestamp = int(stamp) if isinstance(stamp, int | float) else None
+        if resolve is None:
+            destination: Any = fixed
+        else:
+            try:
+                destination = resolve(record, ctx)
+            except Exception as exc:  # noqa: BLE001 - reported, as the sink would fail on it
+                plan.resolver_errors.append(f"{type(exc).__name__}: {exc} ({short_repr(record)})")
+                continue
+            if isinstance(destination, UnroutableRecord):
+                plan.unroutable[destination.reason] += 1
+                continue
+            if not isinstance(destination, Destination):
+                plan.resolver_errors.append(
+                    f"returned {short_repr(destination)}, not a destination ({short_repr(record)})"
+                )
+                continue
+            if callable(unwrap):
+                record = unwrap(record)
+        key = str(destination)
+        if key not in plan.destinations:
+            plan.first_seen.append(at)
+        plan.destinations[key] += 1
+        if callable(serialize):
+            try:
+                if serialize(record, ctx) is None:
+                    plan.skipped += 1
+            except Exception as exc:  # noqa: BLE001 - reported, as the sink would fail on it
+                plan.serializer_errors.append(f"{type(exc).__name__}: {exc} ({short_repr(record)})")
+    plan.projected_per_day = _project(plan, records_per_second * 86_400)
+    if config is not None:
+        _resources(plan, config, parallelism, checkpoint_interval_s)
+    return plan
+
+
+def _resources(
+    plan: Plan, config: Any, parallelism: int, checkpoint_interval_s: float | None
+) -> None:
+    factory = config.factory
+    options = getattr(factory, "options", None) or getattr(factory, "writer_options", None)
+    projected = plan.projected_per_day
+    cap = config.max_active
+    writers = projected if cap is None else min(projected, cap)
+    plan.resources.append(
+        (
+            "destination writers per subtask",
+            f"up to {writers:,}",
+            f"max_active_destinations={cap}" if cap is not None else None,
+            False,
+        )
+    )
+    disposition = getattr(factory, "create_disposition", None)
+    bound = getattr(options, "max_created_destinations", None)
+    if disposition is CreateDisposition.CREATE_IF_NEEDED and bound is not None:
+        # Any subtask may meet every destination (records are not routed to subtasks by
+        # destination), so each one may have to create all of them.
+        plan.resources.append(
+            (
+                "destinations created per subtask (at most, a day)",
+                f"{projected:,}",
+                f"max_created_destinations={bound}",
+                projected > bound,
+            )
+        )
+    elif disposition is CreateDisposition.CREATE_NEVER:
+        plan.resources.append(
+            ("destinations that must exist before the job", f"{projected:,}", None, False)
+        )
+    kind = type(factory).__name__
+    if kind == "FileLoadsWriterFactory" and checkpoint_interval_s:
+        interval = max(checkpoint_interval_s, factory.loads.min_load_interval.total_seconds())
+        per_table = 86_400 / interval
+        plan.resources.append(
+            (
+                "load jobs per table per day",
+                f"{per_table:,.0f} (one per {interval:g} s)",
+                f"BigQuery quota {_LOAD_JOBS_PER_TABLE_PER_DAY:,}",
+                per_table > _LOAD_JOBS_PER_TABLE_PER_DAY,
+            )
+        )
+    elif kind == "BigQueryWriterFactory":
+        plan.resources.append(
+            (
+                "AppendRows connections per subtask (a stream per table written)",
+                f"up to {writers:,}",
+                None,
+                False,
+            )
+        )
+    elif kind == "BufferedBigQueryWriterFactory" and checkpoint_interval_s:
+        plan.resources.append(
+            (
+                "BUFFERED streams created per subtask per day (one per table per checkpoint)",
+                f"up to {writers * 86_400 / checkpoint_interval_s:,.0f}",
+                None,
+                False,
+            )
+        )
+
+
+def format_plan(plan: Plan, top: int = 20) -> str:
+    """The report ``pyflink-gcp plan`` prints."""
+    lines = [
+        f"sink '{plan.sink}': {plan.records:,} sample records, "
+        f"{len(plan.destinations):,} distinct destinations"
+    ]
+    for destination, count in plan.destinations.most_common(top):
+        lines.append(f"  {count:>9,}  {destination}")
+    if len(plan.destinations) > top:
+        lines.append(f"  ... and {len(plan.destinations) - top:,} more")
+    unroutable = sum(plan.unroutable.values())
+    lines.append(
+        f"unroutable {unroutable:,}, resolver errors {len(plan.resolver_errors):,}, serializer "
+        f"errors {len(plan.serializer_errors):,}, skipped by the serializer {plan.skipped:,}"
+    )
+    for reason, count in plan.unroutable.most_common(5):
+        lines.append(f"  unroutable {count:,}x: {reason}")
+    for error in plan.resolver_errors[:3] + plan.serializer_errors[:3]:
+        lines.append(f"  error: {error}")
+    lines.append(f"projected distinct destinations per day: {plan.projected_per_day:,}")
+    for what, figure, bound, over in plan.resources:
+        limit = f" (bound: {bound})" if bound else ""
+        lines.append(f"  {what}: {figure}{limit}{'  EXCEEDED' if over else ''}")
+    if plan.resolver_errors or plan.serializer_errors:
+        lines.append("the sink would fail the job on the errors above")
+    lines.append(
+        "bound exceeded: " + "; ".join(plan.exceeded) if plan.exceeded else "within every bound"
+    )
+    return "\n".join(lines)
+
+
+def load_target(spec: str, args: Sequence[str] = ()) -> Any:
+    """The sink or resolver named by ``module:attribute`` or ``path/to/file.py:attribute``; a
+    callable is called with ``args`` (``NAME=VALUE`` strings as keyword arguments)."""
+    if ":" not in spec:
+        raise ConfigurationError(
+            f"plan target {spec!r}: give module:attribute or file.py:attribute"
+        )
+    where, attribute = spec.rsplit(":", 1)
+    if where.endswith(".py"):
+        path = os.path.abspath(where)
+        module_spec = importlib.util.spec_from_file_location(
+            os.path.splitext(os.path.basename(path))[0], path
+        )
+        if module_spec is None or module_spec.loader is None:
+            raise ConfigurationError(f"plan target {spec!r}: cannot load {where}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_spec.name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    target = getattr(module, attribute, None)
+    if target is None:
+        raise ConfigurationError(f"plan target {spec!r}: {where} has no {attribute!r}")
+    kwargs = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise ConfigurationError(f"--arg takes NAME=VALUE, got {arg!r}")
+        kwargs[key] = _value(value)
+    is_sink_or_resolver = getattr(target, "_config", None) is not None or hasattr(target, "resolve")
+    if inspect.isclass(target) or (
+        not is_sink_or_resolver and callable(target) and (kwargs or _takes_no_record(target))
+    ):
+        target = target(**kwargs)  # a function building the sink, or a resolver class
+    return target
+
+
+def _value(text: str) -> Any:
+    """An ``--arg`` value: an int, a float, true/false, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _takes_no_record(fn: Any) -> bool:
+    """Whether ``fn`` builds a sink (no required parameters) rather than resolves a record."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return not any(
+        p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in parameters
+    )
+
+
+def read_sample(path: str, raw: bool = False) -> list[Any]:
+    """The records of a JSON-lines file: dicts, or each line's bytes with ``raw``."""
+    records: list[Any] = []
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip(b"\r\n")
+            if not line.strip():
+                continue
+            if raw:
+                records.append(line)
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError as exc:
+                raise ConfigurationError(f"{path}:{number}: not JSON ({exc}); use --raw") from exc
+    return records
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="module:attribute or file.py:attribute (sink or resolver)")
+    parser.add_argument("--sample", required=True, help="JSON lines, one record per line")
+    parser.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        help="NAME=VALUE keyword argument for a target that builds the sink (numbers and "
+        "true/false are converted)",
+    )
+    parser.add_argument("--raw", action="store_true", help="records are the lines' bytes")
+    parser.add_argument("--records-per-second", type=float, default=1_000.0)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--checkpoint-interval", type=float, default=None, help="seconds")
+    parser.add_argument("--timestamp-field", help="a record field holding its event time (ms)")
+    parser.add_argument("--top", type=int, default=20, help="destinations listed")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``plan`` command: 0 within every bound, 1 past one, 2 for bad input."""
+    # The client libraries' notices about future Python versions say nothing about the plan.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        target = load_target(args.target, args.arg)
+        records = read_sample(args.sample, raw=args.raw)
+        plan = run_plan(
+            target,
+            records,
+            records_per_second=args.records_per_second,
+            parallelism=args.parallelism,
+            checkpoint_interval_s=args.checkpoint_interval,
+            timestamp_field=args.timestamp_field,
+        )
+    except (ConfigurationError, OSError, ImportError) as exc:
+        print(f"pyflink-gcp plan: {exc}", file=sys.stderr)
+        return 2
+    print(format_plan(plan, top=args.top))
+    return 1 if plan.exceeded else 0
