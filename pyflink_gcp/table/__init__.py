@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyflink_gcp.table.writer import create_writer
+from pyflink_gcp.table.writer import create_committer, create_writer
 
-__all__ = ["create_writer", "register"]
+__all__ = ["create_committer", "create_writer", "register"]
 
 
 def register(t_env: Any) -> str:

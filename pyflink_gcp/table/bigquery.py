@@ -17,6 +17,11 @@ job when it starts.
 A row whose ``table`` template renders no valid table id (a NULL column, say) is unroutable: it
 goes to the failure handler as its JSON.
 
+``write-method`` ``buffered-stream`` and ``file-loads`` are the DataStream sink's exactly-once
+methods: the Java sink runs the bridge's committer operator after the writer, which publishes
+each checkpoint's rows once it completed (``file-loads`` stages files in
+``file-loads.staging-location``, a ``gs://`` prefix or a ``file://`` directory).
+
 A table declared with ``PRIMARY KEY (...) NOT ENFORCED`` takes a changelog: every row is sent
 as a change-data-capture row, ``_CHANGE_TYPE`` ``UPSERT`` for an insert or ``UPDATE_AFTER`` and
 ``DELETE`` for a delete, to tables whose primary key is the DDL's (the tables the sink creates
@@ -31,8 +36,10 @@ from typing import Any
 from google.cloud.bigquery import SchemaField
 
 from pyflink_gcp.bigquery import (
+    BigQueryFileLoadsOptions,
     BigQuerySerializer,
     BigQuerySink,
+    FileFormat,
     OrderingMode,
     TableDestination,
     TableSchema,
@@ -67,7 +74,16 @@ _SIMPLE = {
     NTZ: "TIMESTAMP",
     LTZ: "TIMESTAMP",
 }
-_WRITE_METHODS = {"storage-api-at-least-once": WriteMethod.STORAGE_API_AT_LEAST_ONCE}
+_WRITE_METHODS = {
+    "storage-api-at-least-once": WriteMethod.STORAGE_API_AT_LEAST_ONCE,
+    "buffered-stream": WriteMethod.BUFFERED_STREAM,
+    "file-loads": WriteMethod.FILE_LOADS,
+}
+_FILE_FORMATS = {
+    "parquet": FileFormat.PARQUET,
+    "avro": FileFormat.AVRO,
+    "json": FileFormat.NEWLINE_DELIMITED_JSON,
+}
 _ORDERING = {"none": OrderingMode.NONE, "per-table": OrderingMode.PER_TABLE}
 
 
@@ -190,9 +206,19 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     to_row: Any = ChangeRows(table.columns) if table.primary_key else MapEntries(table.columns)
     plain = not table.primary_key and not to_row.columns
     builder.set_serializer(BigQuerySerializer.of(None if plain else to_row, schema))
-    builder.set_write_method(_WRITE_METHODS[values["write-method"]])
+    method = values["write-method"]
+    builder.set_write_method(_WRITE_METHODS[method])
+    if method == "file-loads":
+        builder.set_file_loads_options(
+            BigQueryFileLoadsOptions.builder()
+            .staging_location(values["file-loads.staging-location"])
+            .file_format(_FILE_FORMATS[values["file-loads.format"]])
+            .min_load_interval(values["file-loads.min-load-interval"])
+            .build()
+        )
     ordering = values["ordering-mode"] or ("per-table" if table.primary_key else "none")
-    builder.set_ordering_mode(_ORDERING[ordering])
+    if method != "file-loads" or values["ordering-mode"] is not None:
+        builder.set_ordering_mode(_ORDERING[ordering])
     if values["storage-endpoint"] is not None:
         builder.set_storage_endpoint(values["storage-endpoint"])
     if values["rest-endpoint"] is not None:

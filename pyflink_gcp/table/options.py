@@ -38,6 +38,12 @@ TIME_ROOTS = ("event_time", "processing_time")
 #: Where the writer operator's function comes from: ``module:name``, a top-level name (the
 #: payload pickle's GLOBAL takes no dotted attribute).
 WRITER_FACTORY = "pyflink_gcp.table:create_writer"
+#: Where the committer operator's function comes from, for the write methods that commit after
+#: the checkpoint (:attr:`Connector.committing`).
+COMMITTER_FACTORY = "pyflink_gcp.table:create_committer"
+#: The committer operator's commit tag: :data:`pyflink_gcp.core.commit.COMMIT_TAG` (a unit test
+#: keeps them equal; the bridge build loads this file alone, without the package).
+COMMIT_TAG = "\x00pyflink-gcp:commit"
 #: The resource the Java factories read, and the SPI file that lists them.
 RESOURCE = "META-INF/pyflink-gcp/table-options.json"
 SERVICES = "META-INF/services/org.apache.flink.table.factories.Factory"
@@ -108,6 +114,9 @@ class Connector:
         upserts: Whether a table with a ``PRIMARY KEY`` takes a changelog (updates as upserts,
             deletes as deletes); every other table is insert-only, and the Java sink rejects a
             primary key on a connector without it.
+        committing: ``(key, ((value, parallelism), ...))``: the option values that make the
+            writer an exactly-once one, whose committables the Java sink hands to the bridge's
+            committer operator, and the committer's parallelism for each (0: the writer's).
     """
 
     identifier: str
@@ -115,6 +124,7 @@ class Connector:
     adapter: str
     options: tuple[TableOption, ...]
     upserts: bool = False
+    committing: tuple[str, tuple[tuple[str, int], ...]] | None = None
 
     def option(self, key: str) -> TableOption:
         for option in self.options:
@@ -337,10 +347,35 @@ BIGQUERY = Connector(
         TableOption(
             "write-method",
             "enum",
-            "How rows reach BigQuery (the Storage Write API's default stream).",
+            "storage-api-at-least-once: the Storage Write API's default stream; buffered-stream: "
+            "buffered streams flushed after each checkpoint (exactly once); file-loads: files "
+            "loaded after each checkpoint (exactly once).",
             default="storage-api-at-least-once",
-            choices=("storage-api-at-least-once",),
+            choices=("storage-api-at-least-once", "buffered-stream", "file-loads"),
             maps_to="set_write_method",
+        ),
+        TableOption(
+            "file-loads.staging-location",
+            "string",
+            "Where file-loads stages its files: gs://bucket/prefix, or file:///dir.",
+            required_when=("write-method", "file-loads"),
+            maps_to="file_loads.staging_location",
+        ),
+        TableOption(
+            "file-loads.format",
+            "enum",
+            "The staged files' format.",
+            default="parquet",
+            choices=("parquet", "avro", "json"),
+            maps_to="file_loads.file_format",
+        ),
+        TableOption(
+            "file-loads.min-load-interval",
+            "duration",
+            "Shortest time between two load jobs of a table (BigQuery's daily load job quota).",
+            default="90s",
+            maps_to="file_loads.min_load_interval",
+            minimum=0,
         ),
         TableOption(
             "ordering-mode",
@@ -365,6 +400,7 @@ BIGQUERY = Connector(
         *_writer_options(creates=True, create_default="create-if-needed"),
     ),
     upserts=True,
+    committing=("write-method", (("buffered-stream", 0), ("file-loads", 1))),
 )
 
 BIGTABLE = Connector(
@@ -522,10 +558,14 @@ def resource(non_retriable_marker: str) -> dict[str, str]:
             the marker operator.
     """
     module, name = WRITER_FACTORY.split(":")
+    committer_module, committer_name = COMMITTER_FACTORY.split(":")
     document = {
         "version": 1,
         "writer_module": module,
         "writer_name": name,
+        "committer_module": committer_module,
+        "committer_name": committer_name,
+        "commit_tag": COMMIT_TAG,
         "non_retriable_marker": non_retriable_marker,
         "time_roots": list(TIME_ROOTS),
         "connectors": {
@@ -533,6 +573,11 @@ def resource(non_retriable_marker: str) -> dict[str, str]:
                 "factory": c.factory_class,
                 "options": [o.as_json() for o in c.options],
                 "upserts": c.upserts,
+                "committing": (
+                    {"key": c.committing[0], "values": dict(c.committing[1])}
+                    if c.committing
+                    else None
+                ),
             }
             for c in CONNECTORS.values()
         },

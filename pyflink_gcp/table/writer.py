@@ -15,7 +15,7 @@ from typing import Any
 from pyflink.common.types import RowKind
 
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
-from pyflink_gcp.core.runtime import TypedMarkedWriterProcessFunction
+from pyflink_gcp.core.runtime import CommitterProcessFunction, TypedMarkedWriterProcessFunction
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.table.options import CONNECTORS, OptionError
 from pyflink_gcp.table.parsing import parse
@@ -82,6 +82,18 @@ def _adapter(identifier: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _build(identifier: str, options: dict[str, str], table: TableInfo) -> Any:
+    """The DataStream sink the connector's adapter builds from the DDL's options."""
+    try:
+        values = parse(identifier, options, table.names)
+    except OptionError as exc:
+        raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
+    try:
+        return _adapter(identifier)(values, table)
+    except ImportError as exc:
+        raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
+
+
 def create_writer(
     identifier: str, options: dict[str, str], schema: str
 ) -> TableWriterProcessFunction | UnbuildableWriter:
@@ -94,16 +106,26 @@ def create_writer(
     """
     table = TableInfo.from_json(schema)
     try:
-        try:
-            values = parse(identifier, options, table.names)
-        except OptionError as exc:
-            raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
-        try:
-            sink = _adapter(identifier)(values, table)
-        except ImportError as exc:
-            raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
+        sink = _build(identifier, options, table)
     except NonRetriableSinkError as exc:
         return UnbuildableWriter(exc)
     return TableWriterProcessFunction(
         sink._sink_config(), RowConverter(table.columns), changelog=bool(table.primary_key)
     )
+
+
+def create_committer(
+    identifier: str, options: dict[str, str], schema: str
+) -> CommitterProcessFunction | UnbuildableWriter:
+    """The committer function of a table whose write method commits after the checkpoint.
+
+    The Java sink puts the bridge's committer operator after the writer when the options name
+    such a method (``'write-method' = 'buffered-stream'``); its payload calls this with the
+    writer's arguments, so both halves are built from the same sink configuration.
+    """
+    table = TableInfo.from_json(schema)
+    try:
+        sink = _build(identifier, options, table)
+    except NonRetriableSinkError as exc:
+        return UnbuildableWriter(exc)
+    return CommitterProcessFunction(sink._sink_config())

@@ -245,3 +245,45 @@ def test_a_changelog_into_a_table_with_a_primary_key_sends_upserts_and_deletes(
     # The emulator appended every change, deletes included, as a plain row.
     rows = query(project, f"SELECT region FROM `{project}.{dataset}.regions`")
     assert len(rows) == sum(len(k) for k in kinds.values())
+
+
+def test_the_exactly_once_write_methods_commit_every_row_once(project: str, tmp_path) -> None:
+    """buffered-stream and file-loads: the Java sink runs the bridge's committer after the
+    writer, which publishes each checkpoint's rows after it completed."""
+    buffered, loaded = make_dataset(project, "buffered"), make_dataset(project, "loaded")
+    t_env = make_table_env(checkpoint_ms=500)
+    columns = "order_id BIGINT NOT NULL, tenant STRING, event_time TIMESTAMP(6)"
+    common = f"'connector' = 'gcp-bigquery', 'project' = '{project}'"
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE buffered ({columns}) WITH ({common},
+            'dataset' = '{buffered}', 'table' = 'orders_{{tenant}}',
+            'write-method' = 'buffered-stream')"""
+    )
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE loaded ({columns}) WITH ({common},
+            'dataset' = '{loaded}', 'table' = 'orders_{{tenant}}', 'write-method' = 'file-loads',
+            'file-loads.staging-location' = 'file://{tmp_path / "stage"}',
+            'file-loads.min-load-interval' = '0ms')"""
+    )
+    t_env.execute_sql(
+        "CREATE TEMPORARY TABLE ids (order_id BIGINT) WITH ('connector' = 'datagen', "
+        "'rows-per-second' = '300', 'number-of-rows' = '900', 'fields.order_id.kind' = "
+        "'sequence', 'fields.order_id.start' = '0', 'fields.order_id.end' = '899')"
+    )
+    select = (
+        "SELECT order_id, CASE MOD(order_id, 3) WHEN 0 THEN 'acme' WHEN 1 THEN 'globex' "
+        "ELSE 'initech' END, TIMESTAMP '2024-03-01 12:00:00.123456' FROM ids"
+    )
+    statements = t_env.create_statement_set()
+    statements.add_insert_sql(f"INSERT INTO buffered {select}")
+    statements.add_insert_sql(f"INSERT INTO loaded {select}")
+    statements.execute().wait()
+
+    for dataset in (buffered, loaded):
+        assert table_names(project, dataset) == [f"orders_{t}" for t in TENANTS]
+        for n, tenant in enumerate(TENANTS):
+            rows = query(
+                project, f"SELECT order_id, event_time FROM `{project}.{dataset}.orders_{tenant}`"
+            )
+            assert sorted(r["order_id"] for r in rows) == list(range(n, 900, 3)), dataset
+            assert {r["event_time"].microsecond for r in rows} == {123456}

@@ -181,3 +181,32 @@ def test_the_writer_factory_is_a_top_level_name_of_the_package():
     assert "." not in name
     assert getattr(pyflink_gcp.table, name) is pyflink_gcp.table.create_writer
     assert module == pyflink_gcp.table.__name__
+
+
+def test_the_committing_write_methods_and_the_commit_tag_are_the_datastream_sinks():
+    """The Java sink adds the committer for exactly the methods whose writer factory commits,
+    at that factory's committer parallelism, with the committer's tag."""
+    from pyflink_gcp.core.commit import COMMIT_TAG, CommittingWriterFactory
+    from pyflink_gcp.table.bigquery import build_sink
+    from pyflink_gcp.table.rows import Column, TableInfo
+
+    document = json.loads(options.resource("m")[options.RESOURCE])
+    assert document["commit_tag"] == COMMIT_TAG
+    assert (document["committer_module"], document["committer_name"]) == (
+        "pyflink_gcp.table",
+        "create_committer",
+    )
+    committing = document["connectors"]["gcp-bigquery"]["committing"]
+    assert committing["key"] == "write-method"
+    table = TableInfo("t", (Column("id", {"root": "BIGINT", "nullable": True, "sql": "BIGINT"}),))
+    for method in CONNECTORS["gcp-bigquery"].option("write-method").choices:
+        raw = {"project": "p", "dataset": "d", "table": "t", "write-method": method}
+        raw["file-loads.staging-location"] = "file:///tmp/stage"
+        factory = build_sink(parse("gcp-bigquery", raw, ("id",)), table)._sink_config().factory
+        if isinstance(factory, CommittingWriterFactory):
+            assert committing["values"][method] == (factory.committer_parallelism or 0), method
+        else:
+            assert method not in committing["values"]
+    assert all(
+        c["committing"] is None for i, c in document["connectors"].items() if i != "gcp-bigquery"
+    )

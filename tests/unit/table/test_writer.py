@@ -94,3 +94,16 @@ def test_a_table_with_a_primary_key_writes_upserts_and_deletes_and_drops_update_
     ]
     assert [type(r) for r in written] == [dict, dict, DeletedRow]
     assert writer._config.factory.options is not None
+
+
+def test_the_committer_is_built_from_the_same_options_as_the_writer():
+    from pyflink_gcp.core.runtime import CommitterProcessFunction
+    from pyflink_gcp.table import create_committer
+
+    raw = {"project": "p", "dataset": "d", "table": "t", "write-method": "buffered-stream"}
+    committer = create_committer("gcp-bigquery", raw, SCHEMA)
+    assert isinstance(committer, CommitterProcessFunction)
+    assert type(committer._config.factory).__name__ == "BufferedBigQueryWriterFactory"
+    bad = create_committer("gcp-bigquery", {**raw, "write-method": "file-loads"}, SCHEMA)
+    with pytest.raises(ConfigurationError, match="'file-loads.staging-location' .* is required"):
+        bad.open(None)

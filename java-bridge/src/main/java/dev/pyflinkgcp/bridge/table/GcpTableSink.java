@@ -6,8 +6,10 @@ import java.util.List;
 import java.util.Map;
 
 import dev.pyflinkgcp.bridge.CheckpointMarkerProcessOperator;
+import dev.pyflinkgcp.bridge.CommitterProcessOperator;
 
 import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.core.memory.ManagedMemoryUseCase;
@@ -121,13 +123,7 @@ final class GcpTableSink implements DynamicTableSink {
             input = converted;
         }
 
-        byte[] payload =
-                WriterPayload.pickle(
-                        document.get("writer_module").asText(),
-                        document.get("writer_name").asText(),
-                        identifier,
-                        options,
-                        rows.schemaJson(name, primaryKey));
+        byte[] payload = payload(document, rows, "writer");
         DataStreamPythonFunctionInfo function =
                 new DataStreamPythonFunctionInfo(
                         new DataStreamPythonFunction(payload, new PythonEnv(PythonEnv.ExecType.PROCESS)),
@@ -154,10 +150,83 @@ final class GcpTableSink implements DynamicTableSink {
             writer.getTransformation()
                     .declareManagedMemoryUseCaseAtSlotScope(ManagedMemoryUseCase.PYTHON);
         }
+        SingleOutputStreamOperator<byte[]> last = writer;
+        int committers = committerParallelism(document);
+        if (committers >= 0) {
+            last = committer(provider, writer, document, conf, pickled, payload(document, rows, "committer"),
+                    committers == 0 ? writers : committers);
+        }
         DataStreamSink<byte[]> sink =
-                writer.sinkTo(new DiscardingSink<>()).name(name + ": Discard").setParallelism(writers);
+                last.sinkTo(new DiscardingSink<>())
+                        .name(name + ": Discard")
+                        .setParallelism(last.getParallelism());
         provider.generateUid("discard").ifPresent(sink::uid);
         return sink;
+    }
+
+    /**
+     * The committer's parallelism when the options name a write method that commits after the
+     * checkpoint (0: the writer's), else -1. The connector's list entry says which ({@code
+     * committing}).
+     */
+    private int committerParallelism(JsonNode document) {
+        JsonNode committing = document.get("connectors").get(identifier).get("committing");
+        if (committing == null || committing.isNull()) {
+            return -1;
+        }
+        String value = specs.value(options, committing.get("key").asText());
+        JsonNode parallelism = value == null ? null : committing.get("values").get(value);
+        return parallelism == null ? -1 : parallelism.asInt();
+    }
+
+    private byte[] payload(JsonNode document, TableRows rows, String role) {
+        return WriterPayload.pickle(
+                document.get(role + "_module").asText(),
+                document.get(role + "_name").asText(),
+                identifier,
+                options,
+                rows.schemaJson(name, primaryKey));
+    }
+
+    /**
+     * The bridge's committer operator after the writer, in a chain of its own (as the DataStream
+     * sinks add it): it keeps each checkpoint's committables in its state and has the Python
+     * committer publish them once the checkpoint completed.
+     */
+    private SingleOutputStreamOperator<byte[]> committer(
+            ProviderContext provider,
+            SingleOutputStreamOperator<byte[]> writer,
+            JsonNode document,
+            Configuration conf,
+            TypeInformation<byte[]> pickled,
+            byte[] payload,
+            int parallelism) {
+        boolean checkpointing =
+                writer.getExecutionEnvironment().getCheckpointConfig().isCheckpointingEnabled()
+                        || config.getOptional(CheckpointingOptions.CHECKPOINTING_INTERVAL).isPresent();
+        DataStreamPythonFunctionInfo function =
+                new DataStreamPythonFunctionInfo(
+                        new DataStreamPythonFunction(payload, new PythonEnv(PythonEnv.ExecType.PROCESS)),
+                        PROCESS);
+        CommitterProcessOperator<byte[]> operator =
+                new CommitterProcessOperator<>(
+                        conf,
+                        function,
+                        pickled,
+                        pickled,
+                        document.get("commit_tag").asText(),
+                        checkpointing,
+                        document.get("non_retriable_marker").asText());
+        SingleOutputStreamOperator<byte[]> committer =
+                writer.transform(name + ": Committer", pickled, operator)
+                        .setParallelism(parallelism)
+                        .startNewChain();
+        provider.generateUid("committer").ifPresent(committer::uid);
+        if (conf.get(PythonOptions.USE_MANAGED_MEMORY)) {
+            committer.getTransformation()
+                    .declareManagedMemoryUseCaseAtSlotScope(ManagedMemoryUseCase.PYTHON);
+        }
+        return committer;
     }
 
     @Override
