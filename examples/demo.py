@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: In the order they run; an example that is not there (yet) is skipped.
 EXAMPLES = [
     "pubsub_dynamic_topics.py",
+    "pubsub_live_rules.py",
     "bigquery_dynamic_tables.py",
     "bigquery_file_loads.py",
     "bigtable_daily_tables.py",
