@@ -37,9 +37,9 @@ from pyflink_gcp.bigquery import (
     BigQuerySink,
     BigQueryWriterOptions,
     CreateDisposition,
-    TableDestination,
     WriteMethod,
 )
+from pyflink_gcp.routing import bigquery_tables, route_by_template
 
 DATASET = "telemetry"
 FIRST_DAY = datetime(2024, 3, 1, tzinfo=UTC)
@@ -71,15 +71,6 @@ class ReadingsOf:
 
     def __call__(self, i: int) -> dict:
         return make_reading(i, self.count)
-
-
-class DailyTables:
-    def __init__(self, project: str) -> None:
-        self.project = project
-
-    def resolve(self, reading: dict, context) -> TableDestination:
-        day = datetime.fromtimestamp(reading["taken_ms"] / 1000, UTC).strftime("%Y%m%d")
-        return TableDestination.of(self.project, DATASET, f"readings_{day}")
 
 
 def to_row(reading: dict) -> dict:
@@ -142,7 +133,9 @@ def run_job(project: str, bucket: str, count: int, parallelism: int) -> None:
     sink = (
         BigQuerySink.builder()
         .set_sink_name("daily-readings")
-        .set_destination_resolver(DailyTables(project))
+        .set_destination_resolver(
+            route_by_template("readings_{taken_ms:%Y%m%d}", bigquery_tables(project, DATASET))
+        )
         .set_serializer(BigQuerySerializer.of(to_row, schema=READINGS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_write_method(WriteMethod.FILE_LOADS)

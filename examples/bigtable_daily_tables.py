@@ -28,9 +28,9 @@ from pyflink_gcp.bigtable import (
     RowMutationEntry,
     SetCell,
     TableCreateOptions,
-    TableDestination,
 )
 from pyflink_gcp.emulators import emulators_for
+from pyflink_gcp.routing import bigtable_tables, route_by_template
 
 DAY_MS = 86_400_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -49,18 +49,6 @@ def reading(i: int) -> dict[str, Any]:
 
 def day_of(ts_ms: int) -> str:
     return time.strftime("%Y%m%d", time.gmtime(ts_ms // 1000))
-
-
-class DailyTables:
-    """The resolver: the table of the reading's day. Event time only, so a replay routes the
-    same way."""
-
-    def __init__(self, project: str, instance: str) -> None:
-        self.project = project
-        self.instance = instance
-
-    def resolve(self, event: dict[str, Any], context: Any) -> TableDestination:
-        return TableDestination.of(self.project, self.instance, f"readings_{day_of(event['ts'])}")
 
 
 def to_row(event: dict[str, Any], context: Any) -> RowMutationEntry:
@@ -90,7 +78,11 @@ def run_job(project: str, instance: str, count: int, parallelism: int = 2) -> No
     sink = (
         BigtableSink.builder()
         .set_sink_name("daily-readings")
-        .set_destination_resolver(DailyTables(project, instance))
+        .set_destination_resolver(
+            # The table of the reading's day, from its own timestamp (epoch ms): event time
+            # only, so a replay routes the same way.
+            route_by_template("readings_{ts:%Y%m%d}", bigtable_tables(project, instance))
+        )
         .set_serializer(to_row)
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_table_create_options(TableCreateOptions(column_families={"m": 1}))
