@@ -142,16 +142,17 @@ class FieldRouter(_Routing):
         fallback = self.fallback
 
         if fallback is not None:
+            read = self.path.get
 
-            def resolve(record: Any, context: Any) -> Any:
-                if type(record) is dict:
-                    try:  # missing or unmatched: the same way out
-                        return route(record.get(key), fallback)
-                    except TypeError:  # an unhashable value
-                        return fallback
-                return general(record, context)
+            def resolve_or_fall_back(record: Any, context: Any) -> Any:
+                # Missing, unmatched, unhashable or unparseable: the same way out.
+                value = record.get(key) if type(record) is dict else read(record)
+                try:
+                    return route(value, fallback)
+                except TypeError:
+                    return fallback
 
-            return resolve
+            return resolve_or_fall_back
 
         def resolve(record: Any, context: Any) -> Any:
             if type(record) is dict:
@@ -320,16 +321,17 @@ class TemplateRouter(_Routing):
 
     def resolve(self, record: Any, context: WriterContext) -> Any:
         try:
-            name = self.template.render(record, context)
+            name = self.template.render(record, context, checked=False)
+            # Destinations are immutable values: one per name, built (and its name checked
+            # against the service's rules) once, in a bounded cache.
+            destination = self._cache.get(name)
+            if destination is None:
+                self.template.check(name, record)
+                if len(self._cache) >= _CACHED_NAMES:
+                    self._cache.clear()
+                destination = self._cache[name] = self.to(name)
         except TemplateValueError as exc:
             return self._cannot_route(record, str(exc))
-        # Destinations are immutable values: one per name, built once (a bounded cache).
-        cache = self._cache
-        destination = cache.get(name)
-        if destination is None:
-            if len(cache) >= _CACHED_NAMES:
-                cache.clear()
-            destination = cache[name] = self.to(name)
         return destination
 
     def __getstate__(self) -> dict[str, Any]:

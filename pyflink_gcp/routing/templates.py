@@ -315,7 +315,12 @@ class Template:
                 )
 
     def render(
-        self, record: Any, context: WriterContext | None = None, *, now: datetime | None = None
+        self,
+        record: Any,
+        context: WriterContext | None = None,
+        *,
+        now: datetime | None = None,
+        checked: bool = True,
     ) -> str:
         """The name for ``record``.
 
@@ -326,6 +331,7 @@ class Template:
             now: The wall clock for ``processing_time`` (default ``datetime.now(UTC)``, read
                 once per call); a naive value is taken as UTC. Not deterministic on replay: see
                 the module docstring.
+            checked: Check the name against the sanitizer's service (:meth:`check`).
 
         Raises:
             TemplateValueError: A placeholder's field is missing or None, its value cannot be
@@ -367,6 +373,13 @@ class Template:
                 ) from exc
             out.append(sanitize(text) if sanitize is not None else text)
         name = "".join(out)
+        if checked:
+            self.check(name, record)
+        return name
+
+    def check(self, name: str, record: Any = None) -> None:
+        """Raise TemplateValueError unless ``name`` is valid for the sanitizer's service (a
+        caller that renders with ``checked=False`` and keeps the names it checked)."""
         if self._validate is not None:
             reason = self._validate(name)
             if reason is not None:
@@ -374,7 +387,6 @@ class Template:
                     f"template '{self.text}' rendered {name!r}, which {reason}; record "
                     f"{short_repr(record)}"
                 )
-        return name
 
     def _event_millis(self, part: _Placeholder, record: Any, context: WriterContext | None) -> int:
         timestamp = context.timestamp if context is not None else None

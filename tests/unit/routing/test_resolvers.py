@@ -140,3 +140,11 @@ def test_a_template_without_a_way_out_raises_for_the_sink_to_fail_the_job() -> N
     resolver = route_by_template("events-{kind}", pubsub_topics("p"))
     with pytest.raises(ValueError, match="has no field 'kind'"):
         resolver({"id": 1}, CTX)
+
+
+def test_a_rendered_name_the_service_refuses_takes_the_way_out_every_time() -> None:
+    topics = route_by_template("{kind}", pubsub_topics("p"), fallback=OTHER)
+    # "ab" is too short for a topic id; checked when the name is first met, then remembered
+    # only when valid, so the second record is refused too.
+    assert topics({"kind": "ab"}, CTX) == OTHER and topics({"kind": "ab"}, CTX) == OTHER
+    assert topics({"kind": "abc"}, CTX) == TopicDestination.of("p", "abc")
