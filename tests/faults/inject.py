@@ -1,0 +1,174 @@
+"""Injecting one fault into a running job on the standalone cluster, and timing its recovery.
+
+The kinds:
+
+- ``tm-kill``: one TaskManager's whole process group (JVM and Python workers) gets SIGKILL,
+  then a replacement is started (the job needs all four slots).
+- ``worker-kill``: one Python worker process of a TaskManager gets SIGKILL; the TaskManager
+  lives on and the task fails when its worker's channel breaks.
+- ``task-exception``: a ``raise`` file in the run's control directory makes the job's paced map
+  raise once (see ``job.py``).
+- ``emulator-pause``: the sink's emulators are stopped with SIGSTOP for 10 s, then resumed:
+  the service stops answering without losing what it holds, so the sink's retries must ride
+  it out (or fail the job, which then restores).
+- ``emulator-restart``: the emulator stopped, started again after 10 s on the same ports; only
+  for services whose emulator keeps its data across a restart (``targets.probe_restart``).
+
+Recovery is read from Flink's checkpoint history: the time from the fault to the
+acknowledgement of the first checkpoint triggered after it, which is when the job again has
+a state that includes records written after the fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyflink_gcp.cluster import StandaloneCluster
+from pyflink_gcp.cluster.standalone import TERMINAL_STATES
+from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.emulators.processes import group_members
+
+KINDS = ("tm-kill", "worker-kill", "task-exception", "emulator-pause", "emulator-restart")
+#: How long an emulator fault keeps the service away.
+OUTAGE_S = 10.0
+
+
+@dataclass
+class Fault:
+    """One injected fault.
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        at_ms: Wall-clock time of the injection (epoch ms, Flink's clock on this machine).
+        detail: What exactly was hit (a TaskManager, a pid, a service).
+        recovery_s: Seconds to the first completed checkpoint after it, None when none came.
+    """
+
+    kind: str
+    at_ms: int
+    detail: str
+    recovery_s: float | None = None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def python_workers(cluster: StandaloneCluster, index: int) -> list[int]:
+    """The Python worker processes of TaskManager ``index``.
+
+    In process mode a TaskManager starts ``pyflink-udf-runner.sh`` (bash) per Python operator
+    chain of a slot, which runs ``python -m pyflink.fn_execution.beam.beam_boot``: that Python
+    process is the worker (the SDK harness runs in it), next to a ``tee`` of its log. Killing
+    it breaks the operator's channel as a crashed or OOM-killed worker does.
+    """
+    pgid = cluster.taskmanagers[index].process.pgid
+    return [
+        pid
+        for pid in group_members(pgid)
+        if "pyflink.fn_execution.beam.beam_boot" in _cmdline(pid)
+        and "pyflink-udf-runner" not in _cmdline(pid)
+    ]
+
+
+def live_taskmanagers(cluster: StandaloneCluster) -> list[int]:
+    return [i for i, tm in enumerate(cluster.taskmanagers) if not tm.killed]
+
+
+def _signal_services(stack: EmulatorStack, services: Sequence[str], sig: int) -> None:
+    for service in services:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(stack.processes[service].pgid, sig)
+
+
+@contextlib.contextmanager
+def paused(stack: EmulatorStack, services: Sequence[str]):  # type: ignore[no-untyped-def]
+    """The services' emulators stopped (SIGSTOP to their process groups) inside the block,
+    resumed on the way out whatever happened."""
+    _signal_services(stack, services, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        _signal_services(stack, services, signal.SIGCONT)
+
+
+def inject(
+    kind: str,
+    *,
+    cluster: StandaloneCluster,
+    stack: EmulatorStack,
+    services: Sequence[str],
+    control: Path,
+    rng: random.Random,
+) -> Fault:
+    """Injects one fault of ``kind`` and returns it once injected (the outage of an emulator
+    fault is over, a replacement TaskManager registered)."""
+    at_ms = int(time.time() * 1000)
+    if kind == "tm-kill":
+        index = rng.choice(live_taskmanagers(cluster))
+        killed = cluster.kill_taskmanager(index)
+        replacement = cluster.start_taskmanager(wait=True)
+        return Fault(kind, at_ms, f"{killed.resource_id} -> {replacement.resource_id}")
+    if kind == "worker-kill":
+        candidates = [
+            (i, pid) for i in live_taskmanagers(cluster) for pid in python_workers(cluster, i)
+        ]
+        if not candidates:
+            raise RuntimeError("no Python worker process found in any live TaskManager")
+        index, pid = rng.choice(candidates)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return Fault(kind, at_ms, f"pid {pid} of {cluster.taskmanagers[index].resource_id}")
+    if kind == "task-exception":
+        (control / "raise").write_text("raise\n")
+        return Fault(kind, at_ms, "raise file")
+    if kind == "emulator-pause":
+        with paused(stack, services):
+            time.sleep(OUTAGE_S)
+        return Fault(kind, at_ms, f"SIGSTOP {'+'.join(services)} {OUTAGE_S:g} s")
+    if kind == "emulator-restart":
+        for service in services:
+            process = stack.processes[service]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pgid, signal.SIGKILL)
+        time.sleep(OUTAGE_S)
+        for service in services:
+            stack.restart(service)
+        return Fault(kind, at_ms, f"restart {'+'.join(services)}")
+    raise ValueError(kind)
+
+
+def wait_for_recovery(
+    cluster: StandaloneCluster, job_id: str, after_ms: int, timeout: float = 300.0
+) -> float | None:
+    """Seconds from ``after_ms`` to the acknowledgement of the first completed checkpoint
+    triggered after it; None when the job ended or ``timeout`` passed without one.
+
+    The REST history keeps the last few checkpoints only, so this polls while the job runs
+    rather than reading the history once at the end.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = cluster.checkpoints(job_id)
+        done = [
+            c
+            for c in stats.get("history", [])
+            if c.get("status") == "COMPLETED" and int(c.get("trigger_timestamp", 0)) >= after_ms
+        ]
+        if done:
+            first = min(done, key=lambda c: int(c["trigger_timestamp"]))
+            return (int(first["latest_ack_timestamp"]) - after_ms) / 1000.0
+        if cluster.job(job_id).get("state") in TERMINAL_STATES:
+            return None
+        time.sleep(0.5)
+    return None

@@ -1,0 +1,351 @@
+"""The fault suite's sink configurations: what each needs before a run, how to read every
+record back, and whether its emulator keeps its data across a restart.
+
+Each :class:`Target` is one row of the suite's table (a sink, and for BigQuery a write method).
+Its destinations are named after the run (``name``), two per run (even and odd ids), so runs
+never share state and a read-back sees only its own run's records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyflink_gcp.emulators import EmulatorStack, fetch_received
+from tests.support.pubsub import make_topics, pull_all
+
+PARITIES = ("even", "odd")
+LOCATION = "us-central1"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One sink (and write method) under test.
+
+    Attributes:
+        sink: The job's ``--sink``.
+        method: The BigQuery write method, or ``-``.
+        guarantee: ``exactly once``, ``idempotent`` or ``at least once``: whether duplicates
+            fail the suite (the first two) or are reported.
+        services: The emulators the sink writes to, which an emulator fault stops.
+    """
+
+    sink: str
+    method: str
+    guarantee: str
+    services: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return self.sink if self.method == "-" else f"{self.sink}/{self.method}"
+
+    @property
+    def duplicates_allowed(self) -> bool:
+        return self.guarantee == "at least once"
+
+
+TARGETS: dict[str, list[Target]] = {
+    "pubsub": [Target("pubsub", "-", "at least once", ("pubsub",))],
+    "bigquery": [
+        Target("bigquery", "STORAGE_API_AT_LEAST_ONCE", "at least once", ("bigquery",)),
+        Target("bigquery", "BUFFERED_STREAM", "exactly once", ("bigquery",)),
+        Target("bigquery", "FILE_LOADS", "exactly once", ("bigquery", "gcs")),
+    ],
+    "cloudtasks": [Target("cloudtasks", "-", "idempotent", ("cloudtasks",))],
+    "bigtable": [Target("bigtable", "-", "idempotent", ("bigtable",))],
+    "spanner": [Target("spanner", "-", "idempotent", ("spanner",))],
+}
+
+#: Every service a sink's job needs running (the Cloud Tasks emulator dispatches to the
+#: receiver, FILE_LOADS stages in GCS).
+STACK_SERVICES = {
+    "pubsub": ("pubsub",),
+    "bigquery": ("bigquery", "gcs"),
+    "cloudtasks": ("cloudtasks", "receiver"),
+    "bigtable": ("bigtable",),
+    "spanner": ("spanner",),
+}
+
+
+def run_name() -> str:
+    """A name every service accepts for a topic, dataset, queue, instance and table."""
+    return f"faults{uuid.uuid4().hex[:8]}"
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+def _bigquery(project: str) -> Any:
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery
+
+    return bigquery.Client(
+        project=project,
+        credentials=AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint="http://" + os.environ["BIGQUERY_EMULATOR_HOST"]),
+    )
+
+
+def _storage(project: str) -> Any:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage  # type: ignore[attr-defined]
+
+    return storage.Client(
+        project=project,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]},
+    )
+
+
+def _tasks() -> Any:
+    import grpc
+    from google.cloud import tasks_v2
+    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+
+    channel = grpc.insecure_channel(os.environ["CLOUD_TASKS_EMULATOR_HOST"])
+    return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
+
+
+def _bigtable_admin(project: str, instance: str) -> Any:
+    from google.cloud import bigtable
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bigtable.Client(project=project, admin=True).instance(instance)
+
+
+def _spanner(project: str) -> Any:
+    from google.cloud import spanner
+
+    client = spanner.Client(project=project, disable_builtin_metrics=True)
+    return client.instance(os.environ["SPANNER_INSTANCE"]).database(os.environ["SPANNER_DATABASE"])
+
+
+# -- before a run -------------------------------------------------------------------------
+
+
+def prepare(target: Target, project: str, name: str, stack: EmulatorStack) -> list[str]:
+    """Creates what the run's sink does not create itself; returns the job's extra arguments."""
+    if target.sink == "pubsub":
+        make_topics(project, [f"{name}-{p}" for p in PARITIES])
+        return []
+    if target.sink == "bigquery":
+        from google.cloud import bigquery
+
+        client = _bigquery(project)
+        client.create_dataset(f"{project}.{name}")
+        for p in PARITIES:
+            schema = [bigquery.SchemaField("id", "INT64", mode="REQUIRED")]
+            client.create_table(bigquery.Table(f"{project}.{name}.{p}", schema=schema))
+        client.close()
+        if target.method != "FILE_LOADS":
+            return []
+        gcs = _storage(project)
+        gcs.create_bucket(name)
+        gcs.close()
+        return ["--bucket", name]
+    if target.sink == "cloudtasks":
+        from google.cloud import tasks_v2
+
+        client = _tasks()
+        parent = f"projects/{project}/locations/{LOCATION}"
+        for p in PARITIES:
+            queue = tasks_v2.Queue(
+                name=f"{parent}/queues/{name}-{p}",
+                rate_limits=tasks_v2.RateLimits(
+                    max_dispatches_per_second=500, max_concurrent_dispatches=8
+                ),
+            )
+            client.create_queue(parent=parent, queue=queue)
+        return ["--target", f"{stack.receiver_url}/faults/{name}"]
+    if target.sink == "bigtable":
+        return []  # the sink creates the tables, the emulator any instance
+    if target.sink == "spanner":
+        ddl = f"CREATE TABLE {name} (id INT64 NOT NULL, parity STRING(8)) PRIMARY KEY (id)"
+        _spanner(project).update_ddl([ddl]).result(300)
+        return [
+            "--instance",
+            os.environ["SPANNER_INSTANCE"],
+            "--database",
+            os.environ["SPANNER_DATABASE"],
+        ]
+    raise ValueError(target.sink)
+
+
+def destination_names(target: Target, project: str, name: str) -> list[str]:
+    """The names a failure of the run's sink must mention (any one of them)."""
+    if target.sink == "pubsub":
+        return [f"projects/{project}/topics/{name}-{p}" for p in PARITIES]
+    if target.sink == "bigquery":
+        return [f"{project}.{name}.{p}" for p in PARITIES]
+    if target.sink == "cloudtasks":
+        return [f"projects/{project}/locations/{LOCATION}/queues/{name}-{p}" for p in PARITIES]
+    if target.sink == "bigtable":
+        return [f"projects/{project}/instances/{name}/tables/{p}" for p in PARITIES]
+    database = f"instances/{os.environ['SPANNER_INSTANCE']}/databases/"
+    return [f"projects/{project}/{database}{os.environ['SPANNER_DATABASE']}"]
+
+
+# -- after a run --------------------------------------------------------------------------
+
+
+def read_back(
+    target: Target, project: str, name: str, stack: EmulatorStack, count: int
+) -> list[int]:
+    """Every record the destinations hold, as ids, once per copy (a duplicate twice).
+
+    Idempotent sinks are counted at the level where a duplicate would show: Cloud Tasks by
+    dispatched webhook calls (a second task for one record would call twice), Bigtable by cell
+    versions (a replay with a new timestamp would add one), Spanner by rows (its primary key
+    makes a duplicate row impossible; the table's count is what a replay could change).
+    """
+    if target.sink == "pubsub":
+        ids: list[int] = []
+        for p in PARITIES:
+            pulled = pull_all(project, f"{name}-{p}", expect=count // 2, timeout_s=120)
+            ids += [json.loads(m.data)["id"] for m in pulled]
+        return ids
+    if target.sink == "bigquery":
+        client = _bigquery(project)
+        try:
+            ids = []
+            for p in PARITIES:
+                rows = client.query(f"SELECT id FROM `{project}.{name}.{p}`").result()
+                ids += [row["id"] for row in rows]
+            return ids
+        finally:
+            client.close()
+    if target.sink == "cloudtasks":
+        return _dispatched(stack, f"/faults/{name}", count)
+    if target.sink == "bigtable":
+        return _bigtable_cells(project, name)
+    with _spanner(project).snapshot() as snapshot:
+        return [row[0] for row in snapshot.execute_sql(f"SELECT id FROM {name}")]
+
+
+def _dispatched(stack: EmulatorStack, path: str, count: int, timeout: float = 180.0) -> list[int]:
+    """The ids of the webhook calls under ``path``, once ``count`` distinct ones arrived and
+    then nothing for 3 s (dispatch runs behind the sink, at the queues' rate)."""
+    deadline = time.monotonic() + timeout
+    seen, quiet_since = -1, time.monotonic()
+    while True:
+        calls = [r for r in fetch_received(stack.receiver_url) if r["path"].startswith(path)]
+        ids = [json.loads(r["body"])["id"] for r in calls]
+        if len(ids) != seen:
+            seen, quiet_since = len(ids), time.monotonic()
+        elif len(set(ids)) >= count and time.monotonic() - quiet_since >= 3:
+            return ids
+        if time.monotonic() > deadline:
+            return ids
+        time.sleep(0.5)
+
+
+def _bigtable_cells(project: str, name: str) -> list[int]:
+    from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        client = BigtableDataClient(project=project)
+    ids: list[int] = []
+    try:
+        for p in PARITIES:
+            for row in client.get_table(name, p).read_rows(ReadRowsQuery()):
+                ids += [int(row.row_key)] * len(row.cells)
+    finally:
+        client.close()
+    return ids
+
+
+# -- does the emulator keep its data across a restart? -------------------------------------
+
+
+@dataclass
+class RestartProbe:
+    """What restarting a service's emulator did to a resource created before it."""
+
+    service: str
+    survives: bool
+    detail: str
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def probe_restart(service: str, project: str, stack: EmulatorStack) -> RestartProbe:
+    """Creates a resource, restarts the emulator (same ports), and looks for the resource.
+
+    The emulator restart fault only makes sense where the emulator keeps its data: an empty
+    emulator after a restart loses what was written before it, which says nothing about the
+    sink.
+    """
+    name = run_name()
+    create, exists = _probes(service, project, name)
+    create()
+    started = time.monotonic()
+    stack.restart(service)
+    took = time.monotonic() - started
+    try:
+        kept = exists()
+        detail = "kept" if kept else "gone"
+    except Exception as err:  # noqa: BLE001 - any client error means the resource is unusable
+        kept, detail = False, f"gone ({type(err).__name__})"
+    what = {
+        "pubsub": "topic",
+        "bigquery": "dataset",
+        "gcs": "bucket",
+        "cloudtasks": "queue",
+        "bigtable": "table",
+        "spanner": "table",
+    }[service]
+    return RestartProbe(service, kept, f"a {what} created before the restart: {detail}", took)
+
+
+def _probes(service: str, project: str, name: str) -> tuple[Callable[[], Any], Callable[[], bool]]:
+    if service == "pubsub":
+        from google.cloud import pubsub_v1
+
+        topic = f"projects/{project}/topics/{name}"
+        return (
+            lambda: pubsub_v1.PublisherClient().create_topic(name=topic),
+            lambda: bool(pubsub_v1.PublisherClient().get_topic(topic=topic)),
+        )
+    if service == "bigquery":
+        return (
+            lambda: _bigquery(project).create_dataset(f"{project}.{name}"),
+            lambda: bool(_bigquery(project).get_dataset(f"{project}.{name}")),
+        )
+    if service == "gcs":
+        return (
+            lambda: _storage(project).create_bucket(name),
+            lambda: _storage(project).lookup_bucket(name) is not None,
+        )
+    if service == "cloudtasks":
+        from google.cloud import tasks_v2
+
+        parent = f"projects/{project}/locations/{LOCATION}"
+        queue = f"{parent}/queues/{name}"
+        return (
+            lambda: _tasks().create_queue(parent=parent, queue=tasks_v2.Queue(name=queue)),
+            lambda: bool(_tasks().get_queue(name=queue)),
+        )
+    if service == "bigtable":
+        return (
+            lambda: _bigtable_admin(project, name).table("t").create(column_families={"m": None}),
+            lambda: bool(_bigtable_admin(project, name).table("t").exists()),
+        )
+    if service == "spanner":
+        ddl = f"CREATE TABLE {name} (id INT64 NOT NULL) PRIMARY KEY (id)"
+
+        def spanner_exists() -> bool:
+            with _spanner(project).snapshot() as snapshot:
+                list(snapshot.execute_sql(f"SELECT COUNT(*) FROM {name}"))
+            return True
+
+        return (lambda: _spanner(project).update_ddl([ddl]).result(300), spanner_exists)
+    raise ValueError(service)
