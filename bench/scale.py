@@ -3,7 +3,7 @@
     python bench/scale.py [--sinks pubsub,bigquery,bigtable,cloudtasks,spanner]
                           [--destinations 1,100,1000,10000] [--latencies 0,20]
                           [--checkpoints 1000,10000] [--records 100000] [--parallelism 2]
-                          [--prove] [--log-calls]
+                          [--max-active N] [--max-buffer-time-ms MS] [--prove] [--log-calls]
 
 Every sink job runs against the null backend (bench/nullbackend/, started here on free
 loopback ports): it answers every write after the chosen latency, stores nothing and counts
@@ -40,6 +40,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +59,22 @@ from bench._common import (
 )
 from bench._cpu import _processes, _tree
 from bench._nullbackend import NullBackend, running
-from pyflink_gcp.bigquery import BigQuerySink, TableDestination
+from pyflink_gcp.bigquery import BigQuerySink, BigQueryWriterOptions, TableDestination
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
-from pyflink_gcp.bigtable import BigtableSink, RowMutationEntry, SetCell
+from pyflink_gcp.bigtable import BigtableSink, BigtableWriterOptions, RowMutationEntry, SetCell
 from pyflink_gcp.bigtable import TableDestination as BigtableTable
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
-from pyflink_gcp.cloudtasks import CloudTasksSerializationSchema, CloudTasksSink, QueueDestination
+from pyflink_gcp.cloudtasks import (
+    CloudTasksSerializationSchema,
+    CloudTasksSink,
+    CloudTasksWriterOptions,
+    QueueDestination,
+)
 from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory
 from pyflink_gcp.core import FailureHandler
-from pyflink_gcp.pubsub import PubSubSink, TopicDestination
+from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions, TopicDestination
 from pyflink_gcp.pubsub.writer import PubSubWriterFactory
-from pyflink_gcp.spanner import DatabaseDestination, Mutation, SpannerSink
+from pyflink_gcp.spanner import DatabaseDestination, Mutation, SpannerSink, SpannerWriterOptions
 from pyflink_gcp.spanner.writer import SpannerWriterFactory
 from tests.support.jobs import record_stream
 
@@ -205,9 +211,21 @@ TIMED = {
 }
 
 
-def build_sink(service: str) -> Any:
-    """The sink of ``service`` with its default options and the log-and-drop handler (only
-    records carrying the reject marker are ever rejected)."""
+#: The writer options type of each sink with a writer per destination (for --max-active).
+OPTIONS = {
+    "pubsub": PubSubWriterOptions,
+    "bigquery": BigQueryWriterOptions,
+    "bigtable": BigtableWriterOptions,
+    "cloudtasks": CloudTasksWriterOptions,
+}
+
+
+def build_sink(
+    service: str, max_active: int | None = None, max_buffer_time_ms: int | None = None
+) -> Any:
+    """The sink of ``service`` with its default options (but ``max_active_destinations`` and
+    ``max_buffer_time`` when given; the cap only for the sinks with a writer per destination)
+    and the log-and-drop handler (only records carrying the reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
@@ -225,6 +243,13 @@ def build_sink(service: str) -> Any:
         builder = SpannerSink.builder().set_database(database).set_serializer(spanner_mutation)
     if service != "spanner":
         builder = builder.set_destination_resolver(Resolver(service))
+    if max_active is not None or max_buffer_time_ms is not None:
+        options = (SpannerWriterOptions if service == "spanner" else OPTIONS[service]).builder()
+        if max_active is not None and service != "spanner":
+            options = options.max_active_destinations(max_active)
+        if max_buffer_time_ms is not None:
+            options = options.max_buffer_time(timedelta(milliseconds=max_buffer_time_ms))
+        builder = builder.set_writer_options(options.build())
     return builder.set_failure_handler(FailureHandler.log_and_drop()).build()
 
 
@@ -366,6 +391,8 @@ def sink_job(
     parallelism: int,
     workdir: str,
     prove: str = "",
+    max_active: int | None = None,
+    max_buffer_time_ms: int | None = None,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -385,7 +412,7 @@ def sink_job(
         fail=fail if prove == "fail" else [],
     )
     spans = new_spans(workdir, f"{service}-{destinations}")
-    sink = build_sink(service)
+    sink = build_sink(service, max_active, max_buffer_time_ms)
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
     env = shaped_env("own chain", parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
@@ -479,6 +506,12 @@ def main() -> None:
     parser.add_argument("--checkpoints", default="1000,10000", help="checkpoint intervals in ms")
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument(
+        "--max-active", type=int, default=None, help="max_active_destinations of every sink"
+    )
+    parser.add_argument(
+        "--max-buffer-time-ms", type=int, default=None, help="max_buffer_time of every sink"
+    )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
     args = parser.parse_args()
@@ -517,7 +550,8 @@ def main() -> None:
                     for latency in latencies:
                         rate, stats, counts, workers = sink_job(
                             backend, service, args.records, d, latency, checkpoint_ms,
-                            args.parallelism, workdir,
+                            args.parallelism, workdir, max_active=args.max_active,
+                            max_buffer_time_ms=args.max_buffer_time_ms,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
@@ -527,8 +561,11 @@ def main() -> None:
                         )  # fmt: skip
                         results.append(result)
                         print(row(result), flush=True)
+    cap = "" if args.max_active is None else f", max_active_destinations {args.max_active:,}"
+    if args.max_buffer_time_ms is not None:
+        cap += f", max_buffer_time {args.max_buffer_time_ms:,} ms"
     print(
-        f"\n{args.records:,} records a job, parallelism {args.parallelism}, records round-robin "
+        f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
         "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; writes: "
         "Publish, AppendRows requests, MutateRows, CreateTask or Commit calls; other: lookups, "
