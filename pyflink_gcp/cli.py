@@ -16,12 +16,10 @@ import contextlib
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from pyflink_gcp.emulators import (
     ALL_SERVICES,
@@ -30,12 +28,9 @@ from pyflink_gcp.emulators import (
     cache_root,
     setup_tools,
 )
+from pyflink_gcp.emulators.processes import Stopped, pid_alive, stop_on_signals
 
 __all__ = ["main"]
-
-
-class _Stop(Exception):
-    """Raised from a signal handler to leave the foreground wait and stop the stack."""
 
 
 def _services(values: Sequence[str] | None) -> tuple[str, ...]:
@@ -177,23 +172,9 @@ def _setup(services: tuple[str, ...]) -> int:
     return 0
 
 
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
-
-
 def _control_root() -> Path:
     """Where each running ``up`` keeps its control directory, named by its pid."""
     return cache_root() / "up"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _serve_restarts(stack: EmulatorStack, control: Path, dead: set[str]) -> None:
@@ -225,7 +206,7 @@ def _restart(service: str, pid: int | None, timeout: float) -> int:
     running = [
         d
         for d in (root.iterdir() if root.is_dir() else ())
-        if d.name.isdigit() and _pid_alive(int(d.name))
+        if d.name.isdigit() and pid_alive(int(d.name))
     ]
     if pid is not None:
         running = [d for d in running if d.name == str(pid)]
@@ -245,7 +226,7 @@ def _restart(service: str, pid: int | None, timeout: float) -> int:
     request.replace(control / f"restart-{service}")
     deadline = time.monotonic() + timeout
     while not result.exists():
-        if not _pid_alive(int(control.name)):
+        if not pid_alive(int(control.name)):
             print(f"pyflink-gcp: `emulators up` (pid {control.name}) ended", file=sys.stderr)
             return 1
         if time.monotonic() > deadline:
@@ -263,10 +244,7 @@ def _up(services: tuple[str, ...], project: str) -> int:
     # and the foreground wait below ends normally. SIGINT is taken explicitly because a
     # shell starts background jobs with it ignored, and `kill -INT` must still stop us;
     # SIGHUP is left alone when ignored (nohup).
-    signal.signal(signal.SIGINT, _raise_stop)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _raise_stop)
+    stop_on_signals()
     started = time.monotonic()
     stack = EmulatorStack(services=services, project=project)
     status = 1
@@ -306,7 +284,7 @@ def _up(services: tuple[str, ...], project: str) -> int:
                         flush=True,
                     )
             _serve_restarts(stack, control, dead)
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stopped):
         print("# stopping the emulators", file=sys.stderr, flush=True)
         # An emulator that died and was not restarted is a failure worth its logs.
         status = 1 if dead else 0

@@ -20,12 +20,12 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from pyflink_gcp.cluster.config import ClusterError, ClusterSettings
 from pyflink_gcp.cluster.standalone import StandaloneCluster
 from pyflink_gcp.emulators import cache_root
+from pyflink_gcp.emulators.processes import Stopped, pid_alive, stop_on_signals
 
 __all__ = ["down", "emulator_env", "parse_env", "running_clusters", "state_root", "up"]
 
@@ -33,32 +33,9 @@ __all__ = ["down", "emulator_env", "parse_env", "running_clusters", "state_root"
 EMULATOR_ENV_FILE = "env.json"
 
 
-class _Stop(Exception):
-    """Raised from a signal handler to leave the foreground wait and stop the cluster."""
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop(signal.Signals(signum).name)
-
-
 def state_root() -> Path:
     """Where each running ``cluster up`` keeps its state file, named by its pid."""
     return cache_root() / "cluster"
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (ended, not yet reaped by its parent) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust the signal
-    return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 def running_clusters(root: Path | None = None) -> list[dict[str, Any]]:
@@ -71,7 +48,7 @@ def running_clusters(root: Path | None = None) -> list[dict[str, Any]]:
             pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _pid_alive(pid):
+        if pid_alive(pid):
             found.append(state)
         else:
             path.unlink(missing_ok=True)
@@ -104,7 +81,7 @@ def emulator_env(pid: int | None = None, root: Path | None = None) -> dict[str, 
     running = [
         d
         for d in (root.iterdir() if root.is_dir() else ())
-        if d.name.isdigit() and _pid_alive(int(d.name)) and (pid is None or d.name == str(pid))
+        if d.name.isdigit() and pid_alive(int(d.name)) and (pid is None or d.name == str(pid))
     ]
     if len(running) != 1:
         found = ", ".join(d.name for d in running) or "none"
@@ -159,10 +136,7 @@ def up(
     """
     # As for `emulators up`: SIGINT explicitly (a shell starts background jobs with it
     # ignored), SIGHUP unless ignored (nohup).
-    signal.signal(signal.SIGINT, _raise_stop)
-    signal.signal(signal.SIGTERM, _raise_stop)
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _raise_stop)
+    stop_on_signals()
     started = time.monotonic()
     cluster = StandaloneCluster(settings, env=env, start_timeout=start_timeout)
     state = state_root() / f"{os.getpid()}.json"
@@ -190,7 +164,7 @@ def up(
                 if line not in reported:
                     reported.add(line)
                     print(f"pyflink-gcp: {line}", file=sys.stderr, flush=True)
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stopped):
         print("# stopping the cluster", file=sys.stderr, flush=True)
     except ClusterError as err:
         print(f"pyflink-gcp: {err}", file=sys.stderr)
@@ -220,7 +194,7 @@ def down(pid: int | None = None, timeout: float = 60.0) -> int:
     target = int(running[0]["pid"])
     os.kill(target, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _pid_alive(target):
+    while pid_alive(target):
         if time.monotonic() > deadline:
             print(
                 f"pyflink-gcp: `cluster up` (pid {target}) still runs after {timeout:.0f} s",

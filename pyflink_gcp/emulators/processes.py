@@ -462,3 +462,39 @@ def http_ready(url: str, *ports: int) -> Callable[[], bool]:
         return status == 200
 
     return probe
+
+
+class Stopped(Exception):
+    """Raised from a signal handler to leave a foreground wait (``emulators up``,
+    ``cluster up``) and stop what it started."""
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """Turn SIGINT, SIGTERM and SIGHUP into :class:`Stopped` in the main thread.
+
+    SIGINT is taken explicitly because a shell starts background jobs with it ignored, and
+    ``kill -INT`` must still stop the command; SIGHUP is left alone when ignored (nohup).
+    """
+    signal.signal(signal.SIGINT, _raise_stopped)
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _raise_stopped)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (ended, not yet reaped by its parent) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust the signal
+    return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X")
