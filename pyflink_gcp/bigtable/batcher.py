@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -81,6 +83,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
         self._max_in_flight_entries = options.max_in_flight_entries
         self._max_in_flight_bytes = options.max_in_flight_bytes
         self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
+        self._batch_since = math.inf
         self._in_flight: deque[concurrent.futures.Future[list[FailedRecord]]] = deque()
         self._in_flight_entries = 0
         self._in_flight_bytes = 0
@@ -100,6 +103,8 @@ class TableBatcher(DestinationWriter[TableDestination]):
         if batch.entries and batch.mutations + count > self._max_mutations:
             self._send_batch()
             batch = self._batch
+        if not batch.entries:
+            self._batch_since = time.monotonic()
         entry = batch.request.entries.add()
         fill_entry(entry, element)
         batch.records.append(record)
@@ -117,6 +122,16 @@ class TableBatcher(DestinationWriter[TableDestination]):
         """Send the partial batch now, so all tables' last requests overlap."""
         if self._batch.entries:
             self._send_batch()
+
+    @property
+    def unsent_since(self) -> float:
+        """When the partial batch's first entry came (``inf`` without one): under checkpoint
+        markers a bundle end sends it only once it is due."""
+        return self._batch_since
+
+    @property
+    def unsent_records(self) -> int:
+        return self._batch.entries
 
     def flush(self) -> list[FailedRecord]:
         if self._batch.entries:
@@ -177,6 +192,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
         """Hand the current batch to the senders, waiting for in-flight capacity first."""
         batch = self._batch
         self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
+        self._batch_since = math.inf
         with self._capacity:
             while self._in_flight_entries and (
                 self._in_flight_entries + batch.entries > self._max_in_flight_entries

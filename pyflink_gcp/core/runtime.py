@@ -24,13 +24,14 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   writer runs instead as the Java bridge's ``CheckpointMarkerProcessOperator``
   (:mod:`pyflink_gcp.core.bridge`), which puts a ``(MARKER_TAG, checkpoint_id)`` element into
   the input just before each barrier's bundle end and one at the end of input. The writer then
-  waits for its writes at those markers only; an ordinary bundle end hands the buffered records
-  to the senders and goes on, so writes stay in flight while records keep coming (after
-  ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits too). The barrier
-  still waits for the marker's flush, so the delivery guarantee is the same. On a keyed
-  stream the marker carries the subtask's last key. On a typed stream (records that are not
-  pickled Python objects) every element goes to Python as the row ``(marker, record)`` (on a
-  keyed stream the value is wrapped); the operator is told which at construction. Markers
+  waits for its writes at those markers only; an ordinary bundle end hands the batches that are
+  due (``max_buffer_time`` old) to the senders and goes on, so writes stay in flight while
+  records keep coming and young batches keep filling (after ``MARKERLESS_FLUSH_S`` without a
+  marker, an ordinary bundle end waits for everything). The barrier still waits for the
+  marker's flush, so the delivery guarantee is the same. On a keyed stream the marker
+  carries the subtask's last key. On a typed stream (records that are not pickled Python
+  objects) every element goes to Python as the row ``(marker, record)`` (on a keyed stream
+  the value is wrapped); the operator is told which at construction. Markers
   need a chain of the writer's own; otherwise, with ``set_checkpoint_markers(False)`` or
   without the bridge jar, every bundle end waits.
 - **Errors a restart cannot fix.** Every :class:`NonRetriableSinkError` leaving the writer
@@ -149,7 +150,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         assert self._writer is not None
         try:
             if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
-                self._writer.start_sends()
+                self._writer.send_due()
             else:
                 self._writer.flush()
         except NonRetriableSinkError as exc:

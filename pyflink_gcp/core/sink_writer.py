@@ -7,6 +7,8 @@ one append per record. Everything that costs more (RPCs, eviction) happens in ba
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +40,11 @@ class SinkConfig:
         idle_timeout_s: Writers unused this long are evicted after a successful flush.
         max_active: Cap on live destination writers per subtask (None: no cap).
         max_buffered_records: Records per subtask between two bundle ends (the operator's bundle
-            size); a bundle end sends what is buffered, and waits for it without markers.
-        max_buffer_time_ms: Longest time a record waits to be sent (the operator's bundle time).
+            size); a bundle end sends what is buffered, and waits for it without markers. Under
+            markers it also bounds the records that bundle ends leave in open batches.
+        max_buffer_time_ms: How long a record waits to be sent: the operator's bundle time;
+            under markers a destination's batch is sent at the first bundle end after it is
+            this old (see :meth:`SinkWriter.send_due`).
         per_destination_metrics: Register records/bytes/errors counters per destination.
         fixed_destination: The destination of a sink without resolver (Spanner).
         chain_with_upstream: Let PyFlink fuse the writer into a preceding Python operator (one
@@ -78,7 +83,12 @@ class SinkWriter:
 
     Lifecycle: ``open(info)`` → ``write(record)`` * → ``flush()`` before every checkpoint
     barrier and at the end of input → ``close()``. With checkpoint markers, the other bundle
-    ends call ``start_sends()``; without them every bundle end calls ``flush()``.
+    ends call ``send_due()``; without them every bundle end calls ``flush()``.
+
+    Under markers a bundle end may leave young batches open. PyFlink ends no bundle while no
+    record comes, so a background thread sends those batches once they are due; the
+    processing thread holds ``_lock`` from its first call after a bundle end to the end of the
+    bundle, so that thread only touches the writers between bundles.
     """
 
     def __init__(self, config: SinkConfig) -> None:
@@ -118,12 +128,25 @@ class SinkWriter:
         self._opened = False
         #: Whether the factory's writes need a commit after the checkpoint (exactly once).
         self.commits = commits(config.factory)
+        #: Under markers, an open batch is sent at a bundle end once it is this old.
+        self.due_after_s = config.max_buffer_time_ms / 1000.0
+        #: How often the background thread looks for due batches between bundles.
+        self.tick_s = max(0.001, self.due_after_s / 2)
+        #: Batches left open at bundle ends (young enough), counted for tests and benchmarks.
+        self.batches_held = 0
+        self._lock = threading.Lock()
+        self._holding = False
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._background_error: BaseException | None = None
+        self._subtask = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, info: SubtaskInfo, metric_group: Any = None) -> None:
         self.context.subtask_index = info.subtask_index
         self.context.number_of_parallel_subtasks = info.number_of_parallel_subtasks
+        self._subtask = info.subtask_index
         self._factory.open(info)
         self._router.open(info)
         if self._per_destination:
@@ -139,6 +162,14 @@ class SinkWriter:
     def close(self) -> None:
         """Release everything without flushing: a normal end already flushed at the last bundle
         end, and after a failure the unflushed records are replayed from the checkpoint."""
+        self._stop.set()
+        self._enter(raise_background=False)
+        try:
+            if self._ticker is not None:
+                self._ticker.join(timeout=5.0)
+                self._ticker = None
+        finally:
+            self._leave()
         pending = sum(0 if w.is_clean else 1 for w in self._registry)
         if pending:
             _LOG.warning(
@@ -156,6 +187,8 @@ class SinkWriter:
 
     def write(self, record: Any) -> None:
         """Route one record. Raises a SinkError naming the sink for bad resolver/serializer output."""
+        if not self._holding:
+            self._enter()
         self.records_in += 1
         ctx = self.context
         if self._resolve is not None:
@@ -241,40 +274,139 @@ class SinkWriter:
         Starts all destinations' sends first, then waits for each, so destinations flush in
         parallel. Evicts idle writers only after the whole flush succeeded.
         """
-        start = time.monotonic()
-        writers = self.start_sends()
-        failures: list[FailedRecord] = []
-        for writer in writers:
-            failures.extend(writer.flush())
-        failures.extend(self._factory.flush_shared())
-        self._handle_failures(failures)
-        self._router.flush()
-        self._registry.evict_idle()
-        self.flushes += 1
-        self.flushed_at = time.monotonic()
-        self.last_flush_s = self.flushed_at - start
+        self._enter()
+        try:
+            start = time.monotonic()
+            writers = self._start_all()
+            failures: list[FailedRecord] = []
+            for writer in writers:
+                failures.extend(writer.flush())
+            failures.extend(self._factory.flush_shared())
+            self._handle_failures(failures)
+            self._router.flush()
+            self._registry.evict_idle()
+            self.flushes += 1
+            self.flushed_at = time.monotonic()
+            self.last_flush_s = self.flushed_at - start
+        finally:
+            self._leave()
 
     def prepare(self, checkpoint_id: int) -> list[Any]:
         """The committables of a committing factory, right after the flush at a marker."""
         factory = self._factory
         assert isinstance(factory, CommittingWriterFactory)
-        return factory.prepare_commit(checkpoint_id)
+        self._enter()
+        try:
+            return factory.prepare_commit(checkpoint_id)
+        finally:
+            self._leave()
 
     def start_sends(self) -> list[DestinationWriter[Any]]:
         """Hand every destination's buffered records to its sender, without waiting.
 
-        The first half of :meth:`flush`, and on its own an ordinary bundle end when checkpoints
-        are marked: the size/time thresholds still bound how long a record waits before it is
-        sent, but the task goes on while the writes are in flight. Their results (and failures)
-        are collected by the next :meth:`flush`.
+        The first half of :meth:`flush`, and a bundle end that sends every open batch however
+        young. Results (and failures) are collected by the next :meth:`flush`.
 
         Returns:
             The writers that were not clean.
         """
+        self._enter()
+        try:
+            return self._start_all()
+        finally:
+            self._leave()
+
+    def _start_all(self) -> list[DestinationWriter[Any]]:
         writers = [w for w in self._registry if not w.is_clean]
         for writer in writers:
             writer.start_flush()
         return writers
+
+    def send_due(self) -> None:
+        """An ordinary bundle end under checkpoint markers: send the batches that are due.
+
+        A batch is due when its oldest record is ``max_buffer_time`` old; a full one left
+        when it filled. Younger batches stay open to fill further instead of leaving,
+        whatever their size, at every bundle end: bundles also end by size
+        (``max_buffered_records``), often at high rates, where a subtask writing to
+        thousands of destinations would send a request of a record or two per destination.
+        PyFlink's bundle timer (every ``max_buffer_time``) ends a bundle only when a whole
+        interval passed since the last bundle end, so a record waits up to about twice
+        ``max_buffer_time``, as it already did when every bundle end sent everything. Only
+        the checkpoint marker's :meth:`flush` sends everything and waits. The open batches
+        keep at most ``max_buffered_records`` records: beyond that the oldest are sent too.
+        Writes stay in flight; their results are collected by the next :meth:`flush`.
+        """
+        self._enter()
+        try:
+            held = self._send_due(time.monotonic())
+            self.batches_held += held
+            if held and self._ticker is None:
+                self._start_ticker()
+        finally:
+            self._leave()
+
+    def _send_due(self, now: float) -> int:
+        """Start the due sends (the caller holds ``_lock``); returns how many batches stay open."""
+        cutoff = now - self.due_after_s
+        held: list[DestinationWriter[Any]] = []
+        held_records = 0
+        for writer in self._registry:
+            since = writer.unsent_since
+            if since <= cutoff:
+                if not writer.is_clean:
+                    writer.start_flush()
+            elif since != math.inf:
+                held.append(writer)
+                held_records += writer.unsent_records
+        limit = self.config.max_buffered_records
+        if held_records > limit:
+            held.sort(key=lambda w: w.unsent_since)
+            while held and held_records > limit:
+                writer = held.pop(0)
+                held_records -= writer.unsent_records
+                writer.start_flush()
+        return len(held)
+
+    # -- the processing thread's lock and the background sends ------------------------------
+
+    def _enter(self, raise_background: bool = True) -> None:
+        """Take ``_lock`` for the processing thread (until the bundle ends), and raise what a
+        background send raised meanwhile, on this thread, so it fails the task."""
+        if not self._holding:
+            self._lock.acquire()
+            self._holding = True
+        error = self._background_error
+        if error is not None and raise_background:
+            self._background_error = None
+            raise error
+
+    def _leave(self) -> None:
+        """A bundle ends: let the background thread send what comes due before the next one."""
+        if self._holding:
+            self._holding = False
+            self._lock.release()
+
+    def _start_ticker(self) -> None:
+        self._ticker = threading.Thread(
+            target=self._tick,
+            name=f"{self._sink}-{self._subtask}-due-sends",
+            daemon=True,
+        )
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        """Between bundles, send the batches that came due (the input may have stopped)."""
+        while not self._stop.wait(self.tick_s):
+            if self._background_error is not None or not self._lock.acquire(blocking=False):
+                continue  # a bundle is running: its end sends what is due
+            try:
+                if not self._stop.is_set():
+                    self._send_due(time.monotonic())
+            except BaseException as exc:  # noqa: BLE001 - raised on the processing thread
+                self._background_error = exc
+            finally:
+                self._lock.release()
 
     def _handle_failures(self, failures: list[FailedRecord]) -> None:
         for failed in failures:

@@ -10,6 +10,7 @@ each checkpoint barrier.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -28,9 +29,10 @@ class DestinationWriter(ABC, Generic[D]):
     processing thread only; they may use background threads for in-flight RPCs.
 
     Flush triggers: the writer's own batch thresholds inside :meth:`write` (which may start an
-    asynchronous send); :meth:`start_flush`, at the operator's other bundle ends under
-    checkpoint markers and first in every flush of the sink; and :meth:`flush`, which the sink
-    calls before every checkpoint barrier, at the end of input and before evicting the writer.
+    asynchronous send); :meth:`start_flush`, first in every flush of the sink and, under
+    checkpoint markers, at an ordinary bundle end once the open batch is due (see
+    :attr:`unsent_since`); and :meth:`flush`, which the sink calls before every checkpoint
+    barrier, at the end of input and before evicting the writer.
     """
 
     #: Serialized bytes accepted so far; writers that know their element sizes add to it (it
@@ -47,6 +49,25 @@ class DestinationWriter(ABC, Generic[D]):
     def start_flush(self) -> None:
         """Send what is buffered without waiting (the default: nothing to do, for writers whose
         records are sent as they arrive)."""
+
+    @property
+    def unsent_since(self) -> float:
+        """``time.monotonic()`` when the oldest record not yet handed to a sender was accepted,
+        or ``math.inf`` when every accepted record was handed over.
+
+        Under checkpoint markers an ordinary bundle end calls :meth:`start_flush` only on
+        writers whose open batch is old enough (the sink's
+        :meth:`~pyflink_gcp.core.sink_writer.SinkWriter.send_due`), so that thousands of
+        destinations do not each send a one-record request at every bundle end. The default,
+        ``-math.inf``, is always due: a writer that cannot tell keeps being sent at every
+        bundle end.
+        """
+        return -math.inf
+
+    @property
+    def unsent_records(self) -> int:
+        """How many accepted records wait in the open batch (bounds what bundle ends may hold)."""
+        return 0
 
     @abstractmethod
     def flush(self) -> list[FailedRecord]:

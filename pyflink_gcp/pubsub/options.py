@@ -80,9 +80,10 @@ class PubSubWriterOptionsBuilder(CreatingOptionsBuilder[PubSubWriterOptions]):
 class PubSubPublisherOptions:
     """The shape of one Publish request, and whether it carries ordering keys.
 
-    A topic's batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes, and
-    at every bundle end of the writer operator (after ``max_buffer_time`` or
-    ``max_buffered_records`` of the writer options, and before each checkpoint barrier).
+    A topic's batch is sent when it holds ``max_messages`` messages or ``max_bytes`` bytes,
+    before each checkpoint barrier, and at the writer operator's other bundle ends (after
+    ``max_buffer_time`` or ``max_buffered_records`` of the writer options): at every one
+    without checkpoint markers, under markers once the batch is ``max_buffer_time`` old.
 
     Attributes:
         max_messages: Messages per Publish request (service limit 1,000).

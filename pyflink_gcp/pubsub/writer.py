@@ -3,7 +3,9 @@
 Per record (on the Flink processing thread): build one protobuf message, append it to the topic's
 batch; when the batch is full, hand it to the thread pool. Before each checkpoint barrier the
 sink calls :meth:`TopicPublisher.start_flush` on every topic and then :meth:`TopicPublisher.flush`,
-which waits for every request of the topic.
+which waits for every request of the topic. Under checkpoint markers an ordinary bundle end
+sends a topic's open batch only once it is due (:attr:`TopicPublisher.unsent_since`), so at
+thousands of topics the batches fill instead of each leaving with one message.
 
 Ordering: with message ordering enabled, a topic's requests run one after another, in the order
 they were cut, so one ordering key's messages are published in order (the records of one key
@@ -13,6 +15,8 @@ reach one subtask in order through ``key_by``).
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -118,9 +122,11 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     cut; the processing thread only blocks when ``max_in_flight_requests`` requests (or, with
     ordering, that many chained requests) are already running.
 
-    Flush triggers: ``max_messages`` or ``max_bytes`` reached (in :meth:`write`), every bundle
-    end of the operator (``max_buffer_time``, ``max_buffered_records``, each checkpoint barrier
-    and the end of input), and release by the registry.
+    Flush triggers: ``max_messages`` or ``max_bytes`` reached (in :meth:`write`), each
+    checkpoint barrier and the end of input, release by the registry, and the operator's other
+    bundle ends: every one without checkpoint markers, under markers only once the open batch
+    is due (``max_buffer_time`` old, or among the oldest when the subtask's open
+    batches hold more than ``max_buffered_records``).
     """
 
     def __init__(self, destination: TopicDestination, factory: PubSubWriterFactory) -> None:
@@ -134,6 +140,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._max_in_flight = factory.writer_options.max_in_flight_requests
         self._batch: list[Any] = []
         self._batch_bytes = 0
+        self._batch_since = math.inf
         self._in_flight: deque[Future[list[FailedRecord]]] = deque()
         self._rejected: list[FailedRecord] = []
         self._done: list[FailedRecord] = []
@@ -163,8 +170,12 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
                 )
             )
             return
-        if self._batch and self._batch_bytes + size > self._max_bytes:
-            self._send()
+        if self._batch:
+            if self._batch_bytes + size > self._max_bytes:
+                self._send()
+                self._batch_since = time.monotonic()
+        else:
+            self._batch_since = time.monotonic()
         self._batch.append(PubsubMessagePb(data=data, ordering_key=key, attributes=attributes))
         self._batch_bytes += size
         self.bytes_accepted += size
@@ -176,6 +187,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         batch = self._batch
         self._batch = []
         self._batch_bytes = 0
+        self._batch_since = math.inf
         while len(self._in_flight) >= self._max_in_flight:
             self._collect(self._in_flight.popleft())
         factory = self._factory
@@ -206,6 +218,14 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     def start_flush(self) -> None:
         if self._batch:
             self._send()
+
+    @property
+    def unsent_since(self) -> float:
+        return self._batch_since
+
+    @property
+    def unsent_records(self) -> int:
+        return len(self._batch)
 
     def flush(self) -> list[FailedRecord]:
         self.start_flush()

@@ -24,6 +24,8 @@ first one found, as the job fails anyway). Retries, sessions and the other failu
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar
@@ -168,6 +170,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._fail_fast = factory.fail_fast
         self._shapes: dict[tuple[str, str, tuple[str, ...] | None], Shape] = {}
         self._batch = Batch()
+        self._batch_since = math.inf
         self._pending: list[Future[list[FailedRecord]]] = []
         self._failures: list[FailedRecord] = []
         self._broken: BaseException | None = None
@@ -232,6 +235,8 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
     def _accept(self, batch: Batch, element: Any, record: Any, cost: int, size: int) -> None:
         """Account for a record encoded into ``batch``; start a group commit when it is time."""
         entries = batch.entries
+        if not entries:
+            self._batch_since = time.monotonic()
         entries.append((element, record))
         batch.mutations += cost
         batch.bytes += size
@@ -364,6 +369,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         """Hand the current batch to the committer thread; returns the new, empty batch."""
         batch = self._batch
         self._batch = Batch()
+        self._batch_since = math.inf
         if not batch.entries:
             return self._batch
         while len(self._pending) >= self._max_pending:
@@ -479,6 +485,17 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
     def start_flush(self) -> None:
         if self._batch.entries:
             self._seal()
+
+    @property
+    def unsent_since(self) -> float:
+        """When the open commit's first record came (``inf`` without one): under checkpoint
+        markers a bundle end seals it only once it is due (group commit still seals it early
+        whenever the committer is idle)."""
+        return self._batch_since
+
+    @property
+    def unsent_records(self) -> int:
+        return len(self._batch.entries)
 
     def flush(self) -> list[FailedRecord]:
         self.start_flush()

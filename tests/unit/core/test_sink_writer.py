@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import threading
+import time
 
 import pytest
 
@@ -13,9 +16,10 @@ from pyflink_gcp.core import (
     SerializerError,
     SubtaskInfo,
     UnroutableRecord,
+    WriteError,
 )
 from pyflink_gcp.core.sink_writer import SinkWriter
-from tests.support.fakes import FileDestination, FileSink
+from tests.support.fakes import FileDestination, FileSink, FileWriter, FileWriterFactory
 
 
 def open_writer(tmp_path, resolver, serializer=None, **options) -> SinkWriter:
@@ -223,3 +227,142 @@ def test_marked_writer_waits_at_markers_and_after_long_markerless_spells(tmp_pat
     writer.flushed_at -= runtime.MARKERLESS_FLUSH_S + 1
     function._on_bundle_end()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0, 1]
+
+
+# -- send_due: bundle ends under checkpoint markers ------------------------------------------
+
+
+class AgedWriter(FileWriter):
+    """A FileWriter whose open batch has an age, like the services' writers."""
+
+    def __init__(self, destination, factory):
+        super().__init__(destination, factory)
+        self.since = math.inf
+        self.started_on: list[str] = []
+
+    def write(self, element, record):
+        if not self._buffer:
+            self.since = time.monotonic()
+        super().write(element, record)
+
+    def start_flush(self):
+        self.started_on.append(threading.current_thread().name)
+        self.since = math.inf
+        super().start_flush()
+
+    @property
+    def unsent_since(self):
+        return self.since
+
+    @property
+    def unsent_records(self):
+        return 0 if self.since == math.inf else len(self._buffer)
+
+
+class AgedFactory(FileWriterFactory):
+    def create_writer(self, destination):
+        return AgedWriter(destination, self)
+
+
+def aged_writer(tmp_path, **options) -> SinkWriter:
+    sink = FileSink(str(tmp_path), by_region, **options)
+    config = sink._sink_config()
+    config.factory = AgedFactory(str(tmp_path))
+    writer = SinkWriter(config)
+    writer.open(SubtaskInfo("file-sink"))
+    return writer
+
+
+def writers_by_name(writer):
+    return {w.destination.short: w for w in writer.registry}
+
+
+def test_a_bundle_end_under_markers_sends_only_the_batches_that_are_due(tmp_path):
+    writer = aged_writer(tmp_path, max_buffer_time_ms=1_000)
+    assert (writer.due_after_s, writer.tick_s) == (1.0, 0.5)
+    writer.write({"region": "old", "i": 0})
+    writer.write({"region": "young", "i": 1})
+    by_name = writers_by_name(writer)
+    by_name["old"].since -= 1.1
+    writer.send_due()
+    assert len(by_name["old"].started_on) == 1 and by_name["young"].started_on == []
+    assert writer.batches_held == 1
+    writer.flush()  # the marker's flush sends and waits for everything, young or not
+    assert [r["i"] for r in lines(tmp_path, "young")] == [1]
+    assert len(by_name["young"].started_on) == 1
+    writer.close()
+
+
+def test_open_batches_over_max_buffered_records_are_sent_oldest_first(tmp_path):
+    writer = aged_writer(tmp_path, max_buffer_time_ms=60_000, max_buffered_records=4)
+    for i in range(6):
+        writer.write({"region": f"r{i % 3}", "i": i})  # two records each, none due
+    by_name = writers_by_name(writer)
+    by_name["r1"].since -= 2
+    by_name["r2"].since -= 1
+    writer.send_due()
+    # Six records held, four allowed: the oldest batch (r1) goes, then r0 and r2 fit.
+    assert [n for n, w in sorted(by_name.items()) if w.started_on] == ["r1"]
+    writer.close()
+
+
+def test_a_due_batch_is_sent_between_bundles_when_no_record_comes(tmp_path):
+    """PyFlink ends no bundle without records: the background thread sends what came due."""
+    writer = aged_writer(tmp_path, max_buffer_time_ms=40)
+    writer.write({"region": "a", "i": 0})
+    writer.send_due()  # young: held open
+    held = writers_by_name(writer)["a"]
+    assert held.started_on == []
+    deadline = time.monotonic() + 5
+    while not held.started_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.started_on and held.started_on[0].startswith("file-sink-0-due-sends")
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0]
+    writer.close()
+
+
+def test_the_background_thread_leaves_the_writers_alone_during_a_bundle(tmp_path):
+    writer = aged_writer(tmp_path, max_buffer_time_ms=20)
+    writer.write({"region": "a", "i": 0})
+    writer.send_due()
+    writer.write({"region": "b", "i": 1})  # a bundle starts: the processing thread holds on
+    time.sleep(0.2)
+    # "a" may have been sent before the bundle began; "b", written in it, was not.
+    assert writers_by_name(writer)["b"].started_on == []
+    writer.send_due()
+    assert writers_by_name(writer)["b"].started_on == ["MainThread"]
+    writer.close()
+
+
+def test_an_error_of_a_background_send_fails_the_next_record(tmp_path):
+    writer = aged_writer(tmp_path, max_buffer_time_ms=20)
+    writer.write({"region": "a", "i": 0})
+    failing = writers_by_name(writer)["a"]
+
+    def boom():
+        raise WriteError("sink 'file-sink': publishing failed")
+
+    failing.start_flush = boom
+    writer.send_due()
+    deadline = time.monotonic() + 5
+    while writer._background_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(WriteError, match="publishing failed"):
+        writer.write({"region": "b", "i": 1})
+    writer.close()
+
+
+def test_a_marked_bundle_end_sends_due_batches_and_a_markerless_spell_flushes(tmp_path):
+    from pyflink_gcp.core import runtime
+
+    sink = FileSink(str(tmp_path), by_region)
+    function = runtime.MarkedWriterProcessFunction(sink._sink_config())
+    writer = function._writer = aged_writer(tmp_path, max_buffer_time_ms=60_000)
+    writer.write({"region": "a", "i": 0})
+    function._on_bundle_end()
+    assert writers_by_name(writer)["a"].started_on == [] and writer.batches_held == 1
+    writer.flushed_at -= runtime.MARKERLESS_FLUSH_S + 1
+    function._on_bundle_end()
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0]
+    writer.close()

@@ -7,8 +7,10 @@ INVALID_ARGUMENT and does not say which message was wrong.
 
 from __future__ import annotations
 
+import math
 import pickle
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -158,6 +160,26 @@ def test_batches_are_cut_at_max_messages_and_the_rest_is_sent_at_flush():
     assert [len(r) for r in sorted(rpc.requests, key=lambda r: r[0])] in ([10, 10, 5], [10, 5, 10])
     assert sorted(rpc.published) == sorted(b"m%d" % i for i in range(25))
     assert writer.is_clean and writer.messages == 25
+
+
+def test_the_open_batch_reports_its_age_until_it_is_sent():
+    """What a bundle end under checkpoint markers reads to leave a young batch open."""
+    rpc = FakeRpc()
+    writer = publisher_of(make_factory(rpc, PubSubPublisherOptions(max_messages=3)))
+    assert writer.unsent_since == math.inf and writer.unsent_records == 0
+    before = time.monotonic()
+    writer.write((b"a", "", None), 0)
+    first = writer.unsent_since
+    assert before <= first <= time.monotonic()
+    writer.write((b"b", "", None), 1)
+    assert writer.unsent_since == first and writer.unsent_records == 2
+    writer.write((b"c", "", None), 2)  # full: sent at once, nothing left unsent
+    assert writer.unsent_since == math.inf and writer.unsent_records == 0
+    writer.write((b"d", "", None), 3)
+    assert writer.unsent_since >= first and writer.unsent_records == 1
+    writer.start_flush()
+    assert writer.unsent_since == math.inf and not writer.is_clean  # in flight until flushed
+    assert writer.flush() == [] and sorted(rpc.published) == [b"a", b"b", b"c", b"d"]
 
 
 def test_batches_are_cut_before_max_bytes_would_be_exceeded():
