@@ -26,6 +26,7 @@ SINK_GAUGES: dict[str, str] = {
     "recordsDropped": "failed records dropped by log_and_drop",
     "recordsDeadLettered": "failed records sent to the dead-letter queue",
     "activeWriters": "destination writers open now",
+    "writersReleased": "destination writers released at the max_active_destinations cap",
     "lastFlushMillis": "duration of the last full flush, in milliseconds",
     "checkpointMarkers": "checkpoint and end-of-input markers received from the Java bridge",
 }

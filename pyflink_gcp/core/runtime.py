@@ -139,6 +139,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         self._writer = writer
         group.gauge(FLUSH_GAUGE, self._on_bundle_end)
         sink_group.gauge("activeWriters", lambda: len(writer.registry))
+        sink_group.gauge("writersReleased", lambda: writer.registry.released)
         sink_group.gauge("recordsWritten", lambda: writer.records_written)
         sink_group.gauge("recordsSkipped", lambda: writer.skipped)
         sink_group.gauge("recordsDropped", lambda: writer.router.dropped)

@@ -170,7 +170,7 @@ class SinkWriter:
                 self._ticker = None
         finally:
             self._leave()
-        pending = sum(0 if w.is_clean else 1 for w in self._registry)
+        pending = self._registry.dirty
         if pending:
             _LOG.warning(
                 "%s: closing with %d destinations not flushed (they will be replayed)",
@@ -281,6 +281,7 @@ class SinkWriter:
             failures: list[FailedRecord] = []
             for writer in writers:
                 failures.extend(writer.flush())
+            self._registry.finish_releases()  # their failures go to _handle_failures directly
             failures.extend(self._factory.flush_shared())
             self._handle_failures(failures)
             self._router.flush()
