@@ -373,12 +373,18 @@ def test_per_table_ordering_one_request_in_flight_and_order_kept(project: str) -
         ]
         expected = [i for i in range(600) if i % 3 == int(table[1:]) and i != 250]
         assert committed == expected, table  # commit order is send order, bad row isolated
-    # Other tables were not held up: the three tables' requests interleave.
-    tables_in_order = [e.table for e in recorder.events if e.kind == "send"]
-    first_done = min(
-        max(i for i, t in enumerate(tables_in_order) if t == table) for table in ("t0", "t1", "t2")
-    )
-    assert len(set(tables_in_order[: first_done + 1])) == 3
+    # Other tables were not held up: at some moment requests of different tables were in
+    # flight together. (Not "all three interleave before one finishes": on a busy machine the
+    # sender threads can be scheduled one after another, and one table may finish first.)
+    in_flight: set[str] = set()
+    most = 0
+    for e in recorder.events:
+        if e.kind == "send":
+            in_flight.add(e.table)
+        else:
+            in_flight.discard(e.table)
+        most = max(most, len(in_flight))
+    assert most >= 2, "no two tables ever had a request in flight together"
 
 
 def test_unordered_mode_pipelines_requests(project: str) -> None:
