@@ -17,6 +17,7 @@ from typing import Any
 from pyflink_gcp.bigtable.destinations import TableDestination
 from pyflink_gcp.bigtable.options import TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
 from pyflink_gcp.core.errors import (
     CreationLimitExceededError,
     DestinationNotFoundError,
@@ -70,7 +71,9 @@ class BigtableTables:
         self._resolver_name = resolver_name
         self._subtask = subtask_index
         self._stats = stats if stats is not None else BigtableWriterStats()
-        self._known: set[str] = set()
+        # Tables found to exist, so re-created batchers do not ask again; bounded, so a job
+        # naming ever new tables does not grow it without end.
+        self._known = CheckedNames(CHECKED_NAMES_LIMIT)
         self.created: list[str] = []
 
     def ensure(self, destination: TableDestination) -> None:

@@ -4,7 +4,10 @@ The sink never creates queues. Without a check, a resolver naming a queue that d
 fails at the first flush with the status of the first failed ``CreateTask``; with it (the
 default, ``verify_queues``), the job fails when the queue's writer is created, with the queue's
 name and the command that creates it. The check costs one ``GetQueue`` per queue and subtask,
-remembered across writer evictions.
+remembered across writer evictions (the last
+:data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` queues used). It blocks the processing
+thread for that call, on purpose: the queue's first task is created on arrival, and the check
+is what turns a missing queue into an error naming it before any task was sent.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from google.cloud import tasks_v2
 
 from pyflink_gcp.cloudtasks.client import DEFAULT_HOST, admin_client, open_admin_channel
 from pyflink_gcp.cloudtasks.destinations import QueueDestination
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy, status_name
@@ -46,7 +50,8 @@ class QueueCheck:
         self._timeout = timeout_s
         self._channel: grpc.Channel | None = None
         self._client: Any = None
-        self._verified: set[str] = set()
+        # Bounded: a job naming ever new queues would otherwise grow it without end.
+        self._verified = CheckedNames(CHECKED_NAMES_LIMIT)
 
     def verify(self, destination: QueueDestination) -> None:
         """Return if the queue was checked before or exists; raise a SinkError naming it if not.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
 from pyflink_gcp.core.errors import (
     CreationLimitExceededError,
     DestinationNotFoundError,
@@ -129,10 +131,18 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     batches hold more than ``max_buffered_records``).
     """
 
-    def __init__(self, destination: TopicDestination, factory: PubSubWriterFactory) -> None:
+    def __init__(
+        self,
+        destination: TopicDestination,
+        factory: PubSubWriterFactory,
+        lookup: TopicLookup | None = None,
+    ) -> None:
         super().__init__(destination)
         self._topic = str(destination)
         self._factory = factory
+        # The topic's existence check, still running (None: known to exist). The first
+        # request waits for it on its publish thread, so the processing thread does not.
+        self._lookup = lookup
         options = factory.publisher_options
         self._max_messages = options.max_messages
         self._max_bytes = options.max_bytes
@@ -191,14 +201,26 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         while len(self._in_flight) >= self._max_in_flight:
             self._collect(self._in_flight.popleft())
         factory = self._factory
+        lookup = self._lookup
+        if lookup is not None and lookup.succeeded():
+            self._lookup = lookup = None
         if self._ordered and self._in_flight:
             previous = self._in_flight[-1]
             future = factory.pool.submit(self._publish_after, previous, batch)
+        elif lookup is not None:
+            future = factory.pool.submit(self._publish_looked_up, lookup, batch)
         else:
             future = factory.pool.submit(
                 publish_batch, factory.rpc, self._topic, batch, factory.retry, factory.sink
             )
         self._in_flight.append(future)
+
+    def _publish_looked_up(self, lookup: TopicLookup, batch: list[Any]) -> list[FailedRecord]:
+        """A request sent before the topic's check finished: wait for it (a missing topic under
+        CREATE_NEVER, a creation refused, raise here and fail the job at the next flush)."""
+        lookup.wait()
+        factory = self._factory
+        return publish_batch(factory.rpc, self._topic, batch, factory.retry, factory.sink)
 
     def _publish_after(
         self, previous: Future[list[FailedRecord]], batch: list[Any]
@@ -262,12 +284,67 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._in_flight.clear()
 
 
+class TopicLookup:
+    """The existence check of one topic, started on the processing thread without waiting.
+
+    Its GetTopic runs in gRPC's threads (no Python thread waits for it, so no Python thread
+    competes for the interpreter lock meanwhile); the topic's first Publish, on a publish
+    thread, waits for it in :meth:`wait`. A first attempt that fails for any reason (the topic
+    is missing, a transient error) hands over to the factory's full check, with retries,
+    creation under ``CREATE_IF_NEEDED`` and the errors that name the topic.
+    """
+
+    def __init__(self, factory: PubSubWriterFactory, name: str) -> None:
+        self._factory = factory
+        self.name = name
+        self._call = factory.rpc.get_topic_future(name)
+        self._lock = threading.Lock()
+        self._settled = False
+        self._error: BaseException | None = None
+
+    def succeeded(self) -> bool:
+        """Whether the topic is known to exist (never blocks)."""
+        if self._settled:
+            return self._error is None
+        call = self._call
+        return bool(call.done() and call.exception() is None)
+
+    def failed(self) -> bool:
+        """Whether the check ended with an error (a new lookup may try again)."""
+        return self._settled and self._error is not None
+
+    def wait(self) -> None:
+        """Block until the topic exists (created if allowed), or raise why it cannot be used."""
+        with self._lock:
+            if not self._settled:
+                try:
+                    try:
+                        self._call.result()
+                    except Exception:  # noqa: BLE001 - the full check classifies and retries
+                        self._factory._ensure_topic(self.name)
+                    else:
+                        self._factory._known.add(self.name)
+                except BaseException as exc:  # noqa: BLE001 - kept, raised to every waiter
+                    self._error = exc
+                finally:
+                    self._settled = True
+            if self._error is not None:
+                raise self._error
+
+
 class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination]):
     """Creates one :class:`TopicPublisher` per active topic and owns what they share: the gRPC
-    channel, the publish thread pool, and the set of topics known to exist.
+    channel, the publish thread pool, and the topics known to exist.
+
+    A topic's first use starts its check (:class:`TopicLookup`: ``GetTopic``, and
+    ``CreateTopic`` under ``CREATE_IF_NEEDED``) instead of blocking the processing thread for
+    a round trip; its publisher takes records at once, and its first request waits for the
+    check. The topics found to exist are remembered in an LRU of
+    :data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` names, so publishers evicted and
+    re-created do not check again and a job naming ever new topics does not grow without end.
 
     Pickled into the job as its configuration only (``_config_fields``); the channel and the
-    pool are opened on the worker.
+    pools are opened on the worker.
     """
 
     destination_type = TopicDestination
@@ -307,7 +384,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
     def _init_runtime(self) -> None:
         self.rpc: Any = None
         self.pool: Any = None
-        self._known: set[str] = set()
+        self._known = CheckedNames(CHECKED_NAMES_LIMIT)
+        # Checks started and not yet known to have succeeded, by topic.
+        self._lookups: dict[str, TopicLookup] = {}
+        self._create_lock = threading.Lock()
         self.created_topics = 0
 
     def open(self, info: SubtaskInfo) -> None:
@@ -319,13 +399,23 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         )
 
     def create_writer(self, destination: TopicDestination) -> TopicPublisher:
-        self._ensure_topic(destination)
-        return TopicPublisher(destination, self)
+        return TopicPublisher(destination, self, self._lookup(str(destination)))
 
-    def _ensure_topic(self, destination: TopicDestination) -> None:
-        name = str(destination)
+    def _lookup(self, name: str) -> TopicLookup | None:
+        """The check of topic ``name``: None when known to exist, else its (shared) lookup."""
         if name in self._known:
-            return
+            return None
+        lookups = self._lookups
+        lookup = lookups.get(name)
+        if lookup is None or lookup.failed():
+            if len(lookups) >= 1_000:  # forget settled ones; the known names keep the answers
+                for done in [n for n, x in lookups.items() if x.succeeded() or x.failed()]:
+                    del lookups[done]
+            lookup = lookups[name] = TopicLookup(self, name)
+        return lookup
+
+    def _ensure_topic(self, name: str) -> None:
+        """Check that topic ``name`` exists, creating it if allowed (on a publish thread)."""
         rpc = self.rpc
         try:
             self.retry.call(
@@ -346,6 +436,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self._known.add(name)
 
     def _create(self, name: str) -> None:
+        with self._create_lock:  # the bound counts creations of every publish thread
+            self._create_locked(name)
+
+    def _create_locked(self, name: str) -> None:
         bound = self.writer_options.max_created_destinations
         if self.created_topics >= bound:
             raise CreationLimitExceededError(

@@ -11,7 +11,7 @@ import math
 import pickle
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 
 import cloudpickle
@@ -321,7 +321,7 @@ def test_the_factory_pickles_as_its_configuration_only():
     factory.created_topics = 5
     copy = pickle.loads(cloudpickle.dumps(factory))
     assert copy.rpc is None and copy.pool is None
-    assert copy._known == set() and copy.created_topics == 0
+    assert len(copy._known) == 0 and copy.created_topics == 0
     assert copy.sink == "s" and copy.writer_options == factory.writer_options
     assert copy.publisher_options == factory.publisher_options
     assert copy.retry == FAST_RETRY
@@ -338,3 +338,87 @@ def test_open_resolves_the_emulator_variable_without_connecting(monkeypatch):
     finally:
         factory.close()
     assert factory.rpc is None and factory.pool is None
+
+
+class LookupRpc(FakeRpc):
+    """A FakeRpc whose GetTopic answers once ``answer`` is set and knows only ``existing``."""
+
+    def __init__(self, existing=(TOPIC,)):
+        super().__init__()
+        self.existing = set(existing)
+        self.answer = threading.Event()
+        self.get_topics = 0
+        self.started_on: list[str] = []
+
+    def _answer(self, name):
+        self.answer.wait(5)
+        if name not in self.existing:
+            raise Status(grpc.StatusCode.NOT_FOUND, f"topic {name} not found")
+        return {"name": name}
+
+    def get_topic_future(self, name):
+        self.get_topics += 1
+        self.started_on.append(threading.current_thread().name)
+        future: Future = Future()
+
+        def run():
+            try:
+                future.set_result(self._answer(name))
+            except Status as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True).start()
+        return future
+
+    def get_topic(self, name):
+        self.get_topics += 1
+        try:
+            return self._answer(name)
+        except Status as exc:  # as PubSubRpc.get_topic raises it
+            from google.api_core import exceptions as gexc
+
+            raise gexc.NotFound(exc.details()) from exc
+
+
+opened_factory = make_factory
+
+
+def test_a_new_topic_is_checked_off_the_processing_thread_and_its_first_request_waits():
+    rpc = LookupRpc()
+    factory = opened_factory(rpc)
+    publisher = factory.create_writer(TopicDestination.from_resource_name(TOPIC))  # no wait
+    publisher.write((b"a", "", None), 0)
+    publisher.start_flush()
+    time.sleep(0.05)
+    assert rpc.requests == []  # the request waits for its topic's check
+    rpc.answer.set()
+    assert publisher.flush() == [] and rpc.published == [b"a"]
+    assert rpc.started_on == ["MainThread"] and rpc.get_topics == 1  # started, not awaited
+    # Known now: the next publisher of the topic asks nothing.
+    again = factory.create_writer(TopicDestination.from_resource_name(TOPIC))
+    assert again._lookup is None and rpc.get_topics == 1
+
+
+def test_a_missing_topic_under_create_never_fails_the_flush_naming_it():
+    rpc = LookupRpc(existing=())
+    rpc.answer.set()
+    factory = opened_factory(rpc)
+    publisher = factory.create_writer(TopicDestination.from_resource_name(TOPIC))
+    publisher.write((b"a", "", None), 0)
+    with pytest.raises(DestinationNotFoundError, match="orders does not exist"):
+        publisher.flush()
+    assert rpc.requests == []
+
+
+def test_the_known_topics_are_an_lru_of_bounded_size():
+    from pyflink_gcp.core.checked import CheckedNames
+
+    rpc = LookupRpc(existing={f"projects/p/topics/top{i}" for i in range(5)})
+    rpc.answer.set()
+    factory = opened_factory(rpc)
+    factory._known = CheckedNames(limit=3)
+    for i in range(5):
+        factory.create_writer(TopicDestination.of("p", f"top{i}"))._lookup.wait()
+    assert len(factory._known) == 3 and factory._known.forgotten == 2
+    assert "projects/p/topics/top0" not in factory._known
+    assert factory.create_writer(TopicDestination.of("p", "top0"))._lookup is not None  # again
