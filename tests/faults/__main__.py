@@ -30,7 +30,14 @@ from pathlib import Path
 
 from pyflink_gcp.cluster import ClusterSettings, StandaloneCluster
 from pyflink_gcp.emulators import EmulatorStack
-from tests.faults.inject import KINDS, Fault, inject, paused, wait_for_recovery
+from tests.faults.inject import (
+    KINDS,
+    Fault,
+    inject,
+    paused,
+    replace_dead_taskmanagers,
+    wait_for_recovery,
+)
 from tests.faults.targets import (
     STACK_SERVICES,
     TARGETS,
@@ -104,6 +111,8 @@ def one_run(
     outcome: Outcome,
 ) -> None:
     """Submits one job, injects its faults, waits for the end, counts what arrived."""
+    for ended in replace_dead_taskmanagers(cluster):
+        print(f"  replaced a TaskManager that ended by itself: {ended}", flush=True)
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
     extra = prepare(target, PROJECT, name, stack)
@@ -117,7 +126,11 @@ def one_run(
         outcome.unfinished.append(f"submission failed: {submitted.output[-2000:]}")
         return
     job = submitted.job_id
-    cluster.wait_for_checkpoints(job, 2, timeout=240)
+    try:
+        cluster.wait_for_checkpoints(job, 2, timeout=240)
+    except Exception:
+        http_cancel(cluster, job)  # it would hold the slots the next target needs
+        raise
     faults: list[Fault] = []
     for kind in pick_kinds(rng, kinds, args.faults):
         time.sleep(rng.uniform(1.0, 4.0))
@@ -159,6 +172,8 @@ def hang_check(
     it checkpointed, and reads the first failure from Flink's exception history: it must come
     within the deadline plus one attempt (and a margin for a loaded machine) and name one of
     the run's destinations."""
+    for ended in replace_dead_taskmanagers(cluster):
+        print(f"  replaced a TaskManager that ended by itself: {ended}", flush=True)
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
     extra = prepare(target, PROJECT, name, stack)
@@ -228,7 +243,11 @@ def table(outcomes: list[Outcome], probes: dict[str, RestartProbe]) -> str:
         lines.append("")
         lines.append("Emulator restart (data kept across a restart?):")
         for probe in probes.values():
-            verdict = "restart fault injected" if probe.survives else "restart fault skipped"
+            verdict = (
+                "kept (a sink gets the restart fault only if all its emulators keep their data)"
+                if probe.survives
+                else "restart fault skipped for its sinks"
+            )
             lines.append(f"- {probe.service}: {probe.detail} ({probe.seconds:.1f} s); {verdict}")
     return "\n".join(lines)
 
@@ -243,7 +262,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=None, help="runs per target (quick: 1)")
     parser.add_argument("--faults", type=int, default=None, help="faults per run (quick: 4)")
     parser.add_argument("--seed", type=int, default=18)
-    parser.add_argument("--count", type=int, default=2000, help="records per run")
+    parser.add_argument("--count", type=int, default=3000, help="records per run")
     parser.add_argument("--pace-ms", type=float, default=120.0, help="per record and subtask")
     parser.add_argument("--job-timeout", type=float, default=900.0)
     parser.add_argument("--retry-deadline-s", type=float, default=5.0, help="for the hang check")

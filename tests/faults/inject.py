@@ -81,6 +81,24 @@ def python_workers(cluster: StandaloneCluster, index: int) -> list[int]:
     ]
 
 
+def replace_dead_taskmanagers(cluster: StandaloneCluster, want: int = 2) -> list[str]:
+    """Starts a TaskManager for each one that ended without being killed by the suite.
+
+    A TaskManager can end by itself: on this machine one shut down with a FATAL error in Beam's
+    ``DefaultJobBundleFactory.close`` ("Reference count must not be negative") while a
+    cancelled job's Python operator closed, after one of its workers had been killed earlier.
+    The next job would then never get its four slots. Returns what ended, to be reported.
+    """
+    ended = []
+    for taskmanager in cluster.taskmanagers:
+        if not taskmanager.killed and taskmanager.process.describe_exit() is not None:
+            ended.append(f"{taskmanager.resource_id} {taskmanager.process.describe_exit()}")
+            taskmanager.killed = True  # no longer ours to watch
+    while len(live_taskmanagers(cluster)) < want:
+        cluster.start_taskmanager(wait=True)
+    return ended
+
+
 def live_taskmanagers(cluster: StandaloneCluster) -> list[int]:
     return [i for i, tm in enumerate(cluster.taskmanagers) if not tm.killed]
 
