@@ -336,10 +336,11 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
     """Creates one :class:`TopicPublisher` per active topic and owns what they share: the gRPC
     channel, the publish thread pool, and the topics known to exist.
 
-    A topic's first use starts its check (:class:`TopicLookup`: ``GetTopic``, and
-    ``CreateTopic`` under ``CREATE_IF_NEEDED``) instead of blocking the processing thread for
-    a round trip; its publisher takes records at once, and its first request waits for the
-    check. The topics found to exist are remembered in an LRU of
+    Under ``CREATE_NEVER`` (the default) a topic's first use starts its check
+    (:class:`TopicLookup`, a ``GetTopic``) instead of blocking the processing thread for a
+    round trip; its publisher takes records at once, and its first request waits for the
+    check. Under ``CREATE_IF_NEEDED`` the check and the creation stay on the processing
+    thread, so the creation bound is met in record order. The topics found to exist are remembered in an LRU of
     :data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` names, so publishers evicted and
     re-created do not check again and a job naming ever new topics does not grow without end.
 
@@ -402,8 +403,16 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         return TopicPublisher(destination, self, self._lookup(str(destination)))
 
     def _lookup(self, name: str) -> TopicLookup | None:
-        """The check of topic ``name``: None when known to exist, else its (shared) lookup."""
+        """The check of topic ``name``: None when known to exist, else its (shared) lookup.
+
+        Under ``CREATE_IF_NEEDED`` the check (and the creation) runs here, on the processing
+        thread, as before: the creation bound is then reached in record order, so the error
+        names the topic whose record came first, and creating topics is rare.
+        """
         if name in self._known:
+            return None
+        if self.create_disposition is CreateDisposition.CREATE_IF_NEEDED:
+            self._ensure_topic(name)
             return None
         lookups = self._lookups
         lookup = lookups.get(name)
