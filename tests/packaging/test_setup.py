@@ -28,13 +28,16 @@ command.run()
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """What the sdist holds of the build: setup.py, the package's bridge module, java-bridge/."""
+    """What the sdist holds of the build: setup.py, the package's bridge module, the SQL
+    connectors' option list (the build generates the jar's option resource from it),
+    java-bridge/."""
     shutil.copyfile(ROOT / "setup.py", tmp_path / "setup.py")
     shutil.copytree(ROOT / "java-bridge" / "src", tmp_path / "java-bridge" / "src")
-    core = tmp_path / "pyflink_gcp" / "core"
-    core.mkdir(parents=True)
-    for name in ("errors.py", "bridge.py"):
-        shutil.copyfile(ROOT / "pyflink_gcp" / "core" / name, core / name)
+    for package, names in (("core", ("errors.py", "bridge.py")), ("table", ("options.py",))):
+        directory = tmp_path / "pyflink_gcp" / package
+        directory.mkdir(parents=True)
+        for name in names:
+            shutil.copyfile(ROOT / "pyflink_gcp" / package / name, directory / name)
     return tmp_path
 
 
