@@ -177,22 +177,27 @@ def arrow_schema(columns: Sequence[Any]) -> Any:
     return pa.schema([field(c) for c in columns])
 
 
-def _required(columns: Sequence[Any]) -> tuple[Any, ...]:
-    """The columns a row must be checked for: REQUIRED ones and records with REQUIRED fields."""
-    return tuple(
-        c for c in columns if c.required or (c.children and _required(c.children.values()))
-    )
+def _required(columns: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], ...]:
+    """The columns a row must be checked for, each with the checks of its fields (computed
+    once per file, not per row): REQUIRED ones and records with REQUIRED fields."""
+    checks = []
+    for column in columns:
+        inner = _required(tuple(column.children.values())) if column.children else ()
+        if column.required or inner:
+            checks.append((column, inner))
+    return tuple(checks)
 
 
-def _check_required(row: Mapping[str, Any], checks: Sequence[Any], prefix: str = "") -> None:
-    for column in checks:
+def _check_required(
+    row: Mapping[str, Any], checks: Sequence[tuple[Any, tuple[Any, ...]]], prefix: str = ""
+) -> None:
+    for column, inner in checks:
         value = row.get(column.name)
         if value is None:
             if column.required:
                 raise RowError(f"column {prefix}{column.name} is REQUIRED and has no value")
             continue
-        if column.children:
-            inner = _required(tuple(column.children.values()))
+        if inner:
             for item in value if column.repeated else (value,):
                 _check_required(item, inner, f"{prefix}{column.name}.")
 

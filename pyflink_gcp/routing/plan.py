@@ -39,9 +39,6 @@ from pyflink_gcp.core.functions import as_resolver, short_repr
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
 
-#: BigQuery's load jobs per table per day.
-_LOAD_JOBS_PER_TABLE_PER_DAY = 1_500
-
 
 @dataclass
 class Plan:
@@ -176,14 +173,16 @@ def _resources(
         )
     kind = type(factory).__name__
     if kind == "FileLoadsWriterFactory" and checkpoint_interval_s:
+        from pyflink_gcp.bigquery.options import LOAD_JOBS_PER_TABLE_PER_DAY
+
         interval = max(checkpoint_interval_s, factory.loads.min_load_interval.total_seconds())
         per_table = 86_400 / interval
         plan.resources.append(
             (
                 "load jobs per table per day",
                 f"{per_table:,.0f} (one per {interval:g} s)",
-                f"BigQuery quota {_LOAD_JOBS_PER_TABLE_PER_DAY:,}",
-                per_table > _LOAD_JOBS_PER_TABLE_PER_DAY,
+                f"BigQuery quota {LOAD_JOBS_PER_TABLE_PER_DAY:,}",
+                per_table > LOAD_JOBS_PER_TABLE_PER_DAY,
             )
         )
     elif kind == "BigQueryWriterFactory":
