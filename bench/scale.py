@@ -3,7 +3,8 @@
     python bench/scale.py [--sinks pubsub,bigquery,bigtable,cloudtasks,spanner]
                           [--destinations 1,100,1000,10000] [--latencies 0,20]
                           [--checkpoints 1000,10000] [--records 100000] [--parallelism 2]
-                          [--max-active N] [--max-buffer-time-ms MS] [--prove] [--log-calls]
+                          [--max-active N] [--max-buffer-time-ms MS] [--max-buffered-records N]
+                          [--prove] [--log-calls]
 
 Every sink job runs against the null backend (bench/nullbackend/, started here on free
 loopback ports): it answers every write after the chosen latency, stores nothing and counts
@@ -221,11 +222,15 @@ OPTIONS = {
 
 
 def build_sink(
-    service: str, max_active: int | None = None, max_buffer_time_ms: int | None = None
+    service: str,
+    max_active: int | None = None,
+    max_buffer_time_ms: int | None = None,
+    max_buffered_records: int | None = None,
 ) -> Any:
-    """The sink of ``service`` with its default options (but ``max_active_destinations`` and
-    ``max_buffer_time`` when given; the cap only for the sinks with a writer per destination)
-    and the log-and-drop handler (only records carrying the reject marker are ever rejected)."""
+    """The sink of ``service`` with its default options (but ``max_active_destinations``,
+    ``max_buffer_time`` and ``max_buffered_records`` when given; the cap only for the sinks
+    with a writer per destination) and the log-and-drop handler (only records carrying the
+    reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
@@ -243,12 +248,14 @@ def build_sink(
         builder = SpannerSink.builder().set_database(database).set_serializer(spanner_mutation)
     if service != "spanner":
         builder = builder.set_destination_resolver(Resolver(service))
-    if max_active is not None or max_buffer_time_ms is not None:
+    if any(x is not None for x in (max_active, max_buffer_time_ms, max_buffered_records)):
         options = (SpannerWriterOptions if service == "spanner" else OPTIONS[service]).builder()
         if max_active is not None and service != "spanner":
             options = options.max_active_destinations(max_active)
         if max_buffer_time_ms is not None:
             options = options.max_buffer_time(timedelta(milliseconds=max_buffer_time_ms))
+        if max_buffered_records is not None:
+            options = options.max_buffered_records(max_buffered_records)
         builder = builder.set_writer_options(options.build())
     return builder.set_failure_handler(FailureHandler.log_and_drop()).build()
 
@@ -393,6 +400,7 @@ def sink_job(
     prove: str = "",
     max_active: int | None = None,
     max_buffer_time_ms: int | None = None,
+    max_buffered_records: int | None = None,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -412,7 +420,7 @@ def sink_job(
         fail=fail if prove == "fail" else [],
     )
     spans = new_spans(workdir, f"{service}-{destinations}")
-    sink = build_sink(service, max_active, max_buffer_time_ms)
+    sink = build_sink(service, max_active, max_buffer_time_ms, max_buffered_records)
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
     env = shaped_env("own chain", parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
@@ -512,6 +520,9 @@ def main() -> None:
     parser.add_argument(
         "--max-buffer-time-ms", type=int, default=None, help="max_buffer_time of every sink"
     )
+    parser.add_argument(
+        "--max-buffered-records", type=int, default=None, help="max_buffered_records of every sink"
+    )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
     args = parser.parse_args()
@@ -552,6 +563,7 @@ def main() -> None:
                             backend, service, args.records, d, latency, checkpoint_ms,
                             args.parallelism, workdir, max_active=args.max_active,
                             max_buffer_time_ms=args.max_buffer_time_ms,
+                            max_buffered_records=args.max_buffered_records,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
@@ -564,6 +576,8 @@ def main() -> None:
     cap = "" if args.max_active is None else f", max_active_destinations {args.max_active:,}"
     if args.max_buffer_time_ms is not None:
         cap += f", max_buffer_time {args.max_buffer_time_ms:,} ms"
+    if args.max_buffered_records is not None:
+        cap += f", max_buffered_records {args.max_buffered_records:,}"
     print(
         f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
