@@ -145,6 +145,8 @@ def one_run(
         print(f"    {kind:<16} {fault.detail:<40} recovered in {recovery}", flush=True)
         if fault.recovery_s is None:
             break  # the job ended: later faults would hit nothing
+    # The faults are in: the rest of the input need not be paced (see job.py).
+    (control / "finish").write_text("finish\n")
     state = cluster.wait_for_job(job, timeout=args.job_timeout)
     if state != "FINISHED":
         failures = cluster.exceptions(job)
@@ -263,7 +265,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--faults", type=int, default=None, help="faults per run (quick: 4)")
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--count", type=int, default=3000, help="records per run")
-    parser.add_argument("--pace-ms", type=float, default=120.0, help="per record and subtask")
+    parser.add_argument(
+        "--pace-ms",
+        type=float,
+        default=400.0,
+        help="per record and subtask, until the run's faults are in (then unpaced)",
+    )
     parser.add_argument("--job-timeout", type=float, default=900.0)
     parser.add_argument("--retry-deadline-s", type=float, default=5.0, help="for the hang check")
     parser.add_argument("--no-hang-check", action="store_true")

@@ -4,9 +4,10 @@ Submitted with ``flink run -py``, so it imports nothing from the tests: the Task
 workers see only the job's environment and what this script ships by value as ``__main__``.
 Each record is ``{"id": i}``; even and odd ids go to two destinations (topics, tables,
 queues), so every sink runs more than one writer. The paced map keeps the job running long
-enough for several faults, and raises once whenever the suite drops a ``raise`` file into
-``--control``: a task exception at a moment the suite chooses, not at a fixed record (the
-first subtask to rename the file claims it, so one request is one exception).
+enough for several faults (until the suite drops a ``finish`` file into ``--control``), and
+raises once whenever the suite drops a ``raise`` file there: a task exception at a moment the
+suite chooses, not at a fixed record (the first subtask to rename the file claims it, so one
+request is one exception).
 """
 
 from __future__ import annotations
@@ -35,16 +36,27 @@ def parity(record: dict[str, Any]) -> str:
 
 
 class Paced(MapFunction):
-    """Turns a number into its record, sleeping ``pace_s`` per record; raises once per
-    ``raise`` file the suite puts into ``control``."""
+    """Turns a number into its record, sleeping ``pace_s`` per record until the suite puts a
+    ``finish`` file into ``control``; raises once per ``raise`` file it puts there.
+
+    The pace is slow enough that the input outlasts every fault of a run on a loaded machine
+    (a run whose job ended early would inject fewer faults than asked); once the faults are
+    in, the ``finish`` file lets the rest through unpaced, so a run lasts as long as its faults
+    need rather than as long as the slowest machine might.
+    """
 
     def __init__(self, pace_s: float, control: str) -> None:
         self.pace_s = pace_s
         self.request = os.path.join(control, "raise")
+        self.finish = os.path.join(control, "finish")
         self.control = control
+        self.unpaced = False
 
     def map(self, value: int) -> dict[str, Any]:
-        time.sleep(self.pace_s)
+        if not self.unpaced:
+            self.unpaced = os.path.exists(self.finish)
+            if not self.unpaced:
+                time.sleep(self.pace_s)
         if os.path.exists(self.request):
             claimed = os.path.join(self.control, f"raised-{time.time_ns()}-{os.getpid()}")
             try:
