@@ -8,8 +8,10 @@ A JSON payload is parsed whole only when it must be. When the first segment's ke
 followed by ``:``, is in the first 512 characters at depth one of the top-level object (the
 text before it, string literals removed, opens one more ``{`` than it closes and as many
 ``[`` as ``]``), only its value is decoded (``json.JSONDecoder.raw_decode``); otherwise the
-document is parsed with ``json.loads``. ``bench/routing.py`` measures both against
-``json.loads`` alone on 1 KB and 10 KB documents. A document read the fast way is not
+whole document is, as ``json.loads`` would (bytes decoded by the encoding it detects, only
+whitespace after the document), without its per-call overhead: the whole parse then costs what
+``json.loads`` costs. ``bench/routing.py`` measures both against ``json.loads`` alone on 1 KB
+and 10 KB documents. A document read the fast way is not
 validated past its routing field: it routes even if it is broken further on (the sink's
 serializer sees the whole payload later). One whose field cannot be read is
 :data:`UNPARSEABLE` to the caller.
@@ -45,7 +47,7 @@ class FieldPath:
         ConfigurationError: An empty path or an empty segment.
     """
 
-    __slots__ = ("path", "segments", "_first_key", "_first_key_bytes")
+    __slots__ = ("path", "segments", "_first", "_first_key", "_rest")
 
     def __init__(self, path: str) -> None:
         if not isinstance(path, str):
@@ -59,38 +61,33 @@ class FieldPath:
             )
         self.path = path
         self.segments = segments
+        self._first = segments[0]
+        self._rest = segments[1:]
         self._first_key = json.dumps(segments[0], ensure_ascii=False)
-        self._first_key_bytes = self._first_key.encode("utf-8")
 
     def get(self, record: Any) -> Any:
         """The field's value, :data:`~pyflink_gcp.routing._helpers.MISSING` when the record
         has no such field, or :data:`UNPARSEABLE` for a str/bytes record that is not JSON."""
-        if isinstance(record, bytes | bytearray | memoryview):
-            record = bytes(record)
-            if record.find(self._first_key_bytes, 0, _FAST_WINDOW + len(self._first_key_bytes)) < 0:
-                # Not near the front: parse the bytes whole, without decoding them first.
-                value = _parse_whole(record, self.segments[0])
-                if value is MISSING or value is UNPARSEABLE:
-                    return value
-                return _walk(value, self.segments[1:])
-            try:
-                record = record.decode("utf-8")
-            except UnicodeDecodeError:
-                return UNPARSEABLE
-        if isinstance(record, str):
-            value = self._json_first(record)
-            if value is MISSING or value is UNPARSEABLE:
+        cls = type(record)
+        if cls is bytes or cls is str or isinstance(record, bytes | bytearray | memoryview | str):
+            value = self._json_first(record if cls is str else _json_text(record))
+            if value is MISSING or value is UNPARSEABLE or not self._rest:
                 return value
-            return _walk(value, self.segments[1:])
+            return _walk(value, self._rest)
         return _walk(record, self.segments)
 
-    def _json_first(self, text: str) -> Any:
+    def _json_first(self, text: str | None) -> Any:
         """The first segment's value in the JSON object ``text``: decoded alone when the key
         is near the front, else from the whole document."""
-        if not text.lstrip(_WHITESPACE).startswith("{"):
+        if text is None:
             return UNPARSEABLE
+        if not text.startswith("{"):
+            text = text.lstrip(_WHITESPACE)
+            if not text.startswith("{"):
+                return UNPARSEABLE
         needle = self._first_key
-        at = text.find(needle, 0, _FAST_WINDOW + len(needle))
+        stop = _FAST_WINDOW + len(needle)
+        at = text.find(needle, 0, stop)
         while at >= 0:
             after = at + len(needle)
             colon = _skip_whitespace(text, after)
@@ -100,9 +97,17 @@ class FieldPath:
                 except ValueError:
                     return UNPARSEABLE
                 return value
-            at = text.find(needle, after, _FAST_WINDOW + len(needle))
-        # Further in, checking the text before the key costs more than parsing it all.
-        return _parse_whole(text, self.segments[0])
+            at = text.find(needle, after, stop)
+        # Further in, checking the text before the key costs more than parsing it all. The
+        # text starts with '{', so the document is decoded from there (what json.loads does
+        # after skipping whitespace), and only whitespace may follow it.
+        try:
+            document, end = _DECODER.raw_decode(text)
+        except ValueError:
+            return UNPARSEABLE
+        if end != len(text) and text[end:].strip(_WHITESPACE):
+            return UNPARSEABLE  # json.loads: "Extra data"
+        return document.get(self._first, MISSING)
 
     def __repr__(self) -> str:
         return f"FieldPath({self.path!r})"
@@ -114,14 +119,22 @@ class FieldPath:
         return hash(self.segments)
 
 
-def _parse_whole(payload: str | bytes, key: str) -> Any:
+def _json_text(payload: bytes | bytearray | memoryview | str) -> str | None:
+    """A JSON payload as text, decoded as ``json.loads`` decodes bytes (None if it cannot be).
+
+    Most payloads start with ``{`` and are UTF-8 (a NUL second byte would mean UTF-16 or
+    UTF-32): those are decoded directly, the rest by the encoding ``json.detect_encoding``
+    finds, the same one ``json.loads`` would use.
+    """
+    if isinstance(payload, str):
+        return payload
+    data = bytes(payload)
     try:
-        document = json.loads(payload)
-    except ValueError:  # UnicodeDecodeError included
-        return UNPARSEABLE
-    if not isinstance(document, dict):
-        return UNPARSEABLE
-    return document.get(key, MISSING)
+        if data.startswith(b"{") and data[1:2] != b"\x00":
+            return data.decode("utf-8", "surrogatepass")
+        return data.decode(json.detect_encoding(data), "surrogatepass")
+    except UnicodeDecodeError:
+        return None
 
 
 def _walk(value: Any, segments: tuple[str, ...]) -> Any:

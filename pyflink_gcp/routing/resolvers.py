@@ -130,38 +130,64 @@ class FieldRouter(_Routing):
         return [*(self._table or {}).values(), *super()._destinations()]
 
     def _fast_path(self) -> Callable[[Any, Any], Any]:
-        """The resolver the sink calls: for a dict record and a one-segment path, a closure
-        doing what a hand-written resolver does (a key lookup and a route lookup); anything
-        else, or a value without a route, goes the general way."""
+        """The resolver the sink calls, its hot path bound to locals when it is made.
+
+        For a mapping of routes and a one-segment path, a dict record costs what the
+        hand-written ``routes.get(record.get(key), fallback)`` costs: ``dict.get`` called
+        unbound checks in C that the record is a dict (raising TypeError if not), so no type
+        check runs per record. The first record that is not a dict switches the resolver to
+        the general reader (a JSON payload, a Row, an object) until a dict comes again, so a
+        stream of one kind pays no exception per record. A dict subclass is read as a dict.
+        A missing key reads as None there, so a router with a route for None (which a missing
+        field must not take) goes the general way.
+        """
         general = self._resolve
         table = self._table
-        if table is None or len(self.path.segments) != 1:
+        if table is None or len(self.path.segments) != 1 or None in table:
             return general
         key = self.path.segments[0]
         route = table.get
+        dict_get = dict.get
         fallback = self.fallback
+        dicts = True  # whether the last record was a dict
 
         if fallback is not None:
             read = self.path.get
 
             def resolve_or_fall_back(record: Any, context: Any) -> Any:
                 # Missing, unmatched, unhashable or unparseable: the same way out.
-                value = record.get(key) if type(record) is dict else read(record)
+                nonlocal dicts
+                if dicts:
+                    try:
+                        return route(dict_get(record, key), fallback)
+                    except TypeError:  # not a dict, or an unhashable value
+                        if isinstance(record, dict):
+                            return fallback
+                        dicts = False
+                elif type(record) is dict:
+                    dicts = True
+                    return resolve_or_fall_back(record, context)
                 try:
-                    return route(value, fallback)
+                    return route(read(record), fallback)
                 except TypeError:
                     return fallback
 
             return resolve_or_fall_back
 
         def resolve(record: Any, context: Any) -> Any:
-            if type(record) is dict:
+            nonlocal dicts
+            if dicts:
                 try:
-                    found = route(record.get(key))
-                except TypeError:  # an unhashable value
-                    found = None
-                if found is not None:
-                    return found
+                    found = route(dict_get(record, key))
+                except TypeError:  # not a dict, or an unhashable value
+                    if not isinstance(record, dict):
+                        dicts = False
+                else:
+                    if found is not None:
+                        return found
+            elif type(record) is dict:
+                dicts = True
+                return resolve(record, context)
             return general(record, context)
 
         return resolve

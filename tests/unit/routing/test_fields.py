@@ -69,3 +69,57 @@ def test_payloads_that_are_no_json_object_are_unparseable(payload: object) -> No
 
 def test_a_missing_key_in_valid_json_is_missing() -> None:
     assert FieldPath("region").get('{"id": 1}') is MISSING
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32"])
+@pytest.mark.parametrize("far", [False, True])
+def test_bytes_are_decoded_as_json_loads_decodes_them(encoding: str, far: bool) -> None:
+    doc = {"id": 1, "region": "ünï"}
+    if far:  # the key beyond the window: the whole document is read
+        doc = {f"k{i}": "x" * 40 for i in range(20)} | doc
+    payload = json.dumps(doc, ensure_ascii=False).encode(encoding)
+    assert json.loads(payload)["region"] == "ünï"
+    assert FieldPath("region").get(payload) == "ünï"
+
+
+def _reference(payload: bytes | str) -> object:
+    """What a whole parse with json.loads reads as the field 'region'."""
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return UNPARSEABLE
+    return document.get("region", MISSING) if isinstance(document, dict) else UNPARSEABLE
+
+
+FILLER = ", ".join(f'"k{i}": "{"x" * 40}"' for i in range(20))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'{{{FILLER}, "region": "far"}}',
+        f'{{{FILLER}, "region": "far"}}  \n',  # whitespace after the document
+        f'  \n{{{FILLER}, "region": "far"}}',  # and before it
+        f'{{{FILLER}, "region": "far"}} {{}}',  # extra data
+        f'{{{FILLER}, "region": "far"}}}}',
+        f'{{{FILLER}, "region": "far"',  # cut short
+        f'{{{FILLER}, "inner": {{"region": "nested"}}}}',  # only a nested key of that name
+        f"{{{FILLER}}}",  # no such key
+        f'[{{{FILLER}, "region": "far"}}]',  # an array
+        f'{{{FILLER}, "region": "\\ud800"}}',  # an escaped lone surrogate
+        f'{{{FILLER}, "region": "\ud800"}}',  # a lone surrogate, which json.loads accepts
+        '{"region": "\ud800"}',  # near the front too
+    ],
+)
+def test_the_whole_document_is_read_as_json_loads_reads_it(text: str) -> None:
+    expected = _reference(text)
+    assert FieldPath("region").get(text) == expected
+    assert FieldPath("region").get(text.encode("utf-8", "surrogatepass")) == expected
+    assert FieldPath("region").get(bytearray(text.encode("utf-8", "surrogatepass"))) == expected
+    assert FieldPath("region").get(memoryview(text.encode("utf-8", "surrogatepass"))) == expected
+
+
+def test_a_nested_path_in_a_payload_walks_from_the_first_segment() -> None:
+    payload = json.dumps({**{f"k{i}": "x" * 40 for i in range(20)}, "a": {"b": "deep"}})
+    assert FieldPath("a.b").get(payload.encode()) == "deep"
+    assert FieldPath("a.c").get(payload.encode()) is MISSING

@@ -4,7 +4,9 @@ makes when it is built, and pickling."""
 from __future__ import annotations
 
 import pickle
+from collections import OrderedDict
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import cloudpickle
 import pytest
@@ -148,3 +150,40 @@ def test_a_rendered_name_the_service_refuses_takes_the_way_out_every_time() -> N
     # only when valid, so the second record is refused too.
     assert topics({"kind": "ab"}, CTX) == OTHER and topics({"kind": "ab"}, CTX) == OTHER
     assert topics({"kind": "abc"}, CTX) == TopicDestination.of("p", "abc")
+
+
+MIXED = [
+    {"region": "eu"},
+    b'{"region": "us"}',
+    {"region": "jp"},
+    {"id": 1},
+    '{"region": "eu"}',
+    b"garbage",
+    b"garbage",
+    {"region": ["eu"]},
+    {"region": "us"},
+    SimpleNamespace(region="eu"),
+    SimpleNamespace(other=1),
+    OrderedDict(region="us"),
+    {"region": "eu"},
+]
+
+
+@pytest.mark.parametrize("kwargs", [{"fallback": OTHER}, {"unroutable": True}])
+def test_records_of_every_kind_in_turn_route_as_the_general_reader_routes_them(
+    kwargs: dict,
+) -> None:
+    # The resolver tries the dict path first and switches to the general reader on the first
+    # record that is not a dict, and back on the next dict: every record routes the same.
+    resolver = by_region(**kwargs)
+    for record in MIXED + MIXED[::-1]:
+        assert resolver(record, CTX) == resolver._resolve(record, CTX), record
+
+
+@pytest.mark.parametrize("kwargs", [{"fallback": OTHER}, {"unroutable": True}])
+def test_a_route_for_none_is_taken_by_a_none_value_not_by_a_missing_field(kwargs: dict) -> None:
+    resolver = route_by_field("region", {None: EU, "us": US}, **kwargs)  # type: ignore[dict-item]
+    assert resolver({"region": None}, CTX) == EU
+    assert resolver({"region": "us"}, CTX) == US
+    missing = resolver({"id": 1}, CTX)
+    assert missing == OTHER if "fallback" in kwargs else isinstance(missing, UnroutableRecord)
