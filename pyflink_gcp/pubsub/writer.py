@@ -1,15 +1,19 @@
 """The hot path of the Pub/Sub sink: one publisher per active topic, batching and flushing.
 
 Per record (on the Flink processing thread): build one protobuf message, append it to the topic's
-batch; when the batch is full, hand it to the thread pool. Before each checkpoint barrier the
-sink calls :meth:`TopicPublisher.start_flush` on every topic and then :meth:`TopicPublisher.flush`,
-which waits for every request of the topic. Under checkpoint markers an ordinary bundle end
+batch; when the batch is full, send it. A request is started as a gRPC future whose
+done-callback records its outcome (:meth:`PubSubWriterFactory.start_publish`): no Python thread
+blocks per request, and at most :data:`MAX_IN_FLIGHT_PER_SUBTASK` requests of a subtask are in
+flight. Only a request whose first attempt failed moves to the thread pool, where
+:func:`publish_batch` retries it and isolates rejected messages as the blocking path always
+did. Before each checkpoint barrier the sink calls :meth:`TopicPublisher.start_flush` on every
+topic and then :meth:`TopicPublisher.flush`, which waits for every request of the topic. Under checkpoint markers an ordinary bundle end
 sends a topic's open batch only once it is due (:attr:`TopicPublisher.unsent_since`), so at
 thousands of topics the batches fill instead of each leaving with one message.
 
-Ordering: with message ordering enabled, a topic's requests run one after another, in the order
-they were cut, so one ordering key's messages are published in order (the records of one key
-reach one subtask in order through ``key_by``).
+Ordering: with message ordering enabled, a topic's requests run one after another on the thread
+pool, in the order they were cut, so one ordering key's messages are published in order (the
+records of one key reach one subtask in order through ``key_by``).
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
 from pyflink_gcp.core.errors import (
     CreationLimitExceededError,
     DestinationNotFoundError,
@@ -58,6 +62,10 @@ _MESSAGE_OVERHEAD = 64
 _CALL_TIMEOUT_S = 60.0
 #: The dead-letter attribute carrying a rejected message's ordering key.
 ATTR_ORDERING_KEY = "dlq-ordering-key"
+#: Publish requests of one subtask in flight at once (over all its unordered topics): the
+#: processing thread waits for the oldest beyond it, so memory stays bounded however many
+#: topics there are. ``max_in_flight_requests`` still bounds each topic's own requests.
+MAX_IN_FLIGHT_PER_SUBTASK = 256
 
 
 def message_size(data: bytes, key: str, attributes: dict[str, str] | None) -> int:
@@ -75,6 +83,7 @@ def publish_batch(
     messages: Sequence[Any],
     retry: RetryPolicy,
     sink: str,
+    first_error: BaseException | None = None,
 ) -> list[FailedRecord]:
     """Publish ``messages`` to ``topic``: retry transient errors, isolate rejected messages.
 
@@ -84,15 +93,26 @@ def publish_batch(
     carrying their attributes and their ordering key as ``dlq-ordering-key``, and every other
     message is published, in order.
 
+    ``first_error`` is the failure of a first attempt already made (a Publish started as a
+    future): it is handled as this call's own first attempt would have been, so the request is
+    not sent again before its backoff or its split.
+
     Raises:
         DestinationNotFoundError: The topic does not exist (deleted while the job ran).
         WriteError: Transient errors outlasted the retry deadline, or a non-content error.
     """
 
+    replay = [] if first_error is None else [first_error]
+
+    def attempt(part: Sequence[Any]) -> Any:
+        if replay:  # the whole request's first attempt, made before this call
+            raise replay.pop()
+        return rpc.publish(topic, part)
+
     def send(part: Sequence[Any]) -> None:
         what = f"sink '{sink}': publishing {len(part)} messages to {topic} at {rpc.endpoint}"
         try:
-            retry.call(lambda: rpc.publish(topic, part), what)
+            retry.call(lambda: attempt(part), what)
         except WriteError:
             raise
         except Exception as exc:  # classified here; record faults go back to be isolated
@@ -120,9 +140,10 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     """Batches and publishes the messages of one topic.
 
     States: *empty* (clean) → *batching* (messages in the open batch) → *in flight* (requests
-    running in the pool) → clean again after :meth:`flush`. A full batch is sent as soon as it is
-    cut; the processing thread only blocks when ``max_in_flight_requests`` requests (or, with
-    ordering, that many chained requests) are already running.
+    started, as gRPC futures or, with ordering, in the pool) → clean again after :meth:`flush`.
+    A full batch is sent as soon as it is cut; the processing thread only blocks when
+    ``max_in_flight_requests`` requests of the topic (or, with ordering, that many chained
+    requests), or :data:`MAX_IN_FLIGHT_PER_SUBTASK` of the subtask, are already running.
 
     Flush triggers: ``max_messages`` or ``max_bytes`` reached (in :meth:`write`), each
     checkpoint barrier and the end of input, release by the registry, and the operator's other
@@ -204,23 +225,18 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         lookup = self._lookup
         if lookup is not None and lookup.succeeded():
             self._lookup = lookup = None
-        if self._ordered and self._in_flight:
+        if not self._ordered:
+            future = factory.start_publish(self._topic, batch, lookup)
+        elif self._in_flight:
             previous = self._in_flight[-1]
             future = factory.pool.submit(self._publish_after, previous, batch)
         elif lookup is not None:
-            future = factory.pool.submit(self._publish_looked_up, lookup, batch)
+            future = factory.pool.submit(factory.publish_checked, lookup, self._topic, batch)
         else:
             future = factory.pool.submit(
                 publish_batch, factory.rpc, self._topic, batch, factory.retry, factory.sink
             )
         self._in_flight.append(future)
-
-    def _publish_looked_up(self, lookup: TopicLookup, batch: list[Any]) -> list[FailedRecord]:
-        """A request sent before the topic's check finished: wait for it (a missing topic under
-        CREATE_NEVER, a creation refused, raise here and fail the job at the next flush)."""
-        lookup.wait()
-        factory = self._factory
-        return publish_batch(factory.rpc, self._topic, batch, factory.retry, factory.sink)
 
     def _publish_after(
         self, previous: Future[list[FailedRecord]], batch: list[Any]
@@ -284,62 +300,33 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._in_flight.clear()
 
 
-class TopicLookup:
-    """The existence check of one topic, started on the processing thread without waiting.
+class TopicLookup(PendingCheck):
+    """The existence check of one topic: its GetTopic started on the processing thread without
+    waiting (:class:`~pyflink_gcp.core.checked.PendingCheck`), the factory's full check
+    (retries, the errors that name the topic) if that attempt fails.
 
-    Its GetTopic runs in gRPC's threads (no Python thread waits for it, so no Python thread
-    competes for the interpreter lock meanwhile); the topic's first Publish, on a publish
-    thread, waits for it in :meth:`wait`. A first attempt that fails for any reason (the topic
-    is missing, a transient error) hands over to the factory's full check, with retries,
-    creation under ``CREATE_IF_NEEDED`` and the errors that name the topic.
+    Attributes:
+        name: The topic's resource name.
     """
 
     def __init__(self, factory: PubSubWriterFactory, name: str) -> None:
-        self._factory = factory
+        super().__init__(
+            factory.rpc.get_topic_future(name),
+            lambda: factory._ensure_topic(name),
+            lambda: factory._known.add(name),
+        )
         self.name = name
-        self._call = factory.rpc.get_topic_future(name)
-        self._lock = threading.Lock()
-        self._settled = False
-        self._error: BaseException | None = None
-
-    def succeeded(self) -> bool:
-        """Whether the topic is known to exist (never blocks)."""
-        if self._settled:
-            return self._error is None
-        call = self._call
-        return bool(call.done() and call.exception() is None)
-
-    def failed(self) -> bool:
-        """Whether the check ended with an error (a new lookup may try again)."""
-        return self._settled and self._error is not None
-
-    def wait(self) -> None:
-        """Block until the topic exists (created if allowed), or raise why it cannot be used."""
-        with self._lock:
-            if not self._settled:
-                try:
-                    try:
-                        self._call.result()
-                    except Exception:  # noqa: BLE001 - the full check classifies and retries
-                        self._factory._ensure_topic(self.name)
-                    else:
-                        self._factory._known.add(self.name)
-                except BaseException as exc:  # noqa: BLE001 - kept, raised to every waiter
-                    self._error = exc
-                finally:
-                    self._settled = True
-            if self._error is not None:
-                raise self._error
 
 
 class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination]):
     """Creates one :class:`TopicPublisher` per active topic and owns what they share: the gRPC
-    channel, the publish thread pool, and the topics known to exist.
+    channel, the window of requests in flight (:meth:`start_publish`), the thread pool of
+    retries and ordered requests, and the topics known to exist.
 
     Under ``CREATE_NEVER`` (the default) a topic's first use starts its check
     (:class:`TopicLookup`, a ``GetTopic``) instead of blocking the processing thread for a
-    round trip; its publisher takes records at once, and its first request waits for the
-    check. Under ``CREATE_IF_NEEDED`` the check and the creation stay on the processing
+    round trip; its publisher takes records at once, and its first request starts when the
+    check succeeded (:meth:`TopicLookup.then`). Under ``CREATE_IF_NEEDED`` the check and the creation stay on the processing
     thread, so the creation bound is met in record order. The topics found to exist are remembered in an LRU of
     :data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` names, so publishers evicted and
     re-created do not check again and a job naming ever new topics does not grow without end.
@@ -390,6 +377,9 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self._lookups: dict[str, TopicLookup] = {}
         self._create_lock = threading.Lock()
         self.created_topics = 0
+        # The outcomes of the requests started as futures, oldest first (MAX_IN_FLIGHT_PER_SUBTASK).
+        self._window: deque[Future[list[FailedRecord]]] = deque()
+        self._window_size = MAX_IN_FLIGHT_PER_SUBTASK
 
     def open(self, info: SubtaskInfo) -> None:
         self.rpc = PubSubRpc(
@@ -401,6 +391,98 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
 
     def create_writer(self, destination: TopicDestination) -> TopicPublisher:
         return TopicPublisher(destination, self, self._lookup(str(destination)))
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def start_publish(
+        self, topic: str, batch: list[Any], lookup: TopicLookup | None
+    ) -> Future[list[FailedRecord]]:
+        """Start publishing ``batch`` to ``topic`` without blocking on the request.
+
+        The first attempt is a gRPC future, started once the topic's check (``lookup``, if
+        still running) succeeded; its done-callback settles the returned future. A failed
+        first attempt (or check) moves to the thread pool: :func:`publish_batch` with that
+        error, or :meth:`publish_checked`, so retries, isolation and errors are the blocking
+        path's. Beyond :data:`MAX_IN_FLIGHT_PER_SUBTASK` requests this waits for the oldest
+        (backpressure); the outcomes are read at the topic's flush.
+
+        Returns:
+            A future of the rejected messages, raising what fails the job.
+        """
+        window = self._window
+        while len(window) >= self._window_size:
+            window.popleft().exception()  # blocks until done; its outcome is read at flush
+        result: Future[list[FailedRecord]] = Future()
+        window.append(result)
+        if lookup is None:
+            self._attempt(topic, batch, result)
+        else:
+            lookup.then(
+                lambda: self._attempt(topic, batch, result),
+                lambda: self._on_pool(result, self.publish_checked, lookup, topic, batch),
+            )
+        return result
+
+    def _attempt(self, topic: str, batch: list[Any], result: Future[list[FailedRecord]]) -> None:
+        rpc = self.rpc
+        try:
+            call = rpc.publish_future(topic, batch)
+        except Exception as exc:  # noqa: BLE001 - classified by publish_batch, as a first attempt
+            self._on_pool(result, publish_batch, rpc, topic, batch, self.retry, self.sink, exc)
+            return
+        call.add_done_callback(lambda done: self._attempted(done, rpc, topic, batch, result))
+
+    def _attempted(
+        self, call: Any, rpc: Any, topic: str, batch: list[Any], result: Future[list[FailedRecord]]
+    ) -> None:
+        """A first attempt ended (on gRPC's polling thread): settle ``result``, or retry."""
+        try:
+            error = call.exception()
+        except Exception as exc:  # noqa: BLE001 - cancelled: the channel was closed
+            error = exc
+        if error is None:
+            result.set_result([])
+        else:
+            self._on_pool(result, publish_batch, rpc, topic, batch, self.retry, self.sink, error)
+
+    def _on_pool(
+        self, result: Future[list[FailedRecord]], fn: Callable[..., list[FailedRecord]], *args: Any
+    ) -> None:
+        """Run ``fn(*args)`` on the thread pool and settle ``result`` with its outcome."""
+        try:
+            pool = self.pool
+            if pool is None:
+                raise WriteError(f"sink '{self.sink}': the publisher was closed")
+            inner = pool.submit(fn, *args)
+        except BaseException as exc:  # noqa: BLE001 - settles the future, raised at flush
+            result.set_exception(exc)
+            return
+
+        def settle(done: Future[list[FailedRecord]]) -> None:
+            if done.cancelled():
+                result.set_exception(WriteError(f"sink '{self.sink}': the publisher was closed"))
+            elif (error := done.exception()) is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(done.result())
+
+        inner.add_done_callback(settle)
+
+    def publish_checked(
+        self, lookup: TopicLookup, topic: str, batch: list[Any]
+    ) -> list[FailedRecord]:
+        """A request whose topic's check did not succeed at once: wait for the full check (a
+        missing topic under CREATE_NEVER, a creation refused, raise here and fail the job at
+        the next flush), then publish. Runs on the thread pool."""
+        lookup.wait()
+        return publish_batch(self.rpc, topic, batch, self.retry, self.sink)
+
+    def flush_shared(self) -> list[FailedRecord]:
+        # Every topic has waited for its requests by now: the window holds only done ones.
+        self._window.clear()
+        return []
+
+    # -- topics ------------------------------------------------------------------------------
 
     def _lookup(self, name: str) -> TopicLookup | None:
         """The check of topic ``name``: None when known to exist, else its (shared) lookup.
@@ -477,6 +559,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
             pass  # another subtask created it first
 
     def close(self) -> None:
+        self._window.clear()
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None

@@ -71,6 +71,31 @@ def test_lru_cap_keeps_at_most_three_publishers_and_delivers_everything(project)
         assert got == list(range(n, 2000, 10))
 
 
+def test_requests_that_succeed_use_no_publish_thread(project):
+    topics = [unique(f"aio{i}") for i in range(5)]
+    make_topics(project, topics)
+    sink = (
+        PubSubSink.builder()
+        .set_destination_resolver(by_name(project))
+        .set_serializer(payload)
+        .set_publisher_options(PubSubPublisherOptions.builder().max_messages(7).build())
+        .build()
+    )
+    writer = open_writer(sink)
+    try:
+        for i in range(500):
+            writer.write({"topic": topics[i % 5], "i": i})
+        writer.flush()
+        # Every Publish and GetTopic ran on the channel's event loop: the pool of retries
+        # and ordered topics never started a thread.
+        assert writer.config.factory.pool._threads == set()
+    finally:
+        writer.close()
+    for n, topic in enumerate(topics):
+        got = sorted(json.loads(m.data)["i"] for m in pull_all(project, topic, expect=100))
+        assert got == list(range(n, 500, 5))
+
+
 def test_idle_publishers_are_evicted_after_a_flush_and_recreated(project):
     topics = [unique("idle"), unique("idle")]
     make_topics(project, topics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import grpc
 
@@ -29,6 +30,7 @@ class FakeRpc:
     def __init__(self, failures: list[BaseException] | None = None) -> None:
         self.requests: list[list[bytes]] = []
         self.calls = 0
+        self.futures = 0
         self.failures = list(failures or [])
         self.lock = threading.Lock()
         self.endpoint = "127.0.0.1:8085"
@@ -41,6 +43,24 @@ class FakeRpc:
             if any(m.data.startswith(b"bad") for m in messages):
                 raise Status(grpc.StatusCode.INVALID_ARGUMENT, "message data is invalid")
             self.requests.append([m.data for m in messages])
+
+    def publish_future(self, topic, messages):
+        """``publish`` on a thread of its own, as a future (gRPC runs a started call
+        elsewhere too); ``futures`` counts the calls started this way."""
+        self.futures += 1
+        future: Future = Future()
+
+        def run():
+            try:
+                future.set_result(self.publish(topic, messages))
+            except BaseException as exc:  # noqa: BLE001 - the future carries it
+                future.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True).start()
+        return future
+
+    def close(self):
+        """Nothing to release (the factory closes its rpc)."""
 
     @property
     def published(self) -> list[bytes]:

@@ -312,6 +312,111 @@ def test_close_fails_when_in_flight_requests_outlast_the_shutdown_budget():
     assert "did not shut down within its budget" in str(err.value)
 
 
+# -- requests as futures ---------------------------------------------------------------------
+
+
+class NoPool:
+    """A thread pool that must not be used: a request whose first attempt succeeds needs none."""
+
+    def submit(self, *args, **kwargs):
+        raise AssertionError("a publish thread was used")
+
+    def shutdown(self, **kwargs):
+        pass
+
+
+def test_unordered_requests_are_started_as_futures_without_a_publish_thread():
+    rpc = FakeRpc()
+    factory = make_factory(rpc, PubSubPublisherOptions(max_messages=10))
+    factory.pool.shutdown()
+    factory.pool = NoPool()
+    writer = publisher_of(factory)
+    for i in range(25):
+        writer.write((b"m%d" % i, "", None), i)
+    assert writer.flush() == [] and writer.is_clean
+    assert sorted(rpc.published) == sorted(b"m%d" % i for i in range(25))
+    assert rpc.futures == 3 and rpc.calls == 3
+
+
+def test_a_failed_first_attempt_is_retried_on_the_pool_as_its_own_first_attempt():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.UNAVAILABLE, "try again")])
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"a", "", None), 0)
+    writer.write((b"b", "", None), 1)
+    assert writer.flush() == []
+    assert rpc.published == [b"a", b"b"]
+    assert rpc.futures == 1 and rpc.calls == 2  # the future's attempt, then one retry
+
+
+def test_a_request_rejected_as_a_future_is_split_without_being_sent_whole_again():
+    rpc = FakeRpc()
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"ok", "", None), 0)
+    writer.write((b"bad", "", {"kind": "x"}), 1)
+    failed = writer.flush()
+    assert [f.payload for f in failed] == [b"bad"] and failed[0].attributes == {"kind": "x"}
+    assert rpc.published == [b"ok"]
+    assert rpc.calls == 3  # the whole request once (as a future), then each half
+
+
+def test_a_not_found_first_attempt_fails_the_flush_naming_the_topic():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.NOT_FOUND, "Resource not found")])
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"a", "", None), 0)
+    with pytest.raises(DestinationNotFoundError, match="orders does not exist"):
+        writer.flush()
+    assert rpc.calls == 1
+
+
+def test_requests_in_flight_are_bounded_per_subtask_across_topics():
+    rpc = FakeRpc()
+    running, peak = [0], [0]
+    original = rpc.publish
+
+    def publish(topic, batch):
+        with rpc.lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        threading.Event().wait(0.02)
+        with rpc.lock:
+            running[0] -= 1
+        return original(topic, batch)
+
+    rpc.publish = publish
+    factory = make_factory(rpc, PubSubPublisherOptions(max_messages=1))
+    factory._window_size = 3
+    writers = [TopicPublisher(TopicDestination.of("p", f"topic{i}"), factory) for i in range(5)]
+    for n in range(2):
+        for i, writer in enumerate(writers):
+            writer.write((b"%d-%d" % (i, n), "", None), None)
+    assert len(factory._window) <= 3
+    for writer in writers:
+        assert writer.flush() == []
+    factory.flush_shared()
+    assert peak[0] == 3 and len(factory._window) == 0
+    assert len(rpc.published) == 10
+
+
+def test_a_first_attempt_failing_after_close_settles_the_request_instead_of_hanging():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.UNAVAILABLE, "closing")])
+    release = threading.Event()
+    original = rpc.publish
+
+    def publish(topic, batch):
+        release.wait(5)
+        return original(topic, batch)
+
+    rpc.publish = publish
+    factory = make_factory(rpc)
+    writer = publisher_of(factory)
+    writer.write((b"a", "", None), 0)
+    writer.start_flush()
+    factory.close()
+    release.set()
+    with pytest.raises(WriteError, match="the publisher was closed"):
+        writer.flush()
+
+
 # -- the factory ------------------------------------------------------------------------------
 
 
