@@ -1,14 +1,14 @@
 """The Cloud Tasks client room: endpoint, channels, the raw ``CreateTask`` call and its metadata.
 
 The hot path sends ``CreateTask`` as raw bytes on a ``grpc.aio`` channel driven by an
-event-loop thread (:class:`AsyncChannel`), behind the synchronous ``future()`` face of a
-``grpc.Channel``. Why ``grpc.aio`` on a loop thread: on a machine whose cores the job shares,
-CPU per call bounds the sink. Measured against the emulator with 256 calls in flight and raw
-protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of client CPU, the synchronous
-channel's ``future()`` 160-310 µs, the generated client in a thread pool 500-610 µs (proto-plus
-wrapping, one thread per call); several synchronous channels were slower than one (each adds a
-polling thread). The processing thread only appends encoded requests to the loop's inbox,
-waking it once per batch.
+event-loop thread (:class:`AsyncChannel`, on :mod:`pyflink_gcp.core.aio`), behind the
+synchronous ``future()`` face of a ``grpc.Channel``. Why ``grpc.aio`` on a loop thread: on a
+machine whose cores the job shares, CPU per call bounds the sink. Measured against the emulator
+with 256 calls in flight and raw protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of
+client CPU, the synchronous channel's ``future()`` 160-310 µs, the generated client in a thread
+pool 500-610 µs (proto-plus wrapping, one thread per call); several synchronous channels were
+slower than one (each adds a polling thread). The processing thread only appends encoded
+requests to the loop's inbox, waking it once per batch.
 
 Only the queue check (``GetQueue``) uses the generated client, on a synchronous channel of its
 own (:func:`admin_client`).
@@ -16,10 +16,7 @@ own (:func:`admin_client`).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +31,9 @@ from google.cloud.tasks_v2.services.cloud_tasks.transports import (
 )
 
 from pyflink_gcp._version import __version__
-from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_aio_channel, open_channel
+from pyflink_gcp.core.aio import AsyncChannel as CoreAsyncChannel
+from pyflink_gcp.core.aio import AsyncMethod, CallHandle
+from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 
 #: The emulator variable (no gcloud standard exists for Cloud Tasks): ``host:port``, insecure.
@@ -133,119 +132,27 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-class CallHandle:
-    """A call started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
-
-    __slots__ = ("_error", "_done", "_waited", "_channel")
-
-    def __init__(self, channel: AsyncChannel) -> None:
-        self._error: BaseException | None = None
-        self._done = False
-        self._waited = False
-        self._channel = channel
-
-    def done(self) -> bool:
-        return self._done
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Waits for the call's end; its error, or None if it succeeded."""
-        if not self._done:
-            self._channel.wait_for(self)
-        return self._error
-
-
-class AsyncChannel:
-    """A ``grpc.aio`` channel driven by its own event-loop thread, behind the synchronous
-    ``unary_unary(...).future(...)`` interface of a ``grpc.Channel``.
-
-    Why: per call, ``grpc.aio`` costs well under half the CPU of the synchronous channel's
-    ``future()`` (measured against the emulator: ~75 against ~170 µs per ``CreateTask``, and the
-    server needs fewer wake-ups too), which is what bounds the sink on a busy machine. The
-    processing thread only appends the encoded request to an inbox and wakes the loop once per
-    batch; a thread waits on a call only when it reads its outcome (window full, flush).
-    """
+class AsyncChannel(CoreAsyncChannel):
+    """The hot path's transport (:class:`~pyflink_gcp.core.aio.AsyncChannel`) bound to one
+    method, behind the synchronous ``unary_unary(...).future(...)`` interface of a
+    ``grpc.Channel``: :func:`create_task_caller` binds ``CreateTask`` and calls ``future``."""
 
     def __init__(self, endpoint: Endpoint, options: Sequence[tuple[str, Any]]) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._inbox: deque[tuple[CallHandle, bytes, float, Any]] = deque()
-        self._scheduled = False
-        self._closed = False
-        self._done = threading.Condition()
-        self._call: Any = None
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="pyflink-gcp-cloudtasks-io", daemon=True
+        super().__init__(
+            endpoint,
+            CloudTasksGrpcAsyncIOTransport,
+            DEFAULT_HOST,
+            options,
+            thread_name="pyflink-gcp-cloudtasks-io",
         )
-        self._thread.start()
-        self._channel = self._run(self._open(endpoint, options))
+        self._method: AsyncMethod | None = None
 
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
-
-    @staticmethod
-    async def _open(endpoint: Endpoint, options: Sequence[tuple[str, Any]]) -> Any:
-        # An aio channel belongs to the loop it is created on.
-        return open_aio_channel(endpoint, CloudTasksGrpcAsyncIOTransport, DEFAULT_HOST, options)
-
-    def unary_unary(self, method: str, **kwargs: Any) -> AsyncChannel:
+    def unary_unary(self, method: str, **kwargs: Any) -> AsyncChannel:  # type: ignore[override]
         """Binds the method this channel calls; returns the object whose ``future`` starts it."""
-        self._call = self._channel.unary_unary(method, **kwargs)
+        self._method = super().unary_unary(method, **kwargs)
         return self
 
     def future(self, request: bytes, timeout: float, metadata: Any) -> CallHandle:
         """Starts one call (on the loop thread, soon) and returns its handle."""
-        handle = CallHandle(self)
-        self._inbox.append((handle, request, timeout, metadata))
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon_threadsafe(self._drain)
-        return handle
-
-    def _drain(self) -> None:
-        # Reset the flag before reading the inbox: a request appended after the last pop then
-        # schedules another drain.
-        self._scheduled = False
-        inbox, start, one = self._inbox, self._loop.create_task, self._one
-        while inbox:
-            start(one(*inbox.popleft()))
-
-    async def _one(self, handle: CallHandle, request: bytes, timeout: float, metadata: Any) -> None:
-        try:
-            await self._call(request, timeout=timeout, metadata=metadata)
-        except BaseException as exc:  # noqa: BLE001 - the queue writer classifies it
-            handle._error = exc
-        handle._done = True
-        if handle._waited:
-            with self._done:
-                self._done.notify_all()
-
-    def wait_for(self, handle: CallHandle) -> None:
-        """Blocks until ``handle``'s call ended (or the channel closed)."""
-        with self._done:
-            handle._waited = True
-            while not handle._done:
-                if self._closed:
-                    handle._error = handle._error or grpc.aio.AioRpcError(
-                        grpc.StatusCode.CANCELLED,
-                        grpc.aio.Metadata(),
-                        grpc.aio.Metadata(),
-                        "the channel was closed",
-                    )
-                    handle._done = True
-                    break
-                self._done.wait(0.5)
-
-    def close(self) -> None:
-        """Cancels calls in flight and stops the loop thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._scheduled = True  # later calls are never started; wait_for releases their readers
-        try:
-            self._run(self._channel.close())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            if not self._thread.is_alive():
-                self._loop.close()
-            with self._done:
-                self._done.notify_all()
+        assert self._method is not None, "unary_unary binds the method first"
+        return self._method.future(request, timeout, metadata)
