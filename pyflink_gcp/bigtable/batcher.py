@@ -35,6 +35,7 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
+from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
@@ -61,6 +62,8 @@ class TableBatcher(DestinationWriter[TableDestination]):
         call: The table's MutateRows call (stub, policy, counters).
         submit: Runs a request on the subtask's senders.
         options: The batch and in-flight limits.
+        check: The table's existence check, still running (None: known to exist); the first
+            requests wait for it on their sender thread, so the processing thread does not.
     """
 
     def __init__(
@@ -69,8 +72,10 @@ class TableBatcher(DestinationWriter[TableDestination]):
         call: MutateRowsCall,
         submit: Submit,
         options: BigtableWriterOptions,
+        check: PendingCheck | None = None,
     ) -> None:
         super().__init__(destination)
+        self._check = check
         self._call = call
         self._submit = submit
         self._stats = call.stats
@@ -202,7 +207,11 @@ class TableBatcher(DestinationWriter[TableDestination]):
                 self._reap()
             self._in_flight_entries += batch.entries
             self._in_flight_bytes += batch.size
-        future = self._submit(self._call.run, batch)
+        check = self._check
+        if check is not None and check.succeeded():
+            self._check = check = None
+        run = self._call.run if check is None else partial(_run_checked, check, self._call.run)
+        future = self._submit(run, batch)
         future.add_done_callback(partial(self._release, batch))
         self._in_flight.append(future)
         self._reap()
@@ -228,3 +237,12 @@ class TableBatcher(DestinationWriter[TableDestination]):
                     f"{type(error).__name__}: {error}"
                 ) from error
             self._failures.extend(future.result())
+
+
+def _run_checked(
+    check: PendingCheck, run: Callable[[MutateRowsBatch], list[FailedRecord]], batch: Any
+) -> list[FailedRecord]:
+    """A request sent before its table's check finished: wait for it (a missing table raises
+    here, naming it, and fails the job when the batcher collects the result), then send."""
+    check.wait()
+    return run(batch)

@@ -1,10 +1,16 @@
-"""Table existence and creation: checked once per table and subtask, before its first batcher.
+"""Table existence and creation: checked once per table and subtask, before its first request.
 
 A missing table must fail the job with an error naming it, and under
 ``CreateDisposition.CREATE_IF_NEEDED`` be created with the declared column families, at most
-``max_created_destinations`` per subtask. Doing both when a batcher is first built (instead of
+``max_created_destinations`` per subtask. Checking when a batcher is first built (instead of
 reacting to a NOT_FOUND of MutateRows) keeps the hot path free of admin calls and gives every
-error a table name and a record.
+error a table name.
+
+Without creation the check does not block the processing thread (:meth:`BigtableTables.start`):
+its first GetTable is a gRPC future (:class:`~pyflink_gcp.core.checked.PendingCheck`) that the
+table's first MutateRows, on a sender thread, waits for; at thousands of tables a blocking
+check per new table cost the processing thread a round trip each. Under creation the check and
+the creation stay on the processing thread, so the creation bound is met in record order.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 from pyflink_gcp.bigtable.destinations import TableDestination
 from pyflink_gcp.bigtable.options import TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
 from pyflink_gcp.core.errors import (
     CreationLimitExceededError,
     DestinationNotFoundError,
@@ -32,7 +38,9 @@ _LOG = logging.getLogger("pyflink_gcp.bigtable")
 class BigtableTables:
     """The tables one sink subtask knows to exist; checks (and may create) the others.
 
-    Used from the processing thread only.
+    Used from the processing thread, but for the full checks of :meth:`start`'s pending
+    checks, which run on sender threads (without creation: no state but the known names,
+    which are thread-safe).
 
     Args:
         sink_name: For errors and logs.
@@ -45,6 +53,9 @@ class BigtableTables:
         subtask_index: Named by the creation-bound error.
         stats: Counts ``tables_created``.
         endpoint: The admin endpoint (``host:port``), named by errors.
+        get_table_future: Starts one GetTable attempt of a table name without waiting
+            (:meth:`~pyflink_gcp.bigtable.client.BigtableClient.get_table_future`); None:
+            every check blocks.
     """
 
     def __init__(
@@ -60,6 +71,7 @@ class BigtableTables:
         subtask_index: int = 0,
         stats: BigtableWriterStats | None = None,
         endpoint: str = "",
+        get_table_future: Callable[[str, float], Any] | None = None,
     ) -> None:
         self._sink = sink_name
         self._at = f" at {endpoint}" if endpoint else ""
@@ -71,10 +83,29 @@ class BigtableTables:
         self._resolver_name = resolver_name
         self._subtask = subtask_index
         self._stats = stats if stats is not None else BigtableWriterStats()
+        self._get_table_future = get_table_future
         # Tables found to exist, so re-created batchers do not ask again; bounded, so a job
         # naming ever new tables does not grow it without end.
         self._known = CheckedNames(CHECKED_NAMES_LIMIT)
         self.created: list[str] = []
+
+    def start(self, destination: TableDestination) -> PendingCheck | None:
+        """Check ``destination`` without blocking where the sink creates no tables.
+
+        Returns:
+            None when the table is known to exist (or was checked, and created if needed,
+            here, under creation); else its pending check, whose :meth:`PendingCheck.wait`
+            the table's first request calls on a sender thread (raising what :meth:`ensure`
+            raises).
+        """
+        name = destination._name
+        if name in self._known:
+            return None
+        if self._create_options is not None or self._get_table_future is None:
+            self.ensure(destination)
+            return None
+        call = self._get_table_future(str(destination), self._timeout_s)
+        return PendingCheck(call, lambda: self.ensure(destination), lambda: self._known.add(name))
 
     def ensure(self, destination: TableDestination) -> None:
         """Return once ``destination`` exists (creating it if allowed).

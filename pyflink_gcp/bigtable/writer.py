@@ -43,7 +43,8 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     Holds the client (data stub, lazy admin client), the sender thread pool shared by all table
     batchers, and the tables known to exist. A table is checked (and, with table create
-    options, created) the first time a batcher is built for it.
+    options, created) the first time a batcher is built for it; without them, its check
+    starts there and its first request waits for it (:meth:`BigtableTables.start`).
 
     Args:
         sink_name: For errors, logs and thread names.
@@ -117,12 +118,13 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             subtask_index=subtask_index,
             stats=self.stats,
             endpoint=self.client.admin_endpoint_name if self.client is not None else "",
+            get_table_future=self.client.get_table_future if self.client is not None else None,
         )
 
     def create_writer(self, destination: TableDestination) -> TableBatcher:
         if self.client is None or self.tables is None:
             raise WriteError(f"sink '{self.sink_name}': the Bigtable writer is not open")
-        self.tables.ensure(destination)
+        check = self.tables.start(destination)
         self.stats.add(batchers_created=1)
         table_name = str(destination)
         call = MutateRowsCall(
@@ -135,7 +137,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             stats=self.stats,
             endpoint=self.client.endpoint_name,
         )
-        return TableBatcher(destination, call, self.submit, self.options)
+        return TableBatcher(destination, call, self.submit, self.options, check)
 
     def submit(
         self, fn: Callable[[MutateRowsBatch], list[FailedRecord]], batch: MutateRowsBatch

@@ -4,6 +4,7 @@ rejected keys and types, errors of background sends. No emulator."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from google.api_core import exceptions as api_exceptions
@@ -118,3 +119,43 @@ def test_close_counts_once() -> None:
     batcher.close()
     batcher.close()
     assert batcher._stats.batchers_closed == 1
+
+
+def test_the_first_requests_wait_for_the_table_check_on_a_sender_thread() -> None:
+    import threading
+    from concurrent.futures import Future
+
+    from pyflink_gcp.core import DestinationNotFoundError
+    from pyflink_gcp.core.checked import PendingCheck
+
+    def make(exists: bool) -> tuple[Any, Future[Any], FakeDataClient, list[str]]:
+        answer: Future[Any] = Future()
+        checked_on: list[str] = []
+
+        def full_check() -> None:
+            checked_on.append(threading.current_thread().name)
+            if not exists:
+                raise DestinationNotFoundError("table 't' does not exist")
+
+        client = FakeDataClient()
+        batcher = make_batcher(client)
+        batcher._check = PendingCheck(answer, full_check, lambda: None)
+        return batcher, answer, client, checked_on
+
+    batcher, answer, client, _ = make(exists=True)
+    batcher.write(entry(0), 0)
+    batcher.start_flush()  # returns at once although the check has no answer
+    time.sleep(0.05)
+    assert client.requests == []  # the request waits for its table's check
+    answer.set_result(object())
+    assert batcher.flush() == [] and len(client.requests) == 1
+    batcher.write(entry(1), 1)
+    batcher.flush()
+    assert batcher._check is None and len(client.requests) == 2  # known: no more waiting
+
+    batcher, answer, client, checked_on = make(exists=False)
+    batcher.write(entry(0), 0)
+    answer.set_exception(RuntimeError("NOT_FOUND"))
+    with pytest.raises(DestinationNotFoundError, match="does not exist"):
+        batcher.flush()
+    assert client.requests == [] and checked_on and checked_on[0] != "MainThread"

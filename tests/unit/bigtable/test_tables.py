@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -45,8 +47,25 @@ class FakeAdmin:
         return object()
 
 
+class GetTableFutures:
+    """Starts GetTable attempts as futures the test answers; records who started them."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str]] = []
+        self.futures: list[Future[Any]] = []
+
+    def __call__(self, name: str, timeout_s: float) -> Future[Any]:
+        self.started.append((name, threading.current_thread().name))
+        future: Future[Any] = Future()
+        self.futures.append(future)
+        return future
+
+
 def tables(
-    admin: FakeAdmin, create: TableCreateOptions | None, max_created: int = 100
+    admin: FakeAdmin,
+    create: TableCreateOptions | None,
+    max_created: int = 100,
+    get_table_future: GetTableFutures | None = None,
 ) -> BigtableTables:
     return BigtableTables(
         sink_name="unit",
@@ -58,6 +77,7 @@ def tables(
         resolver_name="my.resolver",
         subtask_index=1,
         stats=BigtableWriterStats(),
+        get_table_future=get_table_future,
     )
 
 
@@ -163,3 +183,35 @@ def test_an_unreachable_admin_endpoint_fails_within_the_deadline_naming_it() -> 
         "checking that it exists: still failing"
     ) in str(err.value)
     assert "UNAVAILABLE" in str(err.value)
+
+
+def test_without_creation_a_new_table_is_checked_without_blocking() -> None:
+    admin = FakeAdmin(None)
+    futures = GetTableFutures()
+    known = tables(admin, None, get_table_future=futures)
+    check = known.start(TABLE)
+    assert check is not None and not check.succeeded()  # started, not awaited
+    assert futures.started == [(str(TABLE), threading.current_thread().name)]
+    futures.futures[0].set_result(object())
+    check.wait()
+    assert check.succeeded() and admin.gets == []  # the first attempt answered: no full check
+    assert known.start(TABLE) is None and len(futures.started) == 1  # known now
+
+
+def test_a_failed_first_attempt_hands_over_to_the_full_check_naming_the_table() -> None:
+    admin = FakeAdmin(api_exceptions.NotFound("no table"))
+    futures = GetTableFutures()
+    check = tables(admin, None, get_table_future=futures).start(TABLE)
+    assert check is not None
+    futures.futures[0].set_exception(RuntimeError("NOT_FOUND"))
+    with pytest.raises(DestinationNotFoundError, match="tables/t' does not exist"):
+        check.wait()
+    assert admin.gets == [str(TABLE)]
+
+
+def test_with_creation_the_check_and_the_creation_stay_on_the_caller() -> None:
+    admin = FakeAdmin(api_exceptions.NotFound("no table"))
+    futures = GetTableFutures()
+    options = TableCreateOptions(column_families={"cf": 1})
+    assert tables(admin, options, get_table_future=futures).start(TABLE) is None
+    assert futures.started == [] and admin.gets == [str(TABLE)] and len(admin.created) == 1
