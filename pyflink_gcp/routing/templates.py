@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from typing import Any, Protocol, runtime_checkable
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.types import WriterContext
 from pyflink_gcp.routing._helpers import MISSING, field_of, row_type
+from pyflink_gcp.routing._times import TIME_DIRECTIVE, EpochFormat, from_epoch_millis
+from pyflink_gcp.routing.names import NameRule
 
 __all__ = [
     "EVENT_TIME",
@@ -53,12 +55,9 @@ EVENT_TIME = "event_time"
 PROCESSING_TIME = "processing_time"
 _BUILTIN_ROOTS = (EVENT_TIME, PROCESSING_TIME)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# A strftime directive: '%', an optional flag, a letter. Python's own format specs use '%' only
-# as their last character (the percentage type), or as a fill character before an alignment,
-# so '{ratio:.1%}' and '{n:%>5}' stay format() specs.
-_TIME_DIRECTIVE = re.compile(r"%[-_0^#:]?[A-Za-z]")
+#: Sanitized values a template keeps, at most.
+_CACHED_VALUES = 4_096
 
 
 class TemplateError(ConfigurationError):
@@ -97,8 +96,7 @@ class _Placeholder:
     """One ``{path:spec}`` of a template, resolved into what rendering needs."""
 
     __slots__ = (
-        "_last",
-        "_seconds",
+        "epoch",
         "path",
         "position",
         "rest",
@@ -114,27 +112,15 @@ class _Placeholder:
         self.root = segments[0]
         self.rest = tuple(segments[1:])
         self.spec = spec
-        self.time_spec = spec is not None and _TIME_DIRECTIVE.search(spec) is not None
+        # A spec with a strftime directive ('%', an optional flag, a letter) is a time spec.
+        # Python's own format specs use '%' only as their last character (the percentage
+        # type), or as a fill character before an alignment, so '{ratio:.1%}' and '{n:%>5}'
+        # stay format() specs.
+        self.time_spec = spec is not None and TIME_DIRECTIVE.search(spec) is not None
         self.position = position
         self.source = source
-        # Without '%f' a time spec cannot tell two instants of one second apart.
-        self._seconds = spec is not None and "%f" not in spec
-        self._last: tuple[float, str] | None = None
-
-    def format_millis(self, millis: float) -> str:
-        """Epoch milliseconds under this placeholder's time spec, as UTC.
-
-        ``strftime`` is most of a template's cost per record, and consecutive records mostly
-        fall in the same second, so the last second's text is kept (one tuple, replaced
-        whole, so a concurrent caller sees an old or a new pair, both right).
-        """
-        key = millis // 1000 if self._seconds else millis
-        last = self._last
-        if last is not None and last[0] == key:
-            return last[1]
-        text = _from_epoch_millis(millis).strftime(self.spec)  # type: ignore[arg-type]
-        self._last = (key, text)
-        return text
+        #: The spec applied to epoch milliseconds (a time spec only), its texts kept per unit.
+        self.epoch = EpochFormat(spec) if spec is not None and self.time_spec else None
 
 
 def _no_field(owner: str, value: Any, name: str) -> str:
@@ -146,16 +132,12 @@ def _no_field(owner: str, value: Any, name: str) -> str:
     return reason
 
 
-def _from_epoch_millis(millis: float) -> datetime:
-    return _EPOCH + timedelta(milliseconds=millis)
-
-
 def _as_instant(value: Any) -> datetime | None:
     """A PyFlink ``Instant`` (anything with ``to_epoch_milli()``) as an aware UTC datetime."""
     to_millis = getattr(value, "to_epoch_milli", None)
     if to_millis is None or not callable(to_millis):
         return None
-    return _from_epoch_millis(to_millis())
+    return from_epoch_millis(to_millis())
 
 
 def _parse_iso(text: str) -> datetime:
@@ -192,7 +174,7 @@ def _format(value: Any, placeholder: _Placeholder) -> str:
     if placeholder.time_spec:
         moment: datetime | None
         if isinstance(value, int | float) and cls is not bool:
-            return placeholder.format_millis(value)
+            return placeholder.epoch(value)  # type: ignore[misc]
         if isinstance(value, str):
             try:
                 moment = _parse_iso(value)
@@ -228,6 +210,7 @@ class Template:
     """
 
     __slots__ = (
+        "_cleaned",
         "_parts",
         "_placeholders",
         "_sanitize",
@@ -245,6 +228,7 @@ class Template:
     _parts: tuple[str | _Placeholder, ...]
     _placeholders: tuple[_Placeholder, ...]
     _sanitize: Callable[[str], str] | None
+    _cleaned: dict[str, str] | None
     _validate: Callable[[str], str | None] | None
 
     def __init__(
@@ -278,6 +262,9 @@ class Template:
         set_(self, "_parts", parts)
         set_(self, "_placeholders", placeholders)
         set_(self, "_sanitize", sanitize)
+        # A NameRule's sanitize() is a pure function of the text, so its results are kept (by
+        # the rendered text, at most _CACHED_VALUES); another sanitizer runs every time.
+        set_(self, "_cleaned", {} if isinstance(sanitizer, NameRule) else None)
         set_(self, "_validate", validate)
         set_(self, "placeholders", tuple(p.path for p in placeholders))
         set_(self, "roots", frozenset(p.root for p in placeholders))
@@ -338,40 +325,59 @@ class Template:
                 formatted with the spec, or the name is not valid for the sanitizer's service.
         """
         sanitize = self._sanitize
+        cleaned = self._cleaned
         out = []
         for part in self._parts:
             if isinstance(part, str):
                 out.append(part)
                 continue
-            value = field_of(record, part.root)
+            # A dict's key is read here, anything else by field_of (a call less per value).
+            root = part.root
+            value = record.get(root, MISSING) if type(record) is dict else field_of(record, root)
             epoch = False
             if value is MISSING:
-                if part.root == EVENT_TIME:
-                    value = self._event_millis(part, record, context)
+                if root == EVENT_TIME:
+                    stamp = context.timestamp if context is not None else None
+                    # Without a timestamp, _event_millis raises, naming the cause.
+                    value = (
+                        stamp if stamp is not None else self._event_millis(part, record, context)
+                    )
                     epoch = part.time_spec and not part.rest
                     if not epoch:
-                        value = _from_epoch_millis(value)
-                elif part.root == PROCESSING_TIME:
+                        value = from_epoch_millis(value)
+                elif root == PROCESSING_TIME:
                     if now is None:
                         now = datetime.now(UTC)
                     elif now.tzinfo is None:
                         now = now.replace(tzinfo=UTC)
                     value = now
                 else:
-                    raise self._value_error(
-                        part, record, _no_field("the record", record, part.root)
-                    )
+                    raise self._value_error(part, record, _no_field("the record", record, root))
             if part.rest:
                 value = self._nested(part, record, value)
             if value is None:
                 raise self._value_error(part, record, "the value is missing (None)")
             try:
-                text = part.format_millis(value) if epoch else _format(value, part)
+                if epoch:
+                    text = part.epoch(value)  # type: ignore[misc]
+                elif type(value) is str and part.spec is None:
+                    text = value  # what _format returns, without the call
+                else:
+                    text = _format(value, part)
             except (ValueError, TypeError, OverflowError) as exc:
                 raise self._value_error(
                     part, record, f"cannot format {short_repr(value)}: {exc}"
                 ) from exc
-            out.append(sanitize(text) if sanitize is not None else text)
+            if sanitize is not None:
+                clean = cleaned.get(text) if cleaned is not None else None
+                if clean is None:
+                    clean = sanitize(text)
+                    if cleaned is not None:
+                        if len(cleaned) >= _CACHED_VALUES:
+                            cleaned.clear()
+                        cleaned[text] = clean
+                text = clean
+            out.append(text)
         name = "".join(out)
         if checked:
             self.check(name, record)

@@ -25,6 +25,7 @@ from pyflink_gcp.routing import (
     TemplateValueError,
     _helpers,
     names,
+    templates,
 )
 
 # 2024-05-01T10:00:00Z
@@ -519,6 +520,28 @@ def test_a_plain_callable_sanitizes_without_validation():
     t = Template("T_{tenant}", sanitizer=str.upper)
     assert t.render({"tenant": "acme"}) == "T_ACME"
     assert Template("a:b", sanitizer=str.upper).render({}) == "a:b"
+
+
+def test_a_rules_sanitized_values_are_kept_in_a_bounded_cache(monkeypatch):
+    monkeypatch.setattr(templates, "_CACHED_VALUES", 4)
+    t = Template("orders_{tenant}", sanitizer=names.bigquery_table_id)
+    for round_ in range(3):  # the cache is emptied on the way and filled again
+        for i in range(10):
+            assert t.render({"tenant": f"acme/{i}.eu"}) == f"orders_acme_{i}_eu", round_
+            assert t.render({"tenant": f"acme{i}"}) == f"orders_acme{i}"
+        assert len(t._cleaned) <= 4
+
+
+def test_another_sanitizer_runs_for_every_value():
+    calls = []
+
+    def upper(value: str) -> str:
+        calls.append(value)
+        return value.upper()
+
+    t = Template("T_{tenant}", sanitizer=upper)
+    assert [t.render({"tenant": "acme"}) for _ in range(3)] == ["T_ACME"] * 3
+    assert calls == ["acme"] * 3
 
 
 def test_a_custom_rule_object():
