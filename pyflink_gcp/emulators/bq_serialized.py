@@ -1,4 +1,6 @@
-"""Starts bqemulator with one DuckDB lock, and BigQuery's FlushRows, job ids and Avro TIME.
+"""Starts bqemulator with one DuckDB lock, BigQuery's FlushRows, job ids and Avro TIME, and
+AppendRows connections that many tables can share (:func:`_patch_rebinding`,
+:func:`_patch_grpc_threads`).
 
 bqemulator serves its REST API (on the event loop and its thread pool) and its Storage Write API
 (on gRPC's thread pool) from one DuckDB connection, guarded by two different locks: an asyncio
@@ -183,6 +185,7 @@ def _patch() -> None:
         return raw_flush_rows(self, request_bytes, context) if answer is None else answer
 
     handler._handle_flush_rows = flush_rows  # type: ignore[method-assign]
+    _patch_rebinding(handler)
 
     # The app includes the router's routes when the server starts, after this patch.
     router = jobs.router
@@ -202,6 +205,90 @@ def _patch() -> None:
     router.routes.insert(index, router.routes.pop())  # first match wins: keep its place
 
     _patch_avro_time()
+    _patch_grpc_threads()
+
+
+#: The AppendRows calls whose current request carries a writer schema other than the previous
+#: request's (by id of the call's context; the handler and its request iterator see the same
+#: context).
+_FRESH: dict[int, bool] = {}
+
+
+def _patch_rebinding(handler: Any) -> None:
+    """Look a table up again when a request carries its writer schema.
+
+    An AppendRows call binds to the table of its first request and keeps that table's schema
+    until a request names another table. A connection shared by many tables and kept across
+    checkpoints also sees a table dropped and re-created with other columns: BigQuery appends
+    with the table's current schema, the emulator kept the old one and failed the insert. A
+    client that looked the table up again sends another writer schema, so a request whose
+    writer schema differs from the previous request's on the call re-binds.
+    """
+    from google.cloud.bigquery_storage_v1 import types
+
+    request_type = types.AppendRowsRequest.pb()
+    raw_handle = handler._handle_append_rows
+    raw_ensure = handler._ensure_stream_bound
+
+    def schema_of(data: bytes) -> bytes | None:
+        request = request_type.FromString(data)
+        if request.HasField("arrow_rows"):
+            rows: Any = request.arrow_rows
+        else:
+            rows = request.proto_rows
+        return rows.writer_schema.SerializeToString() if rows.HasField("writer_schema") else None
+
+    def handle(self: Any, request_iterator: Any, context: Any) -> Any:
+        key = id(context)
+
+        def marked() -> Any:
+            last = None
+            for data in request_iterator:
+                schema = schema_of(data)
+                _FRESH[key] = schema is not None and last is not None and schema != last
+                last = schema if schema is not None else last
+                yield data
+
+        try:
+            yield from raw_handle(self, marked(), context)
+        finally:
+            _FRESH.pop(key, None)
+
+    def ensure(self: Any, stream_name: str, bound: Any, context: Any) -> Any:
+        return raw_ensure(self, stream_name, None if _FRESH.get(id(context)) else bound, context)
+
+    handler._handle_append_rows = handle
+    handler._ensure_stream_bound = ensure
+
+
+#: Threads of the gRPC server for its synchronous handlers (AppendRows among them).
+_GRPC_THREADS = 64
+
+
+def _patch_grpc_threads() -> None:
+    """Give the gRPC server a thread pool for its synchronous handlers.
+
+    The emulator's ``grpc.aio`` server runs its synchronous handlers on the event loop's
+    default executor (``min(32, cores + 4)`` threads, 6 on two cores), and an AppendRows stream
+    holds its thread for as long as it is open: a seventh open stream got no answer until
+    another one closed. BigQuery serves many concurrent connections per project (a quota in
+    the thousands), and a sink's long-lived connections shared by all its tables must not
+    starve each other here.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc.aio
+
+    raw_server = grpc.aio.server
+
+    def server(*args: Any, **kwargs: Any) -> Any:
+        if not args and kwargs.get("migration_thread_pool") is None:
+            kwargs["migration_thread_pool"] = ThreadPoolExecutor(
+                max_workers=_GRPC_THREADS, thread_name_prefix="bq-grpc"
+            )
+        return raw_server(*args, **kwargs)
+
+    grpc.aio.server = server
 
 
 def _patch_avro_time() -> None:
