@@ -98,10 +98,16 @@ def _requests(pending: queue.SimpleQueue[Any]) -> Iterator[Any]:
 class AppendConnection:
     """One AppendRows bidi stream: requests go in through a queue, responses come back in order.
 
-    Used by one sender thread at a time; :meth:`close` may come from another thread.
+    Used by one sender thread at a time; :meth:`close` may come from another thread. A
+    BUFFERED stream's sender (and every sender with ``channel_count`` None) has one of its own
+    per sending burst; default-stream senders otherwise share the connections of
+    :mod:`pyflink_gcp.bigquery.connections`.
     """
 
     __slots__ = ("_pending", "_call")
+
+    #: A connection of its own never retires (a shared one does, see ``connections``).
+    retiring = False
 
     def __init__(self, stub: Any, stream: str, timeout_s: float) -> None:
         self._pending: queue.SimpleQueue[Any] = queue.SimpleQueue()

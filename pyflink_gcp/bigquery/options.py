@@ -25,6 +25,9 @@ from pyflink_gcp.core.options import (
 
 #: The Storage Write API's limit on one AppendRows request.
 MAX_APPEND_REQUEST_BYTES = 10_000_000
+#: The most shared AppendRows connections a subtask may hold (Google's Java client allows 20
+#: per location by default; more only adds to the project's concurrent-connection quota).
+MAX_CHANNEL_COUNT = 100
 
 
 class WriteMethod(enum.Enum):
@@ -88,6 +91,10 @@ class BigQueryWriterOptions(CreatingWriterOptions):
     ``max_active_destinations`` drop a table writer, which is re-created with a fresh look at the
     table's schema when the table is used again.
 
+    On the default stream the tables of a subtask share at most ``channel_count`` AppendRows
+    connections (:mod:`pyflink_gcp.bigquery.connections`) instead of a connection per table,
+    so 10,000 tables do not open 10,000 connections at every checkpoint.
+
     Attributes:
         max_request_bytes: Size of one AppendRows request (service limit 10 MB). A table's rows
             are cut into requests of at most this size; a single row above it is rejected.
@@ -95,6 +102,15 @@ class BigQueryWriterOptions(CreatingWriterOptions):
             arrive lets sending overlap with processing instead of all waiting for the flush.
         sender_threads: Threads per subtask sending requests; bounds how many tables are
             written concurrently.
+        channel_count: ``STORAGE_API_AT_LEAST_ONCE`` only: gRPC channels per subtask (per
+            project and location), each carrying one long-lived AppendRows connection on which
+            the tables are multiplexed (each request names its table; the writer schema goes
+            with a table's first request on the connection). A new connection is opened only
+            when all open ones have requests in flight. Google's Java client allows 20 per
+            location by default and recommends multiplexing beyond 20 connections; each open
+            connection counts against the project's concurrent-connection quota. None: every
+            table opens a connection of its own while it sends (the behaviour before the pool).
+            BUFFERED streams always have one each (the service allows one per stream).
         ignore_unknown_values: Drop row keys that are not columns of the table instead of
             rejecting the row.
         row_format: Arrow record batches where a table and its rows allow, else protobuf rows
@@ -114,6 +130,7 @@ class BigQueryWriterOptions(CreatingWriterOptions):
     max_request_bytes: int = 8_000_000
     max_request_rows: int = 5_000
     sender_threads: int = 8
+    channel_count: int | None = 4
     ignore_unknown_values: bool = False
     row_format: RowFormat = RowFormat.ARROW
     metadata_threads: int = 1
@@ -131,6 +148,8 @@ class BigQueryWriterOptions(CreatingWriterOptions):
         )
         check_int(owner, "max_request_rows", self.max_request_rows)
         check_int(owner, "sender_threads", self.sender_threads)
+        if self.channel_count is not None:
+            check_int(owner, "channel_count", self.channel_count, maximum=MAX_CHANNEL_COUNT)
         check_bool(owner, "ignore_unknown_values", self.ignore_unknown_values)
         check_instance(owner, "row_format", self.row_format, RowFormat, "RowFormat.ARROW")
         check_int(owner, "metadata_threads", self.metadata_threads)
@@ -163,6 +182,11 @@ class BigQueryWriterOptionsBuilder(CreatingOptionsBuilder[BigQueryWriterOptions]
     def sender_threads(self, threads: int) -> Self:
         """Threads per subtask sending requests: tables written at once (default 8)."""
         return self._set("sender_threads", threads)
+
+    def channel_count(self, channels: int | None) -> Self:
+        """AppendRows connections per subtask shared by all tables (default 4; None: one per
+        table while it sends)."""
+        return self._set("channel_count", channels)
 
     def ignore_unknown_values(self, enabled: bool = True) -> Self:
         """Drop row keys that are no column instead of rejecting the row (default off)."""

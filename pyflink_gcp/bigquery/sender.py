@@ -9,11 +9,12 @@ split further to stay under ``max_request_bytes``) and pipelines up to ``max_in_
 of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``). The two halves share
 only the request queue and the results, under one condition variable.
 
-Why a connection per sending burst rather than a request per call or a connection per table for
-ever: every AppendRows request names its stream (the emulator needs it), responses come back in
+Every AppendRows request names its stream (the emulator needs it), responses come back in
 order on a connection, and pipelining several requests on one connection is what makes the
-default stream fast; the connection is closed once the table has nothing left to send, so an idle
-table costs no thread and no open stream.
+default stream fast. A sending burst holds one connection until the table has nothing left to
+send: on the default stream a lease on a connection it shares with the subtask's other tables
+(:mod:`pyflink_gcp.bigquery.connections`), else (a BUFFERED stream, or ``channel_count`` None)
+a connection of its own, closed after the burst. So an idle table costs no thread and no stream.
 
 Failures:
 
@@ -39,6 +40,7 @@ import json
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -170,6 +172,7 @@ class TableSender:
         connection_timeout_s: float,
         endpoint: str = DEFAULT_STORAGE_HOST,
         stream: Future[str] | None = None,
+        connect: Callable[[str, TableLayout], Any] | None = None,
     ) -> None:
         self.destination = destination
         self._sink = sink_name
@@ -182,7 +185,8 @@ class TableSender:
         # Room for the stream name in a request (a created stream's name is not known yet).
         self._stream_length = len(destination.default_stream) + (0 if stream is None else 128)
         self._what = f"sink '{sink_name}': append to {destination.table_id} at {endpoint}"
-        self._stub = stub
+        #: Opens (or leases) the connection of a sending burst: ``connect(stream, layout)``.
+        self._connect = connect or (lambda name, _: AppendConnection(stub, name, self._timeout_s))
         self._executor = executor
         self._retry = retry
         self._depth = max_in_flight
@@ -200,7 +204,7 @@ class TableSender:
         self._failed: list[FailedRecord] = []
         self._fatal: BaseException | None = None
         self._closed = False
-        self._connection: AppendConnection | None = None
+        self._connection: Any = None  # an AppendConnection, or a Lease on a shared one
         # Counters (read by tests, metrics and the benchmark).
         self.rows_appended = 0
         self.requests_sent = 0
@@ -339,13 +343,21 @@ class TableSender:
         backoff: BackoffSequence | None = None
         try:
             while True:
+                # A retiring shared connection takes no more requests: once this table's are
+                # answered, the next one goes on another connection.
+                retiring = self._connection is not None and self._connection.retiring
+                if retiring and not in_flight:
+                    self._disconnect()
+                    retiring = False
                 with self._cond:
                     if self._closed:
                         self._draining = False
                         self._cond.notify_all()
                         return
                     to_send: list[Batch] = []
-                    while len(in_flight) + len(to_send) < self._depth and self._queue:
+                    while (
+                        not retiring and len(in_flight) + len(to_send) < self._depth and self._queue
+                    ):
                         to_send.append(self._queue.popleft())
                     if not to_send and not in_flight:
                         self._draining = False
@@ -450,19 +462,20 @@ class TableSender:
 
     def _send(self, batch: Batch) -> None:
         stream = self.stream_name()
+        layout = self.layout()
         connection = self._connection
         if connection is None:
-            connection = AppendConnection(self._stub, stream, self._timeout_s)
+            connection = self._connect(stream, layout)
             with self._cond:
                 self._connection = connection
-        # Every request names its stream and carries its writer schema: a connection whose
-        # earlier request failed may have lost the schema it was sent first (the emulator does),
-        # and a request that fails for that reason must never be mistaken for bad rows.
+        # Every request names its stream and carries its writer schema, on a shared connection
+        # too: a request may follow others whose answers are not in yet, a backend may drop a
+        # connection's schema with a rejected request (the emulator does), and a request that
+        # fails for that reason must never be mistaken for bad rows.
         request = AppendRowsRequest()
         request.write_stream = stream
         if self.offsets is not None:
             request.offset.value = self.offsets.assign(batch)
-        layout = self.layout()
         if batch.arrow is not None:
             assert layout.arrow is not None
             arrow_rows = request.arrow_rows

@@ -40,9 +40,10 @@ _REST_TIMEOUT_S = 60.0
 
 class TableLayout:
     """How one table's rows are encoded: its protobuf encoder, its Arrow encoder if any, and
-    its schema (``fields``, for the other encodings)."""
+    its schema (``fields``, for the other encodings), and its location if known (shared
+    AppendRows connections are routed by location)."""
 
-    __slots__ = ("encoder", "arrow", "fields")
+    __slots__ = ("encoder", "arrow", "fields", "location")
 
     def __init__(
         self, encoder: RowEncoder, arrow: ArrowEncoder | None, fields: tuple[Any, ...] = ()
@@ -50,6 +51,7 @@ class TableLayout:
         self.encoder = encoder
         self.arrow = arrow
         self.fields = fields
+        self.location: str | None = None
 
     @staticmethod
     def of(
@@ -125,7 +127,7 @@ class TableCatalog:
             if schema is not None:
                 primary_key = schema.primary_key
         try:
-            return TableLayout.of(
+            layout = TableLayout.of(
                 table.schema,
                 primary_key,
                 row_format=self.options.row_format,
@@ -135,6 +137,9 @@ class TableCatalog:
             raise ConfigurationError(
                 f"sink '{self.sink_name}': table {destination.table_id}: {exc}"
             ) from exc
+        location = getattr(table, "location", None)
+        layout.location = location if isinstance(location, str) and location else None
+        return layout
 
     def serializer_schema(self, destination: TableDestination) -> TableSchema | None:
         """The schema the serializer gives the table (a TableSchema, or SchemaFields converted

@@ -39,6 +39,7 @@ from pyflink_gcp.bigquery.client import (
     open_storage_channel,
     resolve_storage_endpoint,
 )
+from pyflink_gcp.bigquery.connections import ConnectionPool, Lease
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
 from pyflink_gcp.bigquery.rows import RowError
@@ -85,6 +86,7 @@ class TableWriter(DestinationWriter[TableDestination]):
             connection_timeout_s=factory.retry.attempt_timeout(factory.connection_timeout_s),
             endpoint=factory.storage_endpoint_name,
             stream=factory.stream_for(destination, layout),
+            connect=None if factory.pool is None else factory.lease,
         )
         # The open request. Until the table's first change-data-capture row, rows stay pending
         # (encoded by the sender); after it, they are encoded on arrival.
@@ -301,10 +303,15 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.interceptors: tuple[Any, ...] = ()
         self._init_runtime()
 
+    #: Whether the tables share a pool of AppendRows connections (the default stream only).
+    shares_connections = True
+
     def _init_runtime(self) -> None:
         self.storage_endpoint_name = DEFAULT_STORAGE_HOST
         self._channel: Any = None
         self.stub: Any = None
+        #: The shared AppendRows connections, when ``channel_count`` is set.
+        self.pool: ConnectionPool | None = None
         self.executor: Any = None
         self.metadata_executor: Any = None
         self.catalog: TableCatalog | None = None
@@ -322,6 +329,14 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.storage_endpoint_name = endpoint.host or DEFAULT_STORAGE_HOST
         self._channel = open_storage_channel(endpoint)
         self.stub = append_rows_stub(self._channel, self.interceptors)
+        count = self.options.channel_count
+        if self.shares_connections and count is not None:
+            self.pool = ConnectionPool(
+                lambda: open_storage_channel(endpoint),
+                channel_count=count,
+                timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
+                interceptors=self.interceptors,
+            )
         self.executor = ThreadPoolExecutor(
             max_workers=self.options.sender_threads,
             thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-send",
@@ -333,6 +348,9 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
         self.executor = self.metadata_executor = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -354,6 +372,11 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         stream."""
         return None
 
+    def lease(self, stream: str, layout: TableLayout) -> Lease:
+        """A lease on one of the pool's connections for a sending burst to ``stream``."""
+        assert self.pool is not None
+        return self.pool.acquire(stream, stream.split("/", 2)[1], layout.location)
+
     def writer_closed(self, writer: TableWriter) -> None:
         """A writer was closed (idle, evicted, or the task ends)."""
 
@@ -362,6 +385,8 @@ class BufferedBigQueryWriterFactory(BigQueryWriterFactory, CommittingWriterFacto
     """``WriteMethod.BUFFERED_STREAM``: every table writer appends to a BUFFERED stream of its
     own, and its rows become visible only when the committer flushes the stream after the
     checkpoint (:mod:`pyflink_gcp.bigquery.buffered`)."""
+
+    shares_connections = False
 
     def _init_runtime(self) -> None:
         super()._init_runtime()

@@ -337,6 +337,7 @@ OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
             "max_request_bytes": 1_000_000,
             "max_request_rows": 10,
             "sender_threads": 2,
+            "channel_count": 2,
             "ignore_unknown_values": True,
             "row_format": RowFormat.PROTO,
             "metadata_threads": 2,

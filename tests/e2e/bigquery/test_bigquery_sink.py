@@ -17,6 +17,7 @@ from pyflink_gcp import FailureHandler, UnroutableRecord
 from pyflink_gcp.bigquery import (
     BigQuerySerializer,
     BigQuerySink,
+    BigQueryWriterOptions,
     CreateDisposition,
     OrderingMode,
     TableDestination,
@@ -280,6 +281,8 @@ def test_per_table_cdc_job_one_request_in_flight_and_keys_unique_per_request(
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_ordering_mode(OrderingMode.PER_TABLE)
         .set_failure_handler(FailureHandler.log_and_drop())
+        # One shared AppendRows connection per subtask: its tables' requests interleave on it.
+        .set_writer_options(BigQueryWriterOptions.builder().channel_count(1).build())
         .build()
     )
     sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
@@ -297,6 +300,10 @@ def test_per_table_cdc_job_one_request_in_flight_and_keys_unique_per_request(
     for key, stream in streams.items():
         stream.sort(key=lambda e: e["seq"])
         assert [e["kind"] for e in stream] == ["send", "recv"] * (len(stream) // 2), key
+    tables_per_connection: dict[tuple[str, int], set[str]] = {}
+    for e in sends:
+        tables_per_connection.setdefault((e["recorder"], e["connection"]), set()).add(e["table"])
+    assert max(len(t) for t in tables_per_connection.values()) > 1, tables_per_connection
     for e in sends:
         keys = [(r["account"], r["opened"]) for r in e["rows"]]
         assert len(keys) == len(set(keys)), "a CDC request holds one key twice"

@@ -387,6 +387,40 @@ def test_per_table_ordering_one_request_in_flight_and_order_kept(project: str) -
     assert most >= 2, "no two tables ever had a request in flight together"
 
 
+def test_tables_share_a_bounded_pool_of_connections_and_every_row_lands(project: str) -> None:
+    # Twelve tables, a pool of two connections: requests of several tables travel on one
+    # AppendRows connection (each naming its table, the writer schema only when the table
+    # changes), the emulator files each row in its own table, and both row formats decode.
+    dataset = make_dataset(project)
+    recorder = AppendRecorder()
+    options = BigQueryWriterOptions.builder().channel_count(2).max_request_rows(20).build()
+    ids_only = TableSchema.of([SchemaField("id", "INT64")])  # every column has an Arrow form
+    writer = open_writer(
+        _recorded_sink(project, dataset, recorder, options=options, schema=ids_only)
+    )
+    for i in range(1200):
+        # Odd tables get a value the Arrow encoder does not take as given: protobuf rows.
+        writer.write({"table": f"t{i % 12}", "id": i if i % 2 == 0 else str(i)})
+    writer.flush()
+    factory = writer._factory
+    assert factory.pool is not None
+    opened, channels = factory.pool.connections_opened, factory.pool.channels
+    writer.close()
+
+    for t in range(12):
+        ids = [r["id"] for r in query(project, f"SELECT id FROM `{project}.{dataset}.t{t}`")]
+        assert sorted(ids) == list(range(t, 1200, 12)), t
+    sends = [e for e in recorder.events if e.kind == "send"]
+    assert {e.format for e in sends} == {"arrow", "proto"}
+    assert sorted({r["id"] for e in sends for r in e.rows}) == list(range(1200))
+    connections = {e.connection for e in recorder.events}
+    assert len(connections) == opened <= 2 and channels <= 2
+    tables_per_connection = [
+        len({e.table for e in sends if e.connection == c}) for c in connections
+    ]
+    assert max(tables_per_connection) > 1, tables_per_connection
+
+
 def test_unordered_mode_pipelines_requests(project: str) -> None:
     dataset = make_dataset(project)
     recorder = AppendRecorder(first_response_delay_s=0.2)

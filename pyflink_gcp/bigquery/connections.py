@@ -1,0 +1,304 @@
+"""A subtask's pool of AppendRows connections on the default stream, shared by all its tables.
+
+Without a pool every table that has rows to send opens an AppendRows connection of its own and
+closes it when it has sent them, so a subtask writing 10,000 tables opens 10,000 connections
+per checkpoint. BigQuery lets one connection on the default stream carry appends to many
+tables (its documentation calls it multiplexing, and recommends it beyond about 20 concurrent
+connections). Google's Java client does it in a connection pool per location: 2 to 20
+connections by default, a table kept on its connection until that one is loaded (then the
+least loaded one, or a new one below the maximum), every request naming its table's stream,
+the writer schema sent whenever the table or schema differs from the previous request's,
+requests of every table answered in order per connection, an error answer failing only its
+request, and a broken connection re-sending everything it carried on a new one.
+
+The sink sends the writer schema with every request, as on a connection of its own: a request
+may follow others whose answers are not in yet, and a backend that drops a connection's schema
+with a rejected request (the emulator does) would reject the next request's rows, which must
+never be mistaken for bad rows. It costs a few hundred bytes per request.
+
+Here a subtask holds at most ``channel_count`` gRPC channels per project and location, each
+carrying one AppendRows connection at a time. A table's sender leases a connection (a new one
+while fewer than ``channel_count`` are open and all are in use, else the least loaded) for as
+long as it has requests to send, so its responses come back in its own order; a reader thread per
+connection hands each response to the lease that sent the request. A connection lives across
+checkpoints; it stops taking new leases at half its call deadline (``retiring``) and closes
+when its last lease is released, so no call runs into its deadline in normal operation. When a
+connection fails, every lease with requests on it receives the error, and each table's sender
+re-sends its own unanswered requests with its own backoff and retry deadline
+(:mod:`pyflink_gcp.bigquery.sender`), exactly as when it had a connection of its own.
+
+The routing header of a shared connection names the location (``write_location=projects/P/
+locations/L``, from the table's metadata), as the Java client's does; where the location is not
+known, the stream of the first table on the connection.
+
+BUFFERED streams keep a connection each: BigQuery allows one connection per
+application-created stream.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from pyflink_gcp.bigquery.client import append_rows_stub
+from pyflink_gcp.core.status import StatusError
+
+#: Why a lease waited longer than its connection's call deadline for an answer.
+_STUCK = "no AppendRows response within the connection's deadline"
+
+
+def _requests(pending: queue.SimpleQueue[Any]) -> Any:
+    while True:
+        request = pending.get()
+        if request is None:
+            return
+        yield request
+
+
+class SharedConnection:
+    """One AppendRows call carrying the requests of many tables, answered in order.
+
+    Requests are sent under ``_lock`` together with the lease they belong to, so the order of
+    ``_waiting`` is the order of the requests on the wire and the reader thread can hand each
+    response to its lease.
+    """
+
+    def __init__(self, stub: Any, routing: str, timeout_s: float, pool: ConnectionPool) -> None:
+        self._lock = threading.Lock()
+        self._pool = pool
+        self._timeout_s = timeout_s
+        self._pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._waiting: deque[Lease] = deque()
+        self._retire_at = time.monotonic() + timeout_s / 2
+        self.error: BaseException | None = None
+        self.leases = 0
+        self._call = stub(
+            _requests(self._pending),
+            metadata=(("x-goog-request-params", routing),),
+            timeout=timeout_s,
+        )
+        self._reader = threading.Thread(target=self._read, name="append-rows-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def load(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._waiting)
+
+    @property
+    def retiring(self) -> bool:
+        """Past half its call deadline (or failed): takes no new lease."""
+        return self.error is not None or time.monotonic() >= self._retire_at
+
+    def send(self, lease: Lease, request: Any) -> None:
+        """Send ``request`` for ``lease``. Never raises: on a failed connection the lease
+        receives the connection's error as this request's answer."""
+        with self._lock:
+            error = self.error
+            if error is None:
+                self._waiting.append(lease)
+                self._pending.put(request)
+                return
+        lease.answers.put(error)
+
+    def _read(self) -> None:
+        error: BaseException
+        try:
+            for response in self._call:
+                with self._lock:
+                    if not self._waiting:
+                        error = StatusError(
+                            grpc.StatusCode.INTERNAL, "an AppendRows response nobody waits for"
+                        )
+                        break
+                    lease = self._waiting.popleft()
+                lease.answers.put(response)
+            else:
+                error = StatusError(
+                    grpc.StatusCode.UNAVAILABLE, "the AppendRows stream ended without a response"
+                )
+        except Exception as exc:  # noqa: BLE001 - every waiting lease receives it
+            error = exc
+        with self._lock:
+            if self.error is None:
+                self.error = error
+            waiting, self._waiting = self._waiting, deque()
+        for lease in waiting:
+            lease.answers.put(error)
+        self._end_call()
+        self._pool._ended(self)
+
+    def close(self) -> None:
+        """End the call; leases still waiting receive its cancellation."""
+        with self._lock:
+            if self.error is None:
+                self.error = StatusError(grpc.StatusCode.CANCELLED, "the connection was closed")
+        self._end_call()
+
+    def _end_call(self) -> None:
+        self._pending.put(None)
+        self._call.cancel()
+
+
+class Lease:
+    """A table sender's use of a shared connection while it has requests in flight.
+
+    Has the interface of :class:`~pyflink_gcp.bigquery.client.AppendConnection`, which a
+    BUFFERED stream's sender uses instead.
+    """
+
+    __slots__ = ("connection", "answers", "_released")
+
+    def __init__(self, connection: SharedConnection) -> None:
+        self.connection = connection
+        self.answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._released = False
+
+    @property
+    def retiring(self) -> bool:
+        return self.connection.retiring
+
+    def send(self, request: Any) -> None:
+        self.connection.send(self, request)
+
+    def receive(self) -> Any:
+        """The answer to this lease's oldest unanswered request.
+
+        Raises:
+            grpc.RpcError | StatusError: The connection failed before answering it.
+        """
+        try:
+            answer = self.answers.get(timeout=self.connection._timeout_s + 30)
+        except queue.Empty:
+            # The call deadline ends every call; this only guards against a lost answer.
+            self.connection.close()
+            raise StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, _STUCK) from None
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        """Give the connection back (it stays open for other tables)."""
+        if not self._released:
+            self._released = True
+            self.connection._pool._release(self.connection)
+
+
+class ConnectionPool:
+    """At most ``channel_count`` shared AppendRows connections per project and location.
+
+    Channels are opened on first use and kept; a connection is opened on a channel when a
+    lease needs it, and replaced on the same channel when it failed or retired.
+    """
+
+    def __init__(
+        self,
+        open_channel: Callable[[], grpc.Channel],
+        *,
+        channel_count: int,
+        timeout_s: float,
+        interceptors: tuple[Any, ...] = (),
+    ) -> None:
+        self._open_channel = open_channel
+        self._size = channel_count
+        self._timeout_s = timeout_s
+        self._interceptors = interceptors
+        self._lock = threading.Lock()
+        #: Per (project, location): a slot per channel, [channel, stub, connection or None].
+        self._slots: dict[tuple[str, str | None], list[list[Any]]] = {}
+        self._retired: set[SharedConnection] = set()
+        self._closed = False
+        #: AppendRows connections opened so far (tests, the benchmark).
+        self.connections_opened = 0
+
+    @property
+    def channels(self) -> int:
+        """gRPC channels open."""
+        with self._lock:
+            return sum(len(slots) for slots in self._slots.values())
+
+    def acquire(self, stream: str, project: str, location: str | None) -> Lease:
+        """A lease on a new connection while fewer than ``channel_count`` are open and every
+        open one is in use by a table, else on the least loaded (fewest requests in flight,
+        then fewest tables)."""
+        with self._lock:
+            if self._closed:
+                raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
+            slots = self._slots.setdefault((project, location), [])
+            best: list[Any] | None = None
+            free: list[Any] | None = None
+            for slot in slots:
+                connection = slot[2]
+                if connection is not None and connection.retiring:
+                    self._retire(slot)
+                    connection = None
+                if connection is None:
+                    free = free or slot
+                elif best is None or (connection.load, connection.leases) < (
+                    best[2].load,
+                    best[2].leases,
+                ):
+                    best = slot
+            if best is None or best[2].leases > 0:
+                if free is None and len(slots) < self._size:
+                    channel = self._open_channel()
+                    free = [channel, append_rows_stub(channel, self._interceptors), None]
+                    slots.append(free)
+                if free is not None:
+                    routing = (
+                        f"write_location=projects/{project}/locations/{location}"
+                        if location
+                        else f"write_stream={stream}"
+                    )
+                    free[2] = SharedConnection(free[1], routing, self._timeout_s, self)
+                    self.connections_opened += 1
+                    best = free
+            assert best is not None
+            connection = best[2]
+            connection.leases += 1
+            return Lease(connection)
+
+    def _retire(self, slot: list[Any]) -> None:
+        connection = slot[2]
+        slot[2] = None
+        if connection.leases:
+            self._retired.add(connection)  # closed by its last release
+        else:
+            connection.close()
+
+    def _release(self, connection: SharedConnection) -> None:
+        with self._lock:
+            connection.leases -= 1
+            if connection.leases == 0 and connection in self._retired:
+                self._retired.discard(connection)
+                connection.close()
+
+    def _ended(self, connection: SharedConnection) -> None:
+        """The connection's call ended (failed, cancelled or closed): free its slot."""
+        with self._lock:
+            for slots in self._slots.values():
+                for slot in slots:
+                    if slot[2] is connection:
+                        slot[2] = None
+            if connection.leases == 0:
+                self._retired.discard(connection)
+
+    def close(self) -> None:
+        """Close every connection and channel."""
+        with self._lock:
+            self._closed = True
+            slots = [slot for group in self._slots.values() for slot in group]
+            self._slots.clear()
+            retired, self._retired = self._retired, set()
+        for slot in slots:
+            if slot[2] is not None:
+                slot[2].close()
+            slot[0].close()
+        for connection in retired:
+            connection.close()
