@@ -226,11 +226,12 @@ def build_sink(
     max_active: int | None = None,
     max_buffer_time_ms: int | None = None,
     max_buffered_records: int | None = None,
+    bigquery_channels: str | None = None,
 ) -> Any:
     """The sink of ``service`` with its default options (but ``max_active_destinations``,
     ``max_buffer_time`` and ``max_buffered_records`` when given; the cap only for the sinks
-    with a writer per destination) and the log-and-drop handler (only records carrying the
-    reject marker are ever rejected)."""
+    with a writer per destination; BigQuery's ``channel_count``, "none" or a number) and the
+    log-and-drop handler (only records carrying the reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
@@ -248,7 +249,10 @@ def build_sink(
         builder = SpannerSink.builder().set_database(database).set_serializer(spanner_mutation)
     if service != "spanner":
         builder = builder.set_destination_resolver(Resolver(service))
-    if any(x is not None for x in (max_active, max_buffer_time_ms, max_buffered_records)):
+    if service != "bigquery":
+        bigquery_channels = None
+    given = (max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels)
+    if any(x is not None for x in given):
         options = (SpannerWriterOptions if service == "spanner" else OPTIONS[service]).builder()
         if max_active is not None and service != "spanner":
             options = options.max_active_destinations(max_active)
@@ -256,6 +260,9 @@ def build_sink(
             options = options.max_buffer_time(timedelta(milliseconds=max_buffer_time_ms))
         if max_buffered_records is not None:
             options = options.max_buffered_records(max_buffered_records)
+        if bigquery_channels is not None:
+            count = None if bigquery_channels == "none" else int(bigquery_channels)
+            options = options.channel_count(count)
         builder = builder.set_writer_options(options.build())
     return builder.set_failure_handler(FailureHandler.log_and_drop()).build()
 
@@ -401,6 +408,7 @@ def sink_job(
     max_active: int | None = None,
     max_buffer_time_ms: int | None = None,
     max_buffered_records: int | None = None,
+    bigquery_channels: str | None = None,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -420,7 +428,9 @@ def sink_job(
         fail=fail if prove == "fail" else [],
     )
     spans = new_spans(workdir, f"{service}-{destinations}")
-    sink = build_sink(service, max_active, max_buffer_time_ms, max_buffered_records)
+    sink = build_sink(
+        service, max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels
+    )
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
     env = shaped_env("own chain", parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
@@ -523,6 +533,12 @@ def main() -> None:
     parser.add_argument(
         "--max-buffered-records", type=int, default=None, help="max_buffered_records of every sink"
     )
+    parser.add_argument(
+        "--bigquery-channels",
+        default="",
+        help="BigQuery channel_count values to run one after another, e.g. none,4 (none: a "
+        "connection per table while it sends); default: the sink's default",
+    )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
     args = parser.parse_args()
@@ -556,7 +572,11 @@ def main() -> None:
                 flush=True,
             )
             print(header(), flush=True)
-            for service in services:
+            channels = [c for c in args.bigquery_channels.split(",") if c] or [None]
+            runs = [(s, c if s == "bigquery" else None) for s in services for c in
+                    (channels if s == "bigquery" else [None])]  # fmt: skip
+            for service, channel_count in runs:
+                label = service if channel_count is None else f"bq ch={channel_count}"
                 for d in destinations:
                     for latency in latencies:
                         rate, stats, counts, workers = sink_job(
@@ -564,10 +584,11 @@ def main() -> None:
                             args.parallelism, workdir, max_active=args.max_active,
                             max_buffer_time_ms=args.max_buffer_time_ms,
                             max_buffered_records=args.max_buffered_records,
+                            bigquery_channels=channel_count,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
-                            service, d, latency, checkpoint_ms, rate, ceiling, stats, writes,
+                            label, d, latency, checkpoint_ms, rate, ceiling, stats, writes,
                             sum(counts["calls"].values()) - writes,
                             sum(counts["streams"].values()), workers,
                         )  # fmt: skip
