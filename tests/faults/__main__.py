@@ -36,6 +36,7 @@ from tests.faults.inject import (
     inject,
     paused,
     replace_dead_taskmanagers,
+    tended_wait,
     wait_for_recovery,
 )
 from tests.faults.targets import (
@@ -72,6 +73,8 @@ class Outcome:
     lost: int = 0
     duplicates: int = 0
     unfinished: list[str] = field(default_factory=list)
+    #: TaskManagers that ended by themselves during the runs (replaced, not injected).
+    self_ended: list[str] = field(default_factory=list)
     hang: str = "not run"
     hang_ok: bool = True
 
@@ -113,6 +116,7 @@ def one_run(
     """Submits one job, injects its faults, waits for the end, counts what arrived."""
     for ended in replace_dead_taskmanagers(cluster):
         print(f"  replaced a TaskManager that ended by itself: {ended}", flush=True)
+        outcome.self_ended.append(ended)
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
     extra = prepare(target, PROJECT, name, stack)
@@ -127,7 +131,9 @@ def one_run(
         return
     job = submitted.job_id
     try:
-        cluster.wait_for_checkpoints(job, 2, timeout=240)
+        state = tended_wait(cluster, job, checkpoints=2, timeout=240, ended=outcome.self_ended)
+        if state != "RUNNING":
+            raise RuntimeError(f"job {job} ended {state} before its second checkpoint")
     except Exception:
         http_cancel(cluster, job)  # it would hold the slots the next target needs
         raise
@@ -139,7 +145,7 @@ def one_run(
         fault = inject(
             kind, cluster=cluster, stack=stack, services=target.services, control=control, rng=rng
         )
-        fault.recovery_s = wait_for_recovery(cluster, job, fault.at_ms)
+        fault.recovery_s = wait_for_recovery(cluster, job, fault.at_ms, outcome.self_ended)
         faults.append(fault)
         recovery = "none" if fault.recovery_s is None else f"{fault.recovery_s:.1f} s"
         print(f"    {kind:<16} {fault.detail:<40} recovered in {recovery}", flush=True)
@@ -147,7 +153,9 @@ def one_run(
             break  # the job ended: later faults would hit nothing
     # The faults are in: the rest of the input need not be paced (see job.py).
     (control / "finish").write_text("finish\n")
-    state = cluster.wait_for_job(job, timeout=args.job_timeout)
+    state = tended_wait(
+        cluster, job, checkpoints=None, timeout=args.job_timeout, ended=outcome.self_ended
+    )
     if state != "FINISHED":
         failures = cluster.exceptions(job)
         outcome.unfinished.append(f"job {job} ended {state}: {failures[:1]}")
@@ -190,7 +198,9 @@ def hang_check(
     job = submitted.job_id
     budget = deadline_s + 5.0 + 30.0  # the deadline, one attempt's timeout, a loaded machine
     try:
-        cluster.wait_for_checkpoints(job, 1, timeout=240)
+        ended: list[str] = []
+        if tended_wait(cluster, job, checkpoints=1, timeout=240, ended=ended) != "RUNNING":
+            return False, f"job {job} ended before its first checkpoint"
         stopped_ms = int(time.time() * 1000)
         with paused(stack, target.services):
             end = time.monotonic() + budget + 30.0
@@ -236,9 +246,10 @@ def table(outcomes: list[Outcome], probes: dict[str, RestartProbe]) -> str:
         by_kind = ", ".join(f"{SHORT[k]} {kinds[k]}" for k in KINDS if kinds[k])
         times = [f.recovery_s for f in o.faults if f.recovery_s is not None]
         recovery = f"{statistics.median(times):.1f} / {max(times):.1f}" if times else "-"
+        ended = f" (+{len(o.self_ended)} TaskManager ended by itself)" if o.self_ended else ""
         lines.append(
             f"| {o.target.sink} | {o.target.method} | {o.target.guarantee} "
-            f"| {len(o.faults)}: {by_kind or '-'} | {o.records_in} | {o.records_out} | {o.lost} "
+            f"| {len(o.faults)}: {by_kind or '-'}{ended} | {o.records_in} | {o.records_out} | {o.lost} "
             f"| {o.duplicates} | {recovery} | {o.hang} |"
         )
     if probes:

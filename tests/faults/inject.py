@@ -99,6 +99,46 @@ def replace_dead_taskmanagers(cluster: StandaloneCluster, want: int = 2) -> list
     return ended
 
 
+def tended_wait(
+    cluster: StandaloneCluster,
+    job_id: str,
+    *,
+    checkpoints: int | None,
+    timeout: float,
+    ended: list[str],
+) -> str:
+    """Waits until the job completed ``checkpoints`` checkpoints (None: until it ended),
+    replacing every TaskManager that ends by itself meanwhile.
+
+    The FATAL shutdown of ``replace_dead_taskmanagers`` also happens while a job restarts after
+    an injected fault (the failed attempt's Python operators close): the job, which needs all
+    four slots, would then restart until the wait's timeout, and the run would be lost to a
+    Beam bug rather than measured. What ended is appended to ``ended``, to be reported.
+
+    Returns:
+        The job's state when the wait ended (``RUNNING`` once the checkpoints completed).
+
+    Raises:
+        TimeoutError: Neither within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        for what in replace_dead_taskmanagers(cluster):
+            ended.append(what)
+            print(f"    a TaskManager ended by itself, replaced: {what}", flush=True)
+        state = str(cluster.job(job_id).get("state"))
+        if state in TERMINAL_STATES:
+            return state
+        if checkpoints is not None:
+            stats = cluster.checkpoints(job_id)
+            if int(stats.get("counts", {}).get("completed", 0)) >= checkpoints:
+                return state
+        if time.monotonic() > deadline:
+            what = "the job's end" if checkpoints is None else f"{checkpoints} checkpoints"
+            raise TimeoutError(f"job {job_id} still {state} after {timeout:g} s waiting for {what}")
+        time.sleep(0.5)
+
+
 def live_taskmanagers(cluster: StandaloneCluster) -> list[int]:
     return [i for i, tm in enumerate(cluster.taskmanagers) if not tm.killed]
 
@@ -167,16 +207,24 @@ def inject(
 
 
 def wait_for_recovery(
-    cluster: StandaloneCluster, job_id: str, after_ms: int, timeout: float = 300.0
+    cluster: StandaloneCluster,
+    job_id: str,
+    after_ms: int,
+    ended: list[str],
+    timeout: float = 300.0,
 ) -> float | None:
     """Seconds from ``after_ms`` to the acknowledgement of the first completed checkpoint
     triggered after it; None when the job ended or ``timeout`` passed without one.
 
     The REST history keeps the last few checkpoints only, so this polls while the job runs
-    rather than reading the history once at the end.
+    rather than reading the history once at the end. A TaskManager that ends by itself
+    meanwhile is replaced (and appended to ``ended``), as in :func:`tended_wait`.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        for what in replace_dead_taskmanagers(cluster):
+            ended.append(what)
+            print(f"    a TaskManager ended by itself, replaced: {what}", flush=True)
         stats = cluster.checkpoints(job_id)
         done = [
             c
