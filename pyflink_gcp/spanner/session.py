@@ -27,10 +27,13 @@ from pyflink_gcp.spanner.schema import DatabaseSchema, read_schema
 _LOG = logging.getLogger("pyflink_gcp.spanner")
 
 #: Timeouts of one attempt of session creation, a schema query and the (best-effort) session
-#: deletion at close; the first two are capped by the retry deadline.
+#: deletion at close; the first two are capped by the retry deadline. The deletion's is short
+#: because it runs in the task's close, also when the task fails: a service that stopped
+#: answering would otherwise hold the failover that long (Spanner deletes an idle session
+#: itself after an hour, and a reachable one answers a DeleteSession in milliseconds).
 _CREATE_TIMEOUT_S = 30.0
 _QUERY_TIMEOUT_S = 60.0
-_DELETE_TIMEOUT_S = 5.0
+_DELETE_TIMEOUT_S = 1.0
 
 #: A regular session unused this long may have been deleted by Spanner (after one hour).
 SESSION_MAX_IDLE_S = 50 * 60.0

@@ -91,7 +91,7 @@ def test_every_call_is_one_attempt_without_the_library_retry_bounded_by_the_dead
     assert {(kind, timeout) for kind, _, timeout in api.calls} == {
         ("create_session", 8.0),
         ("execute_sql", 8.0),
-        ("delete_session", 5.0),
+        ("delete_session", 1.0),
     }
 
 
