@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from google.cloud.bigquery_storage_v1 import types as storage_types
 
-from pyflink_gcp.core.channels import open_channel
+from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 from pyflink_gcp.core.status import StatusError
 
@@ -45,13 +45,20 @@ def resolve_rest_endpoint(explicit: str | None) -> Endpoint:
     return resolve_endpoint(explicit, REST_EMULATOR_VARIABLE)
 
 
-def open_storage_channel(endpoint: Endpoint) -> grpc.Channel:
-    """A channel to the Storage Write API: insecure to an emulator, TLS with ADC otherwise."""
+def open_storage_channel(endpoint: Endpoint, *, own_connection: bool = False) -> grpc.Channel:
+    """A channel to the Storage Write API: insecure to an emulator, TLS with ADC otherwise.
+
+    ``own_connection``: a TCP connection of its own (gRPC otherwise shares one between
+    channels with equal arguments), for the channels of the shared AppendRows connections.
+    """
     from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
         BigQueryWriteGrpcTransport,
     )
 
-    return open_channel(endpoint, BigQueryWriteGrpcTransport, DEFAULT_STORAGE_HOST)
+    options = UNLIMITED_MESSAGES
+    if own_connection:
+        options = (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1))
+    return open_channel(endpoint, BigQueryWriteGrpcTransport, DEFAULT_STORAGE_HOST, options)
 
 
 def append_rows_stub(channel: grpc.Channel, interceptors: Sequence[Any] = ()) -> Any:

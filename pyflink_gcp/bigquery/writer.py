@@ -332,7 +332,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         count = self.options.channel_count
         if self.shares_connections and count is not None:
             self.pool = ConnectionPool(
-                lambda: open_storage_channel(endpoint),
+                lambda: open_storage_channel(endpoint, own_connection=True),
                 channel_count=count,
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
                 interceptors=self.interceptors,
