@@ -4,8 +4,10 @@ Why: on a machine whose cores the job shares, client CPU per call bounds a sink 
 many small calls. Measured against the Cloud Tasks emulator with 256 calls in flight and raw
 protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of client CPU, the synchronous
 channel's ``future()`` 160-310 µs, the generated client in a thread pool 500-610 µs; several
-synchronous channels were slower than one (each adds a polling thread). The Pub/Sub sink at
-thousands of topics, one small Publish per topic and checkpoint, is bound the same way.
+synchronous channels were slower than one (each adds a polling thread). The Cloud Tasks sink
+uses it. (The Pub/Sub sink does not: for its unary Publish at thousands of topics, synchronous
+futures with batched waits cost less client CPU per record than this channel, measured with
+``bench/sink_cpu.py``.)
 
 The processing thread only appends the encoded request to an inbox and wakes the loop once per
 batch (:meth:`AsyncMethod.future`); a thread waits on a call only when it reads its outcome

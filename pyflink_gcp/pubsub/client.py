@@ -1,18 +1,18 @@
-"""The client room of the Pub/Sub sink: its emulator variable, endpoint, channels and calls.
+"""The client room of the Pub/Sub sink: its emulator variable, endpoint, channel and calls.
 
 The sink publishes with the generated protobuf classes over a plain unary call instead of the
 high-level ``PublisherClient``: that client runs its own batching threads and futures per message,
 while the sink already batches per topic and flushes at checkpoint barriers. Publish and
 GetTopic (once per new topic: thousands of times by a job with thousands of topics) are started
-without waiting (:meth:`PubSubRpc.publish_future`, :meth:`PubSubRpc.get_topic_future`) on a
-``grpc.aio`` channel driven by its own event-loop thread
-(:class:`~pyflink_gcp.core.aio.AsyncChannel`, as the Cloud Tasks sink sends its calls): at
-thousands of topics every checkpoint sends a small Publish per topic, and a ``grpc.aio`` call
-costs well under half the client CPU of the synchronous channel's ``future()``, with no Python
-thread blocked per request. The synchronous channel serves the blocking calls: the retries
-after a first attempt failed, the full topic check (GetTopic as a plain unary call too: the
-generated client costs about a millisecond of CPU per call; its errors are turned into the
-``google.api_core`` exceptions the generated client raises) and CreateTopic, through the
+without waiting, as gRPC futures of the synchronous channel (:meth:`PubSubRpc.publish_future`,
+:meth:`PubSubRpc.get_topic_future`) whose done-callbacks run on gRPC's polling thread: no Python
+thread blocks per request. Measured in one subtask's writer against the null backend at 10,000
+topics (``bench/sink_cpu.py``), these futures cost less client CPU per record than blocking
+calls on a thread pool and than ``grpc.aio`` calls on an event loop (whose per-call Python work,
+a task and a coroutine per call, outweighed the polling thread here). The blocking calls serve
+the retries after a first attempt failed, the full topic check (GetTopic as a plain unary call
+too: the generated client costs about a millisecond of CPU per call; its errors are turned into
+the ``google.api_core`` exceptions the generated client raises) and CreateTopic, through the
 generated ``PublisherClient`` on the same channel, with ``retry=None`` and an explicit timeout:
 the library's default retry would wait up to 600 s on an unreachable service, outside the sink's
 own ``retry_deadline``.
@@ -27,13 +27,9 @@ import grpc
 from google.api_core import exceptions as gexc
 from google.pubsub_v1.services.publisher import PublisherClient
 from google.pubsub_v1.services.publisher.transports.grpc import PublisherGrpcTransport
-from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
-    PublisherGrpcAsyncIOTransport,
-)
 from google.pubsub_v1.types import GetTopicRequest, PublishRequest, PublishResponse, PubsubMessage
 from google.pubsub_v1.types import Topic as TopicMessage
 
-from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 
@@ -91,21 +87,6 @@ class PubSubRpc:
             request_serializer=GetTopicRequestPb.SerializeToString,
             response_deserializer=TopicPb.FromString,
         )
-        # The calls started without waiting; their answers are not decoded (only the
-        # outcome counts: the message ids and the topic are not needed).
-        self.aio = AsyncChannel(
-            endpoint,
-            PublisherGrpcAsyncIOTransport,
-            DEFAULT_HOST,
-            _CHANNEL_OPTIONS,
-            thread_name="pyflink-gcp-pubsub-io",
-        )
-        self._publish_async = self.aio.unary_unary(
-            PUBLISH, request_serializer=PublishRequestPb.SerializeToString
-        )
-        self._get_topic_async = self.aio.unary_unary(
-            GET_TOPIC, request_serializer=GetTopicRequestPb.SerializeToString
-        )
         self.admin = PublisherClient(transport=PublisherGrpcTransport(channel=self.channel))
 
     def publish(self, topic: str, messages: Sequence[Any]) -> Any:
@@ -116,11 +97,10 @@ class PubSubRpc:
         )
 
     def publish_future(self, topic: str, messages: Sequence[Any]) -> Any:
-        """Start one Publish request without waiting: a
-        :class:`~pyflink_gcp.core.aio.CallHandle` (its ``exception()`` is a ``grpc.RpcError``
-        on failure; its done-callbacks run on the event-loop thread)."""
+        """Start one Publish request without waiting: a ``grpc.Future`` (its ``exception()``
+        is a ``grpc.RpcError`` on failure; its done-callbacks run on gRPC's polling thread)."""
         request = PublishRequestPb(topic=topic, messages=messages)
-        return self._publish_async.future(
+        return self._publish.future(
             request, timeout=self._timeout, metadata=(("x-goog-request-params", f"topic={topic}"),)
         )
 
@@ -136,9 +116,9 @@ class PubSubRpc:
             raise gexc.from_grpc_error(exc) from exc
 
     def get_topic_future(self, name: str) -> Any:
-        """Start one GetTopic attempt without waiting: a
-        :class:`~pyflink_gcp.core.aio.CallHandle`, as :meth:`publish_future`."""
-        return self._get_topic_async.future(
+        """Start one GetTopic attempt without waiting: a ``grpc.Future``, as
+        :meth:`publish_future`."""
+        return self._get_topic.future(
             GetTopicRequestPb(topic=name),
             timeout=self._timeout,
             metadata=(("x-goog-request-params", f"topic={name}"),),
@@ -149,9 +129,6 @@ class PubSubRpc:
         return self.admin.create_topic(request=request, retry=None, timeout=self._timeout)
 
     def close(self) -> None:
-        """Close both channels (the admin client shares the synchronous one); calls still in
-        flight end CANCELLED."""
-        try:
-            self.aio.close()
-        finally:
-            self.channel.close()
+        """Close the channel (the admin client shares it); calls still in flight end
+        CANCELLED."""
+        self.channel.close()

@@ -410,8 +410,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
             A future of the rejected messages, raising what fails the job.
         """
         window = self._window
-        while len(window) >= self._window_size:
+        if len(window) >= self._window_size:
             window.popleft().exception()  # blocks until done; its outcome is read at flush
+            while window and window[0].done():  # whatever ended meanwhile: fewer wake-ups
+                window.popleft()
         result: Future[list[FailedRecord]] = Future()
         window.append(result)
         if lookup is None:

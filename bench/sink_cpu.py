@@ -1,0 +1,117 @@
+"""The client CPU a sink's writer spends per record, by number of destinations, without Flink.
+
+    python bench/sink_cpu.py [--sinks pubsub,bigtable] [--destinations 1,10000]
+                             [--records 100000] [--flush-every 50000] [--latency-ms 0]
+                             [--repeats 3] [--max-buffer-time-ms MS]
+                             [--max-buffered-records N]
+
+``bench/scale.py`` measures whole jobs, whose rates on a shared 2-core machine move with
+whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this process,
+against the null backend (bench/nullbackend/): records round-robin over D destinations, a
+flush (a checkpoint) every ``--flush-every`` records and at the end, and prints the process's
+CPU seconds (all threads: the writer, gRPC's threads, event loops and pools) per record, with
+its ratio to the fewest destinations measured in the same run. CPU time moves much less with
+the machine's load than a rate does, so it compares trees run one after the other. The
+backend's per-destination counts must equal the input, or nothing is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._nullbackend import NullBackend, running
+from bench.scale import Records, build_sink, configure, expected_counts, verify
+from pyflink_gcp.core import SubtaskInfo
+from pyflink_gcp.core.sink_writer import SinkWriter
+
+SERVICES = ("pubsub", "bigtable")
+
+
+def one_run(
+    backend: NullBackend,
+    service: str,
+    destinations: int,
+    records: int,
+    flush_every: int,
+    latency_ms: float,
+    options: dict[str, Any],
+) -> tuple[float, float]:
+    """CPU and wall seconds of writing ``records`` records over ``destinations``."""
+    configure(backend, destinations, latency_ms)
+    sink = build_sink(service, **options)
+    writer = SinkWriter(sink._sink_config())
+    writer.open(SubtaskInfo(sink.name))
+    make = Records(destinations)
+    inputs = [make(i) for i in range(records)]
+    try:
+        cpu, wall = time.process_time(), time.monotonic()
+        for i, record in enumerate(inputs, 1):
+            writer.write(record)
+            if i % flush_every == 0:
+                writer.flush()
+        writer.flush()
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    finally:
+        writer.close()
+    verify(service, backend, expected_counts(records, destinations, 0))
+    return cpu, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sinks", default="pubsub")
+    parser.add_argument("--destinations", default="1,10000")
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--flush-every", type=int, default=50_000)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-buffer-time-ms", type=int, default=None)
+    parser.add_argument("--max-buffered-records", type=int, default=None)
+    args = parser.parse_args()
+    services = [s for s in args.sinks.split(",") if s]
+    if set(services) - set(SERVICES):
+        parser.error(f"choose sinks from {SERVICES}")
+    destinations = [int(d) for d in args.destinations.split(",")]
+    options = {
+        "max_buffer_time_ms": args.max_buffer_time_ms,
+        "max_buffered_records": args.max_buffered_records,
+    }
+    warnings.filterwarnings("ignore")
+    print(f"{'sink':>10} {'dest':>7} {'CPU µs/record':>14} {'ratio':>6} {'records/s':>10}")
+    with running() as backend:
+        for service in services:
+            base = None
+            for d in destinations:
+                cpus, rates = [], []
+                for _ in range(args.repeats):
+                    cpu, wall = one_run(
+                        backend, service, d, args.records, args.flush_every,
+                        args.latency_ms, options,
+                    )  # fmt: skip
+                    cpus.append(cpu / args.records * 1e6)
+                    rates.append(args.records / wall)
+                per_record = statistics.median(cpus)
+                base = base or per_record
+                print(
+                    f"{service:>10} {d:>7,} {per_record:>14.1f} {per_record / base:>6.2f} "
+                    f"{statistics.median(rates):>10,.0f}",
+                    flush=True,
+                )
+    print(
+        f"\n{args.records:,} records a run, a flush every {args.flush_every:,} records and at "
+        f"the end, backend latency {args.latency_ms:g} ms, medians of {args.repeats}; one "
+        "subtask's writer in this process, no Flink; CPU: this process, all threads; ratio: "
+        "to the first destination count; every run verified against the backend's counts."
+    )
+
+
+if __name__ == "__main__":
+    main()
