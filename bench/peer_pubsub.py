@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._common import (
     SpanTimedFactory,
+    log_span,
     new_spans,
     shaped_env,
     span_rate,
@@ -234,6 +235,8 @@ class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     emulator_pids: tuple[int, ...] = ()
     _cpu_first: dict[str, Any] | None = None
     _counter: PublishCounts | None = None
+    _logged_at = 0.0
+    _subtask = 0
     #: The sink's Publish calls (a blocking one and, where the sink has it, one that does not
     #: wait), each ``(topic, messages)``: the ones found on its channel object are counted.
     PUBLISH_CALLS = ("publish", "publish_future")
@@ -241,6 +244,8 @@ class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     def open(self, info: Any) -> None:
         super().open(info)
         self._cpu_first = None
+        self._logged_at = 0.0
+        self._subtask = info.subtask_index
         counts = PublishCounts()
         found = [name for name in self.PUBLISH_CALLS if hasattr(self.rpc, name)]
         for name in found:
@@ -250,7 +255,38 @@ class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     def create_writer(self, destination: Any) -> Any:
         if self._cpu_first is None:
             self._cpu_first = job_cpu(self.emulator_pids)
-        return super().create_writer(destination)
+        writer = super().create_writer(destination)
+        flush = writer.flush
+
+        def flush_then_log() -> Any:
+            failed = flush()
+            self._log_span()
+            return failed
+
+        writer.flush = flush_then_log
+        return writer
+
+    def _log_span(self, every_s: float = 0.1) -> None:
+        """Append the span so far after a full flush (at most every ``every_s``: a checkpoint
+        flushes every topic's writer in a row), and at close.
+
+        A Python worker may be torn down at the end of the job without its functions' close()
+        having run, so the span cannot wait for the close: the reader takes each subtask's
+        latest line (CPU counters and the end only grow).
+        """
+        if self._first is None:
+            return
+        now = time.time()
+        if now - self._logged_at < every_s:
+            return
+        self._logged_at = now
+        log_span(self.spans_path, self._first, now, subtask=self._subtask, **self.span_counts())
+
+    def close(self) -> None:
+        self._logged_at = 0.0
+        self._log_span()
+        self._first = None  # logged: SpanTimedFactory.close must not log it again
+        super().close()
 
     def span_counts(self) -> dict[str, Any]:
         counter = self._counter
@@ -391,25 +427,31 @@ def pull_all(subscriptions: list[str], records: int) -> tuple[int, int]:
 
 
 def wait_for_spans(path: str, subtasks: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-    """Every subtask's span line. A Python worker may close its functions (and so write its
-    span) after Flink already reported the job finished; the JVM's are written before it exits.
+    """Every subtask's latest span line (the Python side appends one after each full flush;
+    the JVM writes one per subtask before it exits).
 
     Raises:
-        RuntimeError: Fewer than ``subtasks`` spans after ``timeout_s``.
+        RuntimeError: Fewer than ``subtasks`` subtasks logged a span within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     while True:
+        latest: dict[Any, dict[str, Any]] = {}
         try:
             with open(path) as f:
-                lines = [json.loads(line) for line in f if line.endswith("\n")]
+                for n, line in enumerate(f):
+                    if line.endswith("\n"):
+                        span = json.loads(line)
+                        key = span.get("subtask", n)
+                        if key not in latest or span["end"] >= latest[key]["end"]:
+                            latest[key] = span
         except FileNotFoundError:
-            lines = []
-        if len(lines) >= subtasks or time.monotonic() > deadline:
+            pass
+        if len(latest) >= subtasks or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    if len(lines) < subtasks:
-        raise RuntimeError(f"{len(lines)} of {subtasks} subtasks logged a span in {timeout_s:g} s")
-    return lines
+    if len(latest) < subtasks:
+        raise RuntimeError(f"{len(latest)} of {subtasks} subtasks logged a span in {timeout_s:g} s")
+    return list(latest.values())
 
 
 @dataclass
@@ -448,8 +490,11 @@ def measure(
     else:
         before.append(message_counter())
         python_job(variant, records, parallelism, spans, emulator)
-    lines = wait_for_spans(spans, parallelism)
     delivery = Delivery(records, message_counter() - before[0] - 1)
+    try:
+        lines = wait_for_spans(spans, parallelism)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc} ({delivery})") from None
     if subscriptions:
         delivery.missing, delivery.duplicates = pull_all(subscriptions, records)
     firsts = [s["cpu_first"] for s in sorted(lines, key=lambda s: s["start"])]
