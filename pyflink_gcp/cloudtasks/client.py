@@ -31,8 +31,7 @@ from google.cloud.tasks_v2.services.cloud_tasks.transports import (
 )
 
 from pyflink_gcp._version import __version__
-from pyflink_gcp.core.aio import AsyncChannel as CoreAsyncChannel
-from pyflink_gcp.core.aio import AsyncMethod, CallHandle
+from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 
@@ -74,9 +73,19 @@ def admin_client(channel: grpc.Channel) -> tasks_v2.CloudTasksClient:
 
 
 def open_async_channels(endpoint: Endpoint, count: int) -> list[AsyncChannel]:
-    """``count`` :class:`AsyncChannel` s to the endpoint (the hot path's transport)."""
+    """``count`` :class:`~pyflink_gcp.core.aio.AsyncChannel` s to the endpoint (the hot path's
+    transport; :func:`create_task_caller` binds ``CreateTask`` on them)."""
     options = channel_options(count)
-    return [AsyncChannel(endpoint, options) for _ in range(count)]
+    return [
+        AsyncChannel(
+            endpoint,
+            CloudTasksGrpcAsyncIOTransport,
+            DEFAULT_HOST,
+            options,
+            thread_name="pyflink-gcp-cloudtasks-io",
+        )
+        for _ in range(count)
+    ]
 
 
 def create_task_caller(channels: Sequence[Any]) -> StartCall:
@@ -130,29 +139,3 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-class AsyncChannel(CoreAsyncChannel):
-    """The hot path's transport (:class:`~pyflink_gcp.core.aio.AsyncChannel`) bound to one
-    method, behind the synchronous ``unary_unary(...).future(...)`` interface of a
-    ``grpc.Channel``: :func:`create_task_caller` binds ``CreateTask`` and calls ``future``."""
-
-    def __init__(self, endpoint: Endpoint, options: Sequence[tuple[str, Any]]) -> None:
-        super().__init__(
-            endpoint,
-            CloudTasksGrpcAsyncIOTransport,
-            DEFAULT_HOST,
-            options,
-            thread_name="pyflink-gcp-cloudtasks-io",
-        )
-        self._method: AsyncMethod | None = None
-
-    def unary_unary(self, method: str, **kwargs: Any) -> AsyncChannel:  # type: ignore[override]
-        """Binds the method this channel calls; returns the object whose ``future`` starts it."""
-        self._method = super().unary_unary(method, **kwargs)
-        return self
-
-    def future(self, request: bytes, timeout: float, metadata: Any) -> CallHandle:
-        """Starts one call (on the loop thread, soon) and returns its handle."""
-        assert self._method is not None, "unary_unary binds the method first"
-        return self._method.future(request, timeout, metadata)

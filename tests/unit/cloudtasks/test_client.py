@@ -13,15 +13,16 @@ from google.cloud import tasks_v2
 from pyflink_gcp.cloudtasks.client import (
     CREATE_TASK,
     EMULATOR_VARIABLE,
-    AsyncChannel,
     channel_options,
     client_header,
     create_task_caller,
+    open_async_channels,
     queue_metadata,
     request_head,
     resolve_cloudtasks_endpoint,
     varint,
 )
+from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
 
@@ -35,10 +36,10 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def _channel() -> AsyncChannel:
-    channel = AsyncChannel(Endpoint(host=f"127.0.0.1:{_closed_port()}", insecure=True), [])
-    channel.unary_unary(CREATE_TASK, request_serializer=None, response_deserializer=None)
-    return channel
+def _channel() -> tuple[AsyncChannel, Any]:
+    """The sink's channel to a closed port, and its started-call function for CreateTask."""
+    (channel,) = open_async_channels(Endpoint(host=f"127.0.0.1:{_closed_port()}", insecure=True), 1)
+    return channel, create_task_caller([channel])
 
 
 # -- endpoint --------------------------------------------------------------------------------
@@ -125,9 +126,9 @@ def test_create_task_caller_binds_raw_create_task_and_spreads_round_robin() -> N
 
 
 def test_a_failed_call_reports_its_grpc_status() -> None:
-    channel = _channel()
+    channel, start = _channel()
     try:
-        handles = [channel.future(b"", timeout=2.0, metadata=()) for _ in range(20)]
+        handles = [start(b"", timeout=2.0, metadata=()) for _ in range(20)]
         errors = [handle.exception() for handle in handles]
         assert all(handle.done() for handle in handles)
         assert all(isinstance(error, grpc.RpcError) for error in errors)
@@ -138,9 +139,9 @@ def test_a_failed_call_reports_its_grpc_status() -> None:
 
 
 def test_close_releases_readers_of_calls_never_finished() -> None:
-    channel = _channel()
+    channel, start = _channel()
     channel.close()
-    handle = channel.future(b"", timeout=30.0, metadata=())  # never started: the loop is gone
+    handle = start(b"", timeout=30.0, metadata=())  # never started: the loop is gone
     error = handle.exception()
     assert handle.done()
     assert status_name(error) == "CANCELLED"
