@@ -44,8 +44,13 @@ def test_done_callbacks_run_on_the_loop_thread_or_at_once_when_the_call_ended() 
             seen.append((threading.current_thread().name, status_name(handle.exception())))
             ended.set()
 
+        # Hold the loop until the callback is added: against a closed port the call can end
+        # before this thread gets to add it, which would run it here instead.
+        gate = threading.Event()
+        channel._loop.call_soon_threadsafe(gate.wait, 10)
         handle = method.future(b"", timeout=5.0, metadata=())
         handle.add_done_callback(record)
+        gate.set()
         assert ended.wait(10)
         assert seen[0][0] == "test-io" and seen[0][1] in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
         handle.add_done_callback(record)  # already ended: runs here
