@@ -10,7 +10,8 @@ whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this p
 against the null backend (bench/nullbackend/): records round-robin over D destinations, a
 flush (a checkpoint) every ``--flush-every`` records and at the end, and prints the process's
 CPU seconds (all threads: the writer, gRPC's threads, event loops and pools) per record, with
-its ratio to the fewest destinations measured in the same run. CPU time moves much less with
+its ratio to the fewest destinations measured in the same run, and the backend's calls by
+method in the last run (Publish, GetTopic, ...). CPU time moves much less with
 the machine's load than a rate does, so it compares trees run one after the other. The
 backend's per-destination counts must equal the input, or nothing is printed.
 """
@@ -43,8 +44,9 @@ def one_run(
     flush_every: int,
     latency_ms: float,
     options: dict[str, Any],
-) -> tuple[float, float]:
-    """CPU and wall seconds of writing ``records`` records over ``destinations``."""
+) -> tuple[float, float, dict[str, int]]:
+    """CPU and wall seconds of writing ``records`` records over ``destinations``, and the
+    backend's calls by method (the part of the name after the last ``/``)."""
     configure(backend, destinations, latency_ms)
     sink = build_sink(service, **options)
     writer = SinkWriter(sink._sink_config())
@@ -61,8 +63,9 @@ def one_run(
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     finally:
         writer.close()
-    verify(service, backend, expected_counts(records, destinations, 0))
-    return cpu, wall
+    counts = verify(service, backend, expected_counts(records, destinations, 0))
+    calls = {method.rsplit("/", 1)[-1]: n for method, n in counts["calls"].items()}
+    return cpu, wall, calls
 
 
 def main() -> None:
@@ -85,14 +88,17 @@ def main() -> None:
         "max_buffered_records": args.max_buffered_records,
     }
     warnings.filterwarnings("ignore")
-    print(f"{'sink':>10} {'dest':>7} {'CPU µs/record':>14} {'ratio':>6} {'records/s':>10}")
+    print(
+        f"{'sink':>10} {'dest':>7} {'CPU µs/record':>14} {'ratio':>6} {'records/s':>10}  "
+        "calls a run"
+    )
     with running() as backend:
         for service in services:
             base = None
             for d in destinations:
                 cpus, rates = [], []
                 for _ in range(args.repeats):
-                    cpu, wall = one_run(
+                    cpu, wall, calls = one_run(
                         backend, service, d, args.records, args.flush_every,
                         args.latency_ms, options,
                     )  # fmt: skip
@@ -102,14 +108,16 @@ def main() -> None:
                 base = base or per_record
                 print(
                     f"{service:>10} {d:>7,} {per_record:>14.1f} {per_record / base:>6.2f} "
-                    f"{statistics.median(rates):>10,.0f}",
+                    f"{statistics.median(rates):>10,.0f}  "
+                    + ", ".join(f"{m} {n:,}" for m, n in sorted(calls.items())),
                     flush=True,
                 )
     print(
         f"\n{args.records:,} records a run, a flush every {args.flush_every:,} records and at "
         f"the end, backend latency {args.latency_ms:g} ms, medians of {args.repeats}; one "
         "subtask's writer in this process, no Flink; CPU: this process, all threads; ratio: "
-        "to the first destination count; every run verified against the backend's counts."
+        "to the first destination count; every run verified against the backend's counts; "
+        "calls a run: the backend's calls by method in the last run."
     )
 
 
