@@ -2,20 +2,20 @@
 
 The sink publishes with the generated protobuf classes over a plain unary call instead of the
 high-level ``PublisherClient``: that client runs its own batching threads and futures per message,
-while the sink already batches per topic and flushes at checkpoint barriers. Publish and
-GetTopic (once per new topic: thousands of times by a job with thousands of topics) are started
-without waiting, as gRPC futures of the synchronous channel (:meth:`PubSubRpc.publish_future`,
-:meth:`PubSubRpc.get_topic_future`) whose done-callbacks run on gRPC's polling thread: no Python
-thread blocks per request. Measured in one subtask's writer against the null backend at 10,000
-topics (``bench/sink_cpu.py``), these futures cost less client CPU per record than blocking
-calls on a thread pool and than ``grpc.aio`` calls on an event loop (whose per-call Python work,
-a task and a coroutine per call, outweighed the polling thread here). The blocking calls serve
-the retries after a first attempt failed, the full topic check (GetTopic as a plain unary call
-too: the generated client costs about a millisecond of CPU per call; its errors are turned into
-the ``google.api_core`` exceptions the generated client raises) and CreateTopic, through the
-generated ``PublisherClient`` on the same channel, with ``retry=None`` and an explicit timeout:
-the library's default retry would wait up to 600 s on an unreachable service, outside the sink's
-own ``retry_deadline``.
+while the sink already batches per topic and flushes at checkpoint barriers. Publish is started
+without waiting, as a gRPC future of the synchronous channel (:meth:`PubSubRpc.publish_future`)
+whose done-callbacks run on gRPC's polling thread: no Python thread blocks per request. Measured
+in one subtask's writer against the null backend at 10,000 topics (``bench/sink_cpu.py``), these
+futures cost less client CPU per record than blocking calls on a thread pool and than
+``grpc.aio`` calls on an event loop (whose per-call Python work, a task and a coroutine per call,
+outweighed the polling thread here). The blocking calls serve the retries after a first attempt
+failed, the topic check under ``CREATE_IF_NEEDED`` and the dead-letter topic's check (GetTopic as
+a plain unary call too: the generated client costs about a millisecond of CPU per call; its
+errors are turned into the ``google.api_core`` exceptions the generated client raises) and
+CreateTopic, through the generated ``PublisherClient`` on the same channel, with ``retry=None``
+and an explicit timeout: the library's default retry would wait up to 600 s on an unreachable
+service, outside the sink's own ``retry_deadline``. Under ``CREATE_NEVER`` the sink makes no
+GetTopic for its topics: a Publish answers ``NOT_FOUND`` for a missing one.
 """
 
 from __future__ import annotations
@@ -114,15 +114,6 @@ class PubSubRpc:
             )
         except grpc.RpcError as exc:
             raise gexc.from_grpc_error(exc) from exc
-
-    def get_topic_future(self, name: str) -> Any:
-        """Start one GetTopic attempt without waiting: a ``grpc.Future``, as
-        :meth:`publish_future`."""
-        return self._get_topic.future(
-            GetTopicRequestPb(topic=name),
-            timeout=self._timeout,
-            metadata=(("x-goog-request-params", f"topic={name}"),),
-        )
 
     def create_topic(self, request: dict[str, Any]) -> Any:
         """One CreateTopic attempt (no library retry). Raises ``google.api_core`` errors."""

@@ -14,6 +14,9 @@ thousands of topics the batches fill instead of each leaving with one message.
 Ordering: with message ordering enabled, a topic's requests run one after another on the thread
 pool, in the order they were cut, so one ordering key's messages are published in order (the
 records of one key reach one subtask in order through ``key_by``).
+
+Under ``CREATE_NEVER`` (the default) no topic is checked before it is used: a ``NOT_FOUND``
+answer to a Publish fails the job at the flush that sees it (:func:`missing_topic`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
+from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
 from pyflink_gcp.core.errors import (
     CreationLimitExceededError,
     DestinationNotFoundError,
@@ -77,6 +80,14 @@ def message_size(data: bytes, key: str, attributes: dict[str, str] | None) -> in
     return size
 
 
+def missing_topic(sink: str, topic: str) -> DestinationNotFoundError:
+    """The error of a topic found missing under ``CREATE_NEVER``: its first Publish (or any
+    later one) was answered ``NOT_FOUND``."""
+    return DestinationNotFoundError(
+        f"sink '{sink}': topic {topic} does not exist and the create disposition is CREATE_NEVER"
+    )
+
+
 def publish_batch(
     rpc: PubSubRpc,
     topic: str,
@@ -84,6 +95,7 @@ def publish_batch(
     retry: RetryPolicy,
     sink: str,
     first_error: BaseException | None = None,
+    create_never: bool = False,
 ) -> list[FailedRecord]:
     """Publish ``messages`` to ``topic``: retry transient errors, isolate rejected messages.
 
@@ -97,8 +109,13 @@ def publish_batch(
     future): it is handled as this call's own first attempt would have been, so the request is
     not sent again before its backoff or its split.
 
+    ``create_never``: the sink does not check its topics (``CREATE_NEVER``), so a
+    ``NOT_FOUND`` on any attempt, a retry's or a half's included, is how it learns that the
+    topic does not exist, and the error is :func:`missing_topic`'s.
+
     Raises:
-        DestinationNotFoundError: The topic does not exist (deleted while the job ran).
+        DestinationNotFoundError: The topic does not exist (deleted while the job ran, or,
+            with ``create_never``, never created).
         WriteError: Transient errors outlasted the retry deadline, or a non-content error.
     """
 
@@ -119,6 +136,8 @@ def publish_batch(
             if is_record_fault(exc):
                 raise
             if status_name(exc) == "NOT_FOUND":
+                if create_never:
+                    raise missing_topic(sink, topic) from exc
                 raise DestinationNotFoundError(
                     f"sink '{sink}': topic {topic} does not exist (NOT_FOUND while publishing)"
                 ) from exc
@@ -152,18 +171,10 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
     batches hold more than ``max_buffered_records``).
     """
 
-    def __init__(
-        self,
-        destination: TopicDestination,
-        factory: PubSubWriterFactory,
-        lookup: TopicLookup | None = None,
-    ) -> None:
+    def __init__(self, destination: TopicDestination, factory: PubSubWriterFactory) -> None:
         super().__init__(destination)
         self._topic = str(destination)
         self._factory = factory
-        # The topic's existence check, still running (None: known to exist). The first
-        # request waits for it on its publish thread, so the processing thread does not.
-        self._lookup = lookup
         options = factory.publisher_options
         self._max_messages = options.max_messages
         self._max_bytes = options.max_bytes
@@ -222,20 +233,13 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         while len(self._in_flight) >= self._max_in_flight:
             self._collect(self._in_flight.popleft())
         factory = self._factory
-        lookup = self._lookup
-        if lookup is not None and lookup.succeeded():
-            self._lookup = lookup = None
         if not self._ordered:
-            future = factory.start_publish(self._topic, batch, lookup)
+            future = factory.start_publish(self._topic, batch)
         elif self._in_flight:
             previous = self._in_flight[-1]
             future = factory.pool.submit(self._publish_after, previous, batch)
-        elif lookup is not None:
-            future = factory.pool.submit(factory.publish_checked, lookup, self._topic, batch)
         else:
-            future = factory.pool.submit(
-                publish_batch, factory.rpc, self._topic, batch, factory.retry, factory.sink
-            )
+            future = factory.pool.submit(factory.publish, self._topic, batch)
         self._in_flight.append(future)
 
     def _publish_after(
@@ -247,8 +251,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
                 f"sink '{self._factory.sink}': not publishing {len(batch)} ordered messages to "
                 f"{self._topic} because the request before them failed"
             )
-        factory = self._factory
-        return publish_batch(factory.rpc, self._topic, batch, factory.retry, factory.sink)
+        return self._factory.publish(self._topic, batch)
 
     def _collect(self, future: Future[list[FailedRecord]]) -> None:
         self._done.extend(future.result())
@@ -300,34 +303,19 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._in_flight.clear()
 
 
-class TopicLookup(PendingCheck):
-    """The existence check of one topic: its GetTopic started on the processing thread without
-    waiting (:class:`~pyflink_gcp.core.checked.PendingCheck`), the factory's full check
-    (retries, the errors that name the topic) if that attempt fails.
-
-    Attributes:
-        name: The topic's resource name.
-    """
-
-    def __init__(self, factory: PubSubWriterFactory, name: str) -> None:
-        super().__init__(
-            factory.rpc.get_topic_future(name),
-            lambda: factory._ensure_topic(name),
-            lambda: factory._known.add(name),
-        )
-        self.name = name
-
-
 class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination]):
     """Creates one :class:`TopicPublisher` per active topic and owns what they share: the gRPC
     channel, the window of requests in flight (:meth:`start_publish`), the thread pool of
-    retries and ordered requests, and the topics known to exist.
+    retries and ordered requests, and, under creation, the topics known to exist.
 
-    Under ``CREATE_NEVER`` (the default) a topic's first use starts its check
-    (:class:`TopicLookup`, a ``GetTopic``) instead of blocking the processing thread for a
-    round trip; its publisher takes records at once, and its first request starts when the
-    check succeeded (:meth:`TopicLookup.then`). Under ``CREATE_IF_NEEDED`` the check and the creation stay on the processing
-    thread, so the creation bound is met in record order. The topics found to exist are remembered in an LRU of
+    Under ``CREATE_NEVER`` (the default) a topic is not checked: its existence is learnt from
+    its first Publish, whose ``NOT_FOUND`` fails the job at the flush that sees it
+    (:func:`missing_topic`), the batch unacknowledged, as Google's own publisher client does.
+    At thousands of topics that halves the calls of a topic's first use (a GetTopic cost as
+    much client CPU as a Publish), and the job needs no ``pubsub.topics.get``. Under
+    ``CREATE_IF_NEEDED`` the check (GetTopic) and the creation run on the processing thread
+    when a publisher is created, so the creation bound is met in record order; the topics
+    found to exist are remembered in an LRU of
     :data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` names, so publishers evicted and
     re-created do not check again and a job naming ever new topics does not grow without end.
 
@@ -372,9 +360,8 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
     def _init_runtime(self) -> None:
         self.rpc: Any = None
         self.pool: Any = None
-        self._known = CheckedNames(CHECKED_NAMES_LIMIT)
-        # Checks started and not yet known to have succeeded, by topic.
-        self._lookups: dict[str, TopicLookup] = {}
+        self._known = CheckedNames(CHECKED_NAMES_LIMIT)  # under CREATE_IF_NEEDED only
+        self._create_never = self.create_disposition is CreateDisposition.CREATE_NEVER
         self._create_lock = threading.Lock()
         self.created_topics = 0
         # The outcomes of the requests started as futures, oldest first (MAX_IN_FLIGHT_PER_SUBTASK).
@@ -390,20 +377,21 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         )
 
     def create_writer(self, destination: TopicDestination) -> TopicPublisher:
-        return TopicPublisher(destination, self, self._lookup(str(destination)))
+        if not self._create_never:
+            name = str(destination)
+            if name not in self._known:
+                self._ensure_topic(name)
+        return TopicPublisher(destination, self)
 
     # -- publishing ------------------------------------------------------------------------------
 
-    def start_publish(
-        self, topic: str, batch: list[Any], lookup: TopicLookup | None
-    ) -> Future[list[FailedRecord]]:
+    def start_publish(self, topic: str, batch: list[Any]) -> Future[list[FailedRecord]]:
         """Start publishing ``batch`` to ``topic`` without blocking on the request.
 
-        The first attempt is a gRPC future, started once the topic's check (``lookup``, if
-        still running) succeeded; its done-callback settles the returned future. A failed
-        first attempt (or check) moves to the thread pool: :func:`publish_batch` with that
-        error, or :meth:`publish_checked`, so retries, isolation and errors are the blocking
-        path's. Beyond :data:`MAX_IN_FLIGHT_PER_SUBTASK` requests this waits for the oldest
+        The first attempt is a gRPC future; its done-callback settles the returned future. A
+        failed first attempt moves to the thread pool: :func:`publish_batch` with that error,
+        so retries, isolation and errors (a ``NOT_FOUND`` under ``CREATE_NEVER`` among them)
+        are the blocking path's. Beyond :data:`MAX_IN_FLIGHT_PER_SUBTASK` requests this waits for the oldest
         (backpressure); the outcomes are read at the topic's flush.
 
         Returns:
@@ -416,13 +404,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
                 window.popleft()
         result: Future[list[FailedRecord]] = Future()
         window.append(result)
-        if lookup is None:
-            self._attempt(topic, batch, result)
-        else:
-            lookup.then(
-                lambda: self._attempt(topic, batch, result),
-                lambda: self._on_pool(result, self.publish_checked, lookup, topic, batch),
-            )
+        self._attempt(topic, batch, result)
         return result
 
     def _attempt(self, topic: str, batch: list[Any], result: Future[list[FailedRecord]]) -> None:
@@ -430,7 +412,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         try:
             call = rpc.publish_future(topic, batch)
         except Exception as exc:  # noqa: BLE001 - classified by publish_batch, as a first attempt
-            self._on_pool(result, publish_batch, rpc, topic, batch, self.retry, self.sink, exc)
+            self._on_pool(result, self.publish, topic, batch, exc, rpc)
             return
         call.add_done_callback(lambda done: self._attempted(done, rpc, topic, batch, result))
 
@@ -445,7 +427,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         if error is None:
             result.set_result([])
         else:
-            self._on_pool(result, publish_batch, rpc, topic, batch, self.retry, self.sink, error)
+            self._on_pool(result, self.publish, topic, batch, error, rpc)
 
     def _on_pool(
         self, result: Future[list[FailedRecord]], fn: Callable[..., list[FailedRecord]], *args: Any
@@ -470,14 +452,18 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
 
         inner.add_done_callback(settle)
 
-    def publish_checked(
-        self, lookup: TopicLookup, topic: str, batch: list[Any]
+    def publish(
+        self,
+        topic: str,
+        batch: list[Any],
+        first_error: BaseException | None = None,
+        rpc: Any = None,
     ) -> list[FailedRecord]:
-        """A request whose topic's check did not succeed at once: wait for the full check (a
-        missing topic under CREATE_NEVER, a creation refused, raise here and fail the job at
-        the next flush), then publish. Runs on the thread pool."""
-        lookup.wait()
-        return publish_batch(self.rpc, topic, batch, self.retry, self.sink)
+        """:func:`publish_batch` with this sink's retry policy and create disposition, on
+        ``rpc`` (the one a first attempt used) or the factory's. Runs on the thread pool."""
+        return publish_batch(
+            rpc or self.rpc, topic, batch, self.retry, self.sink, first_error, self._create_never
+        )
 
     def flush_shared(self) -> list[FailedRecord]:
         # Every topic has waited for its requests by now: the window holds only done ones.
@@ -486,29 +472,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
 
     # -- topics ------------------------------------------------------------------------------
 
-    def _lookup(self, name: str) -> TopicLookup | None:
-        """The check of topic ``name``: None when known to exist, else its (shared) lookup.
-
-        Under ``CREATE_IF_NEEDED`` the check (and the creation) runs here, on the processing
-        thread, as before: the creation bound is then reached in record order, so the error
-        names the topic whose record came first, and creating topics is rare.
-        """
-        if name in self._known:
-            return None
-        if self.create_disposition is CreateDisposition.CREATE_IF_NEEDED:
-            self._ensure_topic(name)
-            return None
-        lookups = self._lookups
-        lookup = lookups.get(name)
-        if lookup is None or lookup.failed():
-            if len(lookups) >= 1_000:  # forget settled ones; the known names keep the answers
-                for done in [n for n, x in lookups.items() if x.succeeded() or x.failed()]:
-                    del lookups[done]
-            lookup = lookups[name] = TopicLookup(self, name)
-        return lookup
-
     def _ensure_topic(self, name: str) -> None:
-        """Check that topic ``name`` exists, creating it if allowed (on a publish thread)."""
+        """Check that topic ``name`` exists, creating it if missing (``CREATE_IF_NEEDED``
+        only; on the processing thread, so the creation bound is met in record order, and
+        creating topics is rare)."""
         rpc = self.rpc
         try:
             self.retry.call(
@@ -516,11 +483,6 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
                 f"sink '{self.sink}': get topic {name} at {rpc.endpoint}",
             )
         except gexc.NotFound:
-            if self.create_disposition is CreateDisposition.CREATE_NEVER:
-                raise DestinationNotFoundError(
-                    f"sink '{self.sink}': topic {name} does not exist and the create disposition "
-                    "is CREATE_NEVER"
-                ) from None
             self._create(name)
         except gexc.PermissionDenied as exc:
             raise WriteError(

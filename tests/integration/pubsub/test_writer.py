@@ -86,8 +86,8 @@ def test_requests_that_succeed_use_no_publish_thread(project):
         for i in range(500):
             writer.write({"topic": topics[i % 5], "i": i})
         writer.flush()
-        # Every Publish and GetTopic ran on the channel's event loop: the pool of retries
-        # and ordered topics never started a thread.
+        # Every Publish was a gRPC future (and under CREATE_NEVER there is no GetTopic): the
+        # pool of retries and ordered topics never started a thread.
         assert writer.config.factory.pool._threads == set()
     finally:
         writer.close()
@@ -157,26 +157,32 @@ def test_create_if_needed_creates_topics_with_options_and_the_bound_trips(projec
 
 
 def test_create_never_on_a_missing_topic_names_it(project):
-    missing = unique("missing")
+    missing, present = unique("missing"), unique("present")
+    make_topics(project, [present])
     sink = (
         PubSubSink.builder()
         .set_destination_resolver(by_name(project))
         .set_serializer(payload)
+        .set_failure_handler(FailureHandler.log_and_drop())
         .build()
     )
     writer = open_writer(sink)
     try:
-        # The check does not hold up the record: its first Publish waits for it, so the
-        # error comes at the flush.
-        writer.write({"topic": missing})
+        # No topic is checked: the missing one is learnt from its first Publish's NOT_FOUND,
+        # so the error comes at the flush, and fails it even with a handler that drops
+        # records (a missing topic is not a record's fault).
+        writer.write({"topic": missing, "i": 0})
+        writer.write({"topic": present, "i": 1})
         with pytest.raises(DestinationNotFoundError) as err:
             writer.flush()
+        assert writer.router.dropped == 0 and writer.flushes == 0
     finally:
         writer.close()
     assert str(err.value) == (
         f"sink 'pubsub-sink': topic projects/{project}/topics/{missing} does not exist and the "
         "create disposition is CREATE_NEVER"
     )
+    assert [json.loads(m.data)["i"] for m in pull_all(project, present, expect=1)] == [1]
 
 
 def test_oversized_message_goes_to_the_dead_letter_queue_with_its_reason(project):

@@ -11,7 +11,7 @@ import math
 import pickle
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import cloudpickle
@@ -100,6 +100,23 @@ def test_not_found_fails_naming_the_topic():
     assert str(err.value) == (
         f"sink 'orders-sink': topic {TOPIC} does not exist (NOT_FOUND while publishing)"
     )
+
+
+def test_not_found_under_create_never_says_the_topic_does_not_exist_on_any_attempt():
+    """The sink does not check topics under CREATE_NEVER: a Publish's NOT_FOUND, a retry's
+    after UNAVAILABLE too, is how it learns that the topic is missing."""
+    for failures in (
+        [Status(grpc.StatusCode.NOT_FOUND, "Resource not found")],
+        [Status(grpc.StatusCode.UNAVAILABLE, "try again")] * 2
+        + [Status(grpc.StatusCode.NOT_FOUND, "Resource not found")],
+    ):
+        rpc = FakeRpc(failures=failures)
+        with pytest.raises(DestinationNotFoundError) as err:
+            publish_batch(rpc, TOPIC, messages([b"a"]), FAST_RETRY, "s", create_never=True)
+        assert str(err.value) == (
+            f"sink 's': topic {TOPIC} does not exist and the create disposition is CREATE_NEVER"
+        )
+        assert rpc.calls == len(failures) and rpc.published == []
 
 
 def test_a_non_content_error_fails_the_job_and_is_not_halved():
@@ -359,13 +376,44 @@ def test_a_request_rejected_as_a_future_is_split_without_being_sent_whole_again(
     assert rpc.calls == 3  # the whole request once (as a future), then each half
 
 
+MISSING = f"sink 's': topic {TOPIC} does not exist and the create disposition is CREATE_NEVER"
+
+
 def test_a_not_found_first_attempt_fails_the_flush_naming_the_topic():
     rpc = FakeRpc(failures=[Status(grpc.StatusCode.NOT_FOUND, "Resource not found")])
     writer = publisher_of(make_factory(rpc))
     writer.write((b"a", "", None), 0)
-    with pytest.raises(DestinationNotFoundError, match="orders does not exist"):
+    with pytest.raises(DestinationNotFoundError) as err:
         writer.flush()
-    assert rpc.calls == 1
+    assert str(err.value) == MISSING
+    assert rpc.calls == 1 and rpc.published == []
+
+
+def test_a_not_found_retry_after_an_unavailable_first_attempt_is_the_same_error():
+    rpc = FakeRpc(
+        failures=[
+            Status(grpc.StatusCode.UNAVAILABLE, "try again"),
+            Status(grpc.StatusCode.NOT_FOUND, "Resource not found"),
+        ]
+    )
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"a", "", None), 0)
+    with pytest.raises(DestinationNotFoundError) as err:
+        writer.flush()
+    assert str(err.value) == MISSING
+    assert rpc.futures == 1 and rpc.calls == 2 and rpc.published == []
+
+
+def test_a_not_found_ordered_request_is_the_same_error_and_its_successor_is_not_sent():
+    rpc = FakeRpc(failures=[Status(grpc.StatusCode.NOT_FOUND, "Resource not found")])
+    options = PubSubPublisherOptions(max_messages=1, enable_message_ordering=True)
+    writer = publisher_of(make_factory(rpc, options))
+    writer.write((b"a", "k", None), 0)
+    writer.write((b"b", "k", None), 1)
+    with pytest.raises(DestinationNotFoundError) as err:
+        writer.flush()
+    assert str(err.value) == MISSING
+    assert rpc.calls == 1 and rpc.published == []
 
 
 def test_requests_in_flight_are_bounded_per_subtask_across_topics():
@@ -445,85 +493,82 @@ def test_open_resolves_the_emulator_variable_without_connecting(monkeypatch):
     assert factory.rpc is None and factory.pool is None
 
 
-class LookupRpc(FakeRpc):
-    """A FakeRpc whose GetTopic answers once ``answer`` is set and knows only ``existing``."""
+class TopicRpc(FakeRpc):
+    """A FakeRpc that knows only the topics in ``existing``: GetTopic raises NOT_FOUND for the
+    others (as ``PubSubRpc.get_topic`` raises it), CreateTopic adds them, and each call's
+    thread is kept."""
 
     def __init__(self, existing=(TOPIC,)):
         super().__init__()
         self.existing = set(existing)
-        self.answer = threading.Event()
-        self.get_topics = 0
-        self.started_on: list[str] = []
-
-    def _answer(self, name):
-        self.answer.wait(5)
-        if name not in self.existing:
-            raise Status(grpc.StatusCode.NOT_FOUND, f"topic {name} not found")
-        return {"name": name}
-
-    def get_topic_future(self, name):
-        self.get_topics += 1
-        self.started_on.append(threading.current_thread().name)
-        future: Future = Future()
-
-        def run():
-            try:
-                future.set_result(self._answer(name))
-            except Status as exc:
-                future.set_exception(exc)
-
-        threading.Thread(target=run, daemon=True).start()
-        return future
+        self.admin_calls: list[tuple[str, str, str]] = []
 
     def get_topic(self, name):
-        self.get_topics += 1
-        try:
-            return self._answer(name)
-        except Status as exc:  # as PubSubRpc.get_topic raises it
-            from google.api_core import exceptions as gexc
+        from google.api_core import exceptions as gexc
 
-            raise gexc.NotFound(exc.details()) from exc
+        self.admin_calls.append(("GetTopic", name, threading.current_thread().name))
+        if name not in self.existing:
+            raise gexc.NotFound(f"topic {name} not found")
+        return {"name": name}
 
+    def create_topic(self, request):
+        self.admin_calls.append(("CreateTopic", request["name"], threading.current_thread().name))
+        self.existing.add(request["name"])
 
-opened_factory = make_factory
-
-
-def test_a_new_topic_is_checked_off_the_processing_thread_and_its_first_request_waits():
-    rpc = LookupRpc()
-    factory = opened_factory(rpc)
-    publisher = factory.create_writer(TopicDestination.from_resource_name(TOPIC))  # no wait
-    publisher.write((b"a", "", None), 0)
-    publisher.start_flush()
-    time.sleep(0.05)
-    assert rpc.requests == []  # the request waits for its topic's check
-    rpc.answer.set()
-    assert publisher.flush() == [] and rpc.published == [b"a"]
-    assert rpc.started_on == ["MainThread"] and rpc.get_topics == 1  # started, not awaited
-    # Known now: the next publisher of the topic asks nothing.
-    again = factory.create_writer(TopicDestination.from_resource_name(TOPIC))
-    assert again._lookup is None and rpc.get_topics == 1
+    def publish(self, topic, messages):
+        if topic not in self.existing:
+            with self.lock:
+                self.calls += 1
+            raise Status(grpc.StatusCode.NOT_FOUND, "Resource not found")
+        return super().publish(topic, messages)
 
 
-def test_a_missing_topic_under_create_never_fails_the_flush_naming_it():
-    rpc = LookupRpc(existing=())
-    rpc.answer.set()
-    factory = opened_factory(rpc)
-    publisher = factory.create_writer(TopicDestination.from_resource_name(TOPIC))
-    publisher.write((b"a", "", None), 0)
-    with pytest.raises(DestinationNotFoundError, match="orders does not exist"):
-        publisher.flush()
-    assert rpc.requests == []
+def test_under_create_never_a_topic_is_never_checked_and_a_missing_one_fails_its_flush():
+    rpc = TopicRpc(existing={TOPIC})
+    factory = make_factory(rpc)
+    missing = TopicDestination.of("p", "gone")
+    known = factory.create_writer(TopicDestination.from_resource_name(TOPIC))
+    gone = factory.create_writer(missing)
+    for i in range(3):
+        known.write((b"k%d" % i, "", None), i)
+        gone.write((b"g%d" % i, "", None), i)
+    known.start_flush()
+    gone.start_flush()
+    assert known.flush() == [] and sorted(rpc.published) == [b"k0", b"k1", b"k2"]
+    with pytest.raises(DestinationNotFoundError) as err:
+        gone.flush()  # the batch is not acknowledged: the flush, so the checkpoint, fails
+    assert str(err.value) == (
+        f"sink 's': topic {missing} does not exist and the create disposition is CREATE_NEVER"
+    )
+    assert rpc.admin_calls == [] and len(factory._known) == 0
+    assert rpc.futures == 2 and rpc.calls == 2  # one Publish per topic, nothing else
+
+
+def test_under_create_if_needed_a_topic_is_checked_and_created_on_the_processing_thread_once():
+    made = "projects/p/topics/made"
+    rpc = TopicRpc(existing={TOPIC})
+    factory = make_factory(rpc, disposition=CreateDisposition.CREATE_IF_NEEDED)
+    for name in (TOPIC, made, TOPIC, made):
+        writer = factory.create_writer(TopicDestination.from_resource_name(name))
+        writer.write((b"x", "", None), 0)
+        assert writer.flush() == []
+    assert rpc.admin_calls == [
+        ("GetTopic", TOPIC, "MainThread"),
+        ("GetTopic", made, "MainThread"),
+        ("CreateTopic", made, "MainThread"),
+    ]
+    assert factory.created_topics == 1 and rpc.published == [b"x"] * 4
 
 
 def test_the_known_topics_are_an_lru_of_bounded_size():
     from pyflink_gcp.core.checked import CheckedNames
 
-    rpc = LookupRpc(existing={f"projects/p/topics/top{i}" for i in range(5)})
-    rpc.answer.set()
-    factory = opened_factory(rpc)
+    rpc = TopicRpc(existing={f"projects/p/topics/top{i}" for i in range(5)})
+    factory = make_factory(rpc, disposition=CreateDisposition.CREATE_IF_NEEDED)
     factory._known = CheckedNames(limit=3)
     for i in range(5):
-        factory.create_writer(TopicDestination.of("p", f"top{i}"))._lookup.wait()
+        factory.create_writer(TopicDestination.of("p", f"top{i}"))
     assert len(factory._known) == 3 and factory._known.forgotten == 2
     assert "projects/p/topics/top0" not in factory._known
-    assert factory.create_writer(TopicDestination.of("p", "top0"))._lookup is not None  # again
+    factory.create_writer(TopicDestination.of("p", "top0"))  # checked again
+    assert [c[1] for c in rpc.admin_calls].count("projects/p/topics/top0") == 2
