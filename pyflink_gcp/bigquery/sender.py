@@ -229,7 +229,7 @@ class TableSender:
             if layout.arrow is not None:
                 overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
             self.max_bytes = self._max_request_bytes - overhead
-            self._layout = layout
+            self._layout = self._layout_source = layout  # not the lookup's future, for life
         return layout
 
     def stream_name(self) -> str:

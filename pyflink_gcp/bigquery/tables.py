@@ -4,12 +4,21 @@ A table writer needs the table's schema before it can encode a row. The lookup i
 ``tables.get`` (and, under ``CREATE_IF_NEEDED``, one ``tables.insert``) made by
 :class:`TableCatalog` on a metadata thread, so a subtask meeting many new tables keeps
 processing records meanwhile; the result is a :class:`TableLayout`.
+
+A table's encoders (the protobuf message class and its descriptor pool, the Arrow schema) cost
+about 19 KB of the worker's memory, most of it in protobuf's C++ descriptor pool. Dynamic
+destinations usually mean many tables of one schema (a table per tenant or per day), so the
+catalog builds them once per distinct schema and shares them between those tables' layouts
+(:class:`EncoderCache`); a table of another schema, or one whose schema changed when its writer
+is re-created, gets encoders of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +45,10 @@ _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
 #: Timeout of one REST call (table metadata, creation), capped by the retry deadline.
 _REST_TIMEOUT_S = 60.0
+
+#: Distinct schemas whose encoders a catalog keeps for new writers (about 19 KB each). A job
+#: writing more distinct schemas still works: a schema that fell out is built again.
+SHARED_SCHEMAS = 256
 
 
 class TableLayout:
@@ -67,6 +80,81 @@ class TableLayout:
         if row_format is RowFormat.ARROW:
             arrow = ArrowEncoder.for_schema(fields, ignore_unknown_values=ignore_unknown_values)
         return TableLayout(encoder, arrow, tuple(fields))
+
+
+def schema_key(fields: Sequence[Any]) -> tuple[Any, ...]:
+    """What the encoders of a schema depend on: each column's name, type and mode, nested
+    fields included (not descriptions, policy tags or defaults, which they never read)."""
+    return tuple(
+        (
+            field.name,
+            str(field.field_type).upper(),
+            (field.mode or "NULLABLE").upper(),
+            schema_key(getattr(field, "fields", None) or ()),
+        )
+        for field in fields
+    )
+
+
+class EncoderCache:
+    """The encoders of the schemas a subtask met most recently, shared by their tables.
+
+    A layout is per table (its location is its own); its encoder, Arrow encoder and fields are
+    those of the first table seen with the same :func:`schema_key`, primary key and encoding
+    options. They are read-only once built, so the sender threads of many tables use them at
+    once. At most ``capacity`` schemas are kept (least recently used out); a writer holding
+    encoders that fell out keeps them until it is closed.
+
+    Thread-safe: the catalog's metadata threads call :meth:`layout` concurrently.
+    """
+
+    def __init__(self, capacity: int = SHARED_SCHEMAS) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[Any, ...], TableLayout] = OrderedDict()
+        self._lock = threading.Lock()
+        #: Layouts built (a schema not held) and shared (tests, logs).
+        self.built = 0
+        self.shared = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def layout(
+        self,
+        fields: Sequence[Any],
+        primary_key: tuple[str, ...] = (),
+        *,
+        row_format: RowFormat = RowFormat.ARROW,
+        ignore_unknown_values: bool = False,
+    ) -> TableLayout:
+        """A new layout for a table of these columns, with shared encoders.
+
+        Raises:
+            SchemaNotSupportedError: The sink cannot write this schema (never cached).
+        """
+        key = (schema_key(fields), tuple(primary_key), row_format, ignore_unknown_values)
+        with self._lock:
+            known = self._entries.get(key)
+            if known is not None:
+                self._entries.move_to_end(key)
+                self.shared += 1
+        if known is None:
+            # Built outside the lock: a schema's encoders take a millisecond or more, and other
+            # metadata threads may be looking up tables of known schemas meanwhile.
+            built = TableLayout.of(
+                fields,
+                primary_key,
+                row_format=row_format,
+                ignore_unknown_values=ignore_unknown_values,
+            )
+            with self._lock:
+                # Another thread may have built the same schema meanwhile: keep one.
+                known = self._entries.setdefault(key, built)
+                self._entries.move_to_end(key)
+                self.built += 1
+                while len(self._entries) > self.capacity:
+                    self._entries.popitem(last=False)
+        return TableLayout(known.encoder, known.arrow, known.fields)
 
 
 class TableCatalog:
@@ -105,6 +193,8 @@ class TableCatalog:
         self._timeout_s = retry.attempt_timeout(_REST_TIMEOUT_S)
         self._lock = threading.Lock()
         self._rest: Any = None
+        #: The encoders of the schemas met, shared by the tables of one schema.
+        self.encoders = EncoderCache()
 
     def close(self) -> None:
         """Close the REST client, if one was opened."""
@@ -127,7 +217,7 @@ class TableCatalog:
             if schema is not None:
                 primary_key = schema.primary_key
         try:
-            layout = TableLayout.of(
+            layout = self.encoders.layout(
                 table.schema,
                 primary_key,
                 row_format=self.options.row_format,

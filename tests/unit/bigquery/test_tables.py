@@ -139,3 +139,98 @@ def test_an_unreachable_rest_endpoint_is_retried_until_the_deadline_and_named() 
         message, elapsed = lookup(silent)
     assert f"get table p.d.t at http://{silent}" in message and "DEADLINE_EXCEEDED" in message
     assert elapsed < 1.0 + 5.0 + 2
+
+
+def test_tables_of_one_schema_share_their_encoders_and_other_schemas_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    tables = catalog(lambda r, c: r)
+    schemas = {
+        "a": SCALARS,
+        # Equal columns spelled anew, another description: still one schema to the encoders.
+        "b": [SchemaField("id", "INT64", description="the id"), SchemaField("name", "STRING")],
+        "c": [*SCALARS, SchemaField("added", "STRING")],  # a column more
+        "d": [SchemaField("id", "INT64", mode="REQUIRED"), SchemaField("name", "STRING")],
+        "e": NESTED,
+    }
+    locations = {"a": "EU", "b": "US"}
+    monkeypatch.setattr(
+        tables,
+        "_get_or_create",
+        lambda dest: SimpleNamespace(
+            schema=schemas[dest.table], table_constraints=None, location=locations.get(dest.table)
+        ),
+    )
+    layouts = {t: tables.layout(TableDestination.of("p", "d", t)) for t in schemas}
+    a, b, c, d, e = layouts.values()
+    assert a.encoder is b.encoder and a.arrow is b.arrow and a.fields is b.fields
+    # Each table keeps its own layout (its location is its own).
+    assert a is not b and (a.location, b.location) == ("EU", "US")
+    others = [a.encoder, c.encoder, d.encoder, e.encoder]
+    assert len({id(x) for x in others}) == 4
+    assert c.encoder.columns == ("id", "name", "added")
+    assert d.arrow is not None and d.arrow is not a.arrow
+    assert e.arrow is None and e.encoder.columns == ("id", "customer")
+    assert (tables.encoders.built, tables.encoders.shared, len(tables.encoders)) == (4, 1, 4)
+    # A shared encoder writes each table's rows as that table's own encoder would.
+    row = {"id": 7, "name": "x"}
+    assert b.encoder.encode(row) == TableLayout.of(schemas["b"]).encoder.encode(row)
+    tables.close()
+
+
+def test_a_table_whose_schema_changed_gets_encoders_of_the_new_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer re-created after its table was replaced (idle timeout, LRU) sees the new
+    columns, and tables still of the old schema keep sharing theirs."""
+    from types import SimpleNamespace
+
+    tables = catalog(lambda r, c: r)
+    current = {"t": SCALARS, "u": SCALARS}
+    monkeypatch.setattr(
+        tables,
+        "_get_or_create",
+        lambda dest: SimpleNamespace(schema=current[dest.table], table_constraints=None),
+    )
+    before = tables.layout(DEST)
+    current["t"] = [*SCALARS, SchemaField("added", "STRING")]
+    after = tables.layout(DEST)
+    assert after.encoder is not before.encoder
+    assert after.encoder.columns == ("id", "name", "added")
+    assert tables.layout(TableDestination.of("p", "d", "u")).encoder is before.encoder
+    tables.close()
+
+
+def test_the_primary_key_and_the_options_are_part_of_what_is_shared() -> None:
+    from pyflink_gcp.bigquery.tables import EncoderCache
+
+    cache = EncoderCache()
+    plain = cache.layout(SCALARS)
+    keyed = cache.layout(SCALARS, ("id",))
+    assert keyed.encoder is not plain.encoder and keyed.encoder.primary_key == ("id",)
+    assert cache.layout(SCALARS, ("id",)).encoder is keyed.encoder
+    proto = cache.layout(SCALARS, row_format=RowFormat.PROTO)
+    assert proto.arrow is None and proto.encoder is not plain.encoder
+    lenient = cache.layout(SCALARS, ignore_unknown_values=True)
+    assert lenient.encoder is not plain.encoder
+    assert lenient.encoder.encode({"id": 1, "unknown": 2}) == plain.encoder.encode({"id": 1})
+
+
+def test_the_shared_encoders_are_bounded_least_recently_used_first() -> None:
+    from pyflink_gcp.bigquery.tables import EncoderCache
+
+    cache = EncoderCache(capacity=2)
+    schemas = [[SchemaField(f"c{i}", "INT64")] for i in range(3)]
+    first = cache.layout(schemas[0])
+    cache.layout(schemas[1])
+    assert cache.layout(schemas[0]).encoder is first.encoder  # 0 used again: 1 is the oldest
+    cache.layout(schemas[2])
+    assert len(cache) == 2
+    assert cache.layout(schemas[0]).encoder is first.encoder
+    assert cache.built == 3
+    cache.layout(schemas[1])  # fell out: built again
+    assert (cache.built, len(cache)) == (4, 2)
+    # A layout still in use keeps working after its schema fell out of the cache.
+    assert first.encoder.encode({"c0": 5}) == TableLayout.of(schemas[0]).encoder.encode({"c0": 5})
