@@ -100,16 +100,18 @@ class SinkBuilder:
         return self
 
     def set_chain_with_upstream(self, enabled: bool = True) -> Self:
-        """Let PyFlink fuse the writer into the Python operator before it (default: off).
+        """Run the Python functions right before the writer inside its operator (default: off).
 
-        By default the writer starts an operator chain of its own, so that its flush thresholds
-        (the service options' buffered records and buffer time) are the bundle size and time of
-        its operator. Fused, records reach the writer without a round trip through the JVM and
-        a second (de)serialization, which roughly halves the per-record cost of a job whose
-        last Python operator feeds the sink; the writer then flushes at the bundle ends of the
-        fused operator, which follow the job's ``python.fn-execution.bundle.size`` and
-        ``python.fn-execution.bundle.time``. Checkpoint barriers and the end of input still wait
-        for a full flush either way. Has no effect when no Python operator precedes the sink.
+        By default the writer starts an operator chain of its own, a second JVM-to-Python
+        crossing per record. Fused, records reach the writer without that round trip and a
+        second (de)serialization, which roughly halves the per-record cost of a job whose last
+        Python operator feeds the sink. The writer takes the functions into its own marker
+        operator (:mod:`pyflink_gcp.core.fusion`), so it keeps its checkpoint markers and its
+        flush thresholds; the functions run with the writer's bundle settings. It takes plain
+        ``map``/``flat_map``/``filter``/``process`` functions without side outputs, at its
+        parallelism, that feed nothing else when ``sink_to`` is called (an operator reading
+        that stream added afterwards runs them once more). After any other Python operator,
+        PyFlink fuses the writer into it as a plain operator: no markers, its bundle settings.
         """
         self._chain_with_upstream = bool(enabled)
         return self
@@ -123,9 +125,8 @@ class SinkBuilder:
         Java bridge's operator puts one into the input before each barrier) an ordinary bundle
         end only hands the buffered records to the senders, and the writer waits at the marker.
         The guarantee is the same; the task thread stops waiting on the service between
-        checkpoints. Applies to the writer in a chain of its own, on plain and keyed streams of
-        Python objects or typed records; with ``set_chain_with_upstream()`` every bundle end
-        waits.
+        checkpoints. Applies on plain and keyed streams of Python objects or typed records, in
+        a chain of the writer's own or fused by ``set_chain_with_upstream()``.
         """
         self._checkpoint_markers = bool(enabled)
         return self

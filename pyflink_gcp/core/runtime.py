@@ -14,9 +14,11 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   Bundles also end every ``max_buffered_records`` records and ``max_buffer_time_ms``; those are
   set on the operator's own configuration copy, so they are the writer's size/time flush
   thresholds and do not affect other operators. The writer starts a chain of its own so that
-  PyFlink does not fuse it into a preceding Python operator (whose bundle settings would win),
-  unless the builder's ``set_chain_with_upstream()`` asks for the fusion (one JVM round trip
-  less per record; the flush thresholds are then the fused operator's bundle settings).
+  PyFlink does not fuse it into a preceding Python operator (whose bundle settings would win,
+  and whose operator has no markers), unless the builder's ``set_chain_with_upstream()`` asks
+  for the fusion (one JVM round trip less per record): the writer then takes the Python
+  functions before it into its own operator (:mod:`pyflink_gcp.core.fusion`), markers and
+  thresholds kept, where it can.
 - On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
   one key stays on one subtask (and in order).
 - **Checkpoint markers.** Python alone cannot tell a checkpoint's bundle end from a size/time
@@ -31,15 +33,15 @@ How the pieces meet (facts pinned to PyFlink 2.3):
   marker's flush, so the delivery guarantee is the same. On a keyed stream the marker
   carries the subtask's last key. On a typed stream (records that are not pickled Python
   objects) every element goes to Python as the row ``(marker, record)`` (on a keyed stream
-  the value is wrapped); the operator is told which at construction. Markers
-  need a chain of the writer's own; otherwise, with ``set_checkpoint_markers(False)`` or
-  without the bridge jar, every bundle end waits.
+  the value is wrapped); the operator is told which at construction. With
+  ``set_checkpoint_markers(False)``, without the bridge jar, or fused by PyFlink itself, every
+  bundle end waits.
 - **Errors a restart cannot fix.** Every :class:`NonRetriableSinkError` leaving the writer
   function (from ``open``, a record, a marker or a bundle end) is marked on its way out
   (:func:`~pyflink_gcp.core.errors.mark_non_retriable`); the bridge's operator finds the mark in
   the failure PyFlink reports and rethrows it as Flink's ``SuppressRestartsException``, so the
   job fails once with that error instead of restarting forever. PyFlink's own operator (no
-  bridge jar, ``set_chain_with_upstream()``, ``set_checkpoint_markers(False)``) cannot do that:
+  bridge jar, ``set_checkpoint_markers(False)``, PyFlink's own fusion) cannot do that:
   the job then restarts on these errors as on any other, and a warning says so when the job is
   built.
 """
@@ -55,6 +57,7 @@ from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
+from pyflink_gcp.core import fusion
 from pyflink_gcp.core.bridge import (
     COMMITTER_OPERATOR,
     KEYED_MARKER_OPERATOR,
@@ -312,6 +315,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     jvm = gateway.jvm
     keyed = isinstance(ds, KeyedStream)
     j_stream = ds._j_data_stream
+    j_transformation = j_stream.getTransformation()
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
     _check_python_metrics(j_env_conf, config)
     _warn_python_executable(j_env_conf, config)
@@ -320,19 +324,32 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     j_conf.setString("python.fn-execution.bundle.size", str(config.max_buffered_records))
     j_conf.setString("python.fn-execution.bundle.time", str(config.max_buffer_time_ms))
 
-    j_input_type = j_stream.getTransformation().getOutputType()
     j_output_type = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
+    upstream = None
+    if config.chain_with_upstream and config.checkpoint_markers and not keyed:
+        upstream = fusion.fusable_upstream(j_stream.getExecutionEnvironment(), j_transformation)
+    if upstream is not None:
+        # The fused operator reads what the first upstream function read.
+        j_stream = jvm.org.apache.flink.streaming.api.datastream.DataStream(
+            j_stream.getExecutionEnvironment(), upstream.input
+        )
+    j_input_type = j_stream.getTransformation().getOutputType()
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
-    marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
+    marker_class, typed = _marker_operator_class(
+        ds, config, j_input_type, j_env_conf, fused=upstream is not None
+    )
     marker_args: tuple[Any, ...] = ()
     func_class: type[WriterProcessFunction] = WriterProcessFunction
     if marker_class is not None:
         # Typed records (a keyed stream's typed values) go to Python as the row (None, record),
-        # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id).
+        # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id). Fused,
+        # the first upstream function unwraps, and the writer gets what the last one returns.
         operator_class = marker_class
         marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
-        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
+        func_class = MarkedWriterProcessFunction
+        if typed and upstream is None:
+            func_class = TypedMarkedWriterProcessFunction
     else:
         _require_no_bridge(config)
         _warn_restarts_not_suppressed(config)
@@ -342,9 +359,23 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
             operator_class = process.ExternalPythonProcessOperator
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
+    if upstream is not None:
+        j_func_info = fusion.chain_info(upstream, j_func_info, MARKER_TAG, typed)
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)
-    out = DataStream(j_stream.transform(name, j_output_type, j_operator))
-    if config.chain_with_upstream:
+    operator_name = name if upstream is None else f"{upstream.names()}, {name}"
+    out = DataStream(j_stream.transform(operator_name, j_output_type, j_operator))
+    if upstream is not None:
+        fusion.take_over(
+            j_stream.getExecutionEnvironment(), upstream, out._j_data_stream.getTransformation()
+        )
+    # Fused here or with nothing to fuse (no Python operator before it), the writer may share
+    # its chain with the Java operators before it; only PyFlink's own fusion must be kept out
+    # of a marker operator.
+    if config.chain_with_upstream and (
+        marker_class is None or not fusion.is_python_operator(j_stream.getTransformation())
+    ):
+        if commits(config.factory):
+            out = _add_committer_operator(out, config, j_conf, name)
         return out
     # A chain of its own: PyFlink would otherwise fuse the writer into a preceding Python
     # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
@@ -453,7 +484,7 @@ def _require_no_bridge(config: SinkConfig) -> None:
     if needs is None:
         return
     if config.chain_with_upstream:
-        why = "set_chain_with_upstream() fuses the writer into the Python operator before it"
+        why = f"set_chain_with_upstream() {_NOT_TAKEN_IN}"
     elif not config.checkpoint_markers:
         why = "set_checkpoint_markers(False) turns it off"
     else:
@@ -467,6 +498,13 @@ def _require_no_bridge(config: SinkConfig) -> None:
     )
 
 
+#: Why ``set_chain_with_upstream()`` can leave the writer to PyFlink's own fusion.
+_NOT_TAKEN_IN = (
+    "with a Python operator before it that the writer cannot take in (keyed, with side "
+    "outputs or another parallelism, or read by other operators too), so PyFlink fuses them"
+)
+
+
 def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
     """Say, once per sink when the job is built, that its errors cannot end the job at once.
 
@@ -476,7 +514,7 @@ def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
     again and again; the warning is the only place a user learns that before it happens.
     """
     if config.chain_with_upstream:
-        why = "set_chain_with_upstream() fuses it into the Python operator before it"
+        why = f"set_chain_with_upstream() {_NOT_TAKEN_IN}"
     elif not config.checkpoint_markers:
         why = "set_checkpoint_markers(False)"
     else:
@@ -493,15 +531,28 @@ def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
 
 
 def _marker_operator_class(
-    ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any
+    ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any, *, fused: bool
 ) -> tuple[Any, bool]:
     """The bridge's marker operator class when this writer can use it (else None), and whether
-    its records (a keyed stream's values) are typed, that is, not pickled Python objects."""
+    its records (a keyed stream's values) are typed, that is, not pickled Python objects.
+
+    With ``set_chain_with_upstream()`` the marker operator runs only where PyFlink would not
+    fuse the writer into the operator before it: when the writer took the Python functions
+    before it in (``fused``, :mod:`pyflink_gcp.core.fusion`), on a keyed stream (whose
+    partitioning keeps it out of its upstream's chain) and after a Java operator.
+    """
     from pyflink.common.typeinfo import Types
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
-    if not config.checkpoint_markers or config.chain_with_upstream:
+    if not config.checkpoint_markers:
+        return None, False
+    if (
+        config.chain_with_upstream
+        and not fused
+        and not isinstance(ds, KeyedStream)
+        and fusion.is_python_operator(ds._j_data_stream.getTransformation())
+    ):
         return None, False
     pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
     keyed = isinstance(ds, KeyedStream)

@@ -346,8 +346,8 @@ def plain_record(i: int) -> dict[str, Any]:
 def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_dies(
     project: str, tmp_path: Any
 ) -> None:
-    """``set_chain_with_upstream()``: the writer runs inside the preceding Python map, and
-    flushes at that operator's bundle ends and checkpoint barriers. Killing the worker process
+    """``set_chain_with_upstream()``: the preceding Python map runs inside the writer's operator
+    (its bundles follow the writer's thresholds, and it waits at the checkpoint markers). Killing the worker process
     (no close, no flush) after checkpoints must lose nothing. The rows are plain scalars, so
     they travel as Arrow record batches."""
     dataset = make_dataset(project, "fused")
@@ -384,5 +384,5 @@ def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_d
     assert set(seen) == set(range(n)), f"lost {sorted(set(range(n)) - set(seen))[:10]}"
     sends = [e for e in read_events(log) if e["kind"] == "send"]
     assert sends and all(e["format"] == "arrow" for e in sends)
-    # Flushed by the fused operator's bundles of 400 records (per subtask), not in one piece.
+    # Sent in pieces along the way, not in one piece at the end.
     assert len(sends) >= n / 400

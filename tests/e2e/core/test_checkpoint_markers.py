@@ -54,9 +54,15 @@ def by_d_key(r: dict) -> str:
 
 
 def run(
-    tmp_path, *, markers: bool, typed: bool = False, keyed: bool = False
+    tmp_path,
+    *,
+    markers: bool,
+    typed: bool = False,
+    keyed: bool = False,
+    fused: bool = False,
+    thread_mode: bool = False,
 ) -> collections.Counter:
-    env = make_env(parallelism=2, checkpoint_ms=300)
+    env = make_env(parallelism=2, checkpoint_ms=300, thread_mode=thread_mode)
     ds = record_stream(env, RECORDS, record)
     resolver, serializer = by_d, None
     if typed:
@@ -75,6 +81,7 @@ def run(
             serializer,
             max_buffered_records=100,
             checkpoint_markers=markers,
+            chain_with_upstream=fused,
         )
     )
     env.execute("checkpoint markers")
@@ -90,6 +97,23 @@ def test_the_bridge_jar_is_built_and_up_to_date():
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
 def test_with_markers_only_checkpoints_and_the_end_of_input_wait(tmp_path, keyed):
     counts = run(tmp_path, markers=True, keyed=keyed)
+    assert sorted(written(tmp_path)) == list(range(RECORDS))
+    # 12,000 records in bundles of 100 per subtask: about 120 ordinary bundle ends, each only
+    # handing records over, against a few checkpoints (plus the end of input) that wait.
+    assert counts["start"] >= 50, counts
+    assert counts["flush"] * 3 < counts["start"], counts
+
+
+@pytest.mark.parametrize(
+    "typed, thread_mode",
+    [(False, False), (True, False), (False, True)],
+    ids=["one map", "two maps, typed", "one map in thread mode"],
+)
+def test_a_writer_fused_with_the_maps_before_it_keeps_its_markers(tmp_path, typed, thread_mode):
+    """``set_chain_with_upstream()``: the maps run inside the writer's marker operator (the
+    markers pass them by), and its bundles follow the writer's 100 records, not the job's. A
+    thread-mode map runs there too, in the writer's process-mode worker."""
+    counts = run(tmp_path, markers=True, typed=typed, fused=True, thread_mode=thread_mode)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
     # 12,000 records in bundles of 100 per subtask: about 120 ordinary bundle ends, each only
     # handing records over, against a few checkpoints (plus the end of input) that wait.
@@ -125,7 +149,7 @@ def row_to_record(row: Row, ctx) -> dict:
     return {"i": row[0], "d": row[1]}
 
 
-@pytest.mark.parametrize("shape", ["plain", "keyed", "typed row", "keyed typed row"])
+@pytest.mark.parametrize("shape", ["plain", "keyed", "typed row", "keyed typed row", "fused"])
 def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, shape):
     """Between checkpoints nothing is durable; the checkpoint must wait for its marker's flush."""
     out = tmp_path / "out"
@@ -143,7 +167,15 @@ def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, shape):
         resolver, serializer = by_row, row_to_record
         if shape.startswith("keyed"):
             stream = stream.key_by(lambda row: row[1], key_type=Types.STRING())
-    stream.sink_to(FileSink(str(out), resolver, serializer, max_buffered_records=100))
+    stream.sink_to(
+        FileSink(
+            str(out),
+            resolver,
+            serializer,
+            max_buffered_records=100,
+            chain_with_upstream=shape == "fused",
+        )
+    )
     env.execute("checkpoint markers, killed worker")
     ids = written(out)
     assert (tmp_path / "failed").exists()

@@ -19,7 +19,7 @@ from pyflink.common.typeinfo import Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.fn_execution import flink_fn_execution_pb2
 
-from pyflink_gcp.core import ConfigurationError, bridge, runtime
+from pyflink_gcp.core import ConfigurationError, bridge, fusion, runtime
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import make_env, record_stream
@@ -61,6 +61,8 @@ class WriterNode:
     chain: str  # the name of the job vertex (operator chain) holding the writer
     typed_markers: bool | None  # the marker operator's wrapping of typed records
     ships_bridge_jar: bool
+    upstream_functions: list[Any]  # fused: the functions before the writer's, first first
+    upstream_only_in_writer: bool  # fused: no other node of the graph runs a map
 
 
 def writer_node(env: StreamExecutionEnvironment) -> WriterNode:
@@ -85,6 +87,14 @@ def writer_node(env: StreamExecutionEnvironment) -> WriterNode:
     jars = get_j_env_configuration(env._j_stream_execution_environment).getString(
         "pipeline.jars", ""
     )
+    upstream = []
+    inputs = info.getInputs()
+    while len(inputs):
+        [info_before] = inputs
+        payload = bytes(info_before.getPythonFunction().getSerializedPythonFunction())
+        upstream.insert(0, pickle.loads(payload))
+        inputs = info_before.getInputs()
+    names = [n.getOperatorName() for n in graph.getStreamNodes().toArray()]
     return WriterNode(
         plan_name=node["type"],
         input_shipping=shipping,
@@ -95,6 +105,8 @@ def writer_node(env: StreamExecutionEnvironment) -> WriterNode:
         chain=chain,
         typed_markers=typed_markers,
         ships_bridge_jar=bridge.JAR.as_uri() in jars,
+        upstream_functions=upstream,
+        upstream_only_in_writer=not [n for n in names if n != node["type"] and "Map" in n],
     )
 
 
@@ -125,7 +137,14 @@ MODES = {
     # mode: (sink options, the bridge jar present, markers expected)
     "markers": ({}, True, True),
     "markers off": ({"checkpoint_markers": False}, True, False),
-    "chained with upstream": ({"chain_with_upstream": True}, True, False),
+    # The writer takes the maps before it into its marker operator (a keyed stream's writer
+    # has nothing to fuse with: its partitioning keeps it out of its upstream's chain).
+    "chained with upstream": ({"chain_with_upstream": True}, True, True),
+    "chained, markers off": (
+        {"chain_with_upstream": True, "checkpoint_markers": False},
+        True,
+        False,
+    ),
     "no bridge jar": ({}, False, False),
 }
 
@@ -148,8 +167,10 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
     fused = chained and not keyed
     assert (node.plan_name != WRITER) is fused, node.plan_name
     if fused:
-        assert node.plan_name.endswith(f"Map, {WRITER}"), node.plan_name
-        assert node.chain.startswith("Source: records -> "), node.chain
+        # Fused here (markers) or by PyFlink: the maps' names first, in the source's chain.
+        maps = "Map, Map" if typed else "Map"
+        assert node.plan_name == f"{maps}, {WRITER}", node.plan_name
+        assert node.chain == f"Source: records -> {maps}, {WRITER} -> Sink: Writer", node.chain
     else:
         # The writer heads its chain; only the discarding Java sink follows it.
         assert node.chain == f"{WRITER} -> Sink: Writer", node.chain
@@ -162,12 +183,23 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
         assert node.operator_class == (
             bridge.KEYED_MARKER_OPERATOR if keyed else bridge.MARKER_OPERATOR
         )
-        assert node.typed_markers is typed
-        expected_function: type = (
-            runtime.TypedMarkedWriterProcessFunction
-            if typed
-            else runtime.MarkedWriterProcessFunction
-        )
+        if fused:
+            # The operator reads the source's numbers (typed); the first map unwraps them, and
+            # the writer gets the maps' Python objects with the markers among them.
+            assert node.typed_markers is True
+            expected_function: type = runtime.MarkedWriterProcessFunction
+            assert [type(f) for f in node.upstream_functions] == [fusion.MarkerPassingFunction] * (
+                2 if typed else 1
+            )
+            assert [f._typed for f in node.upstream_functions] == [True] + [False] * typed
+            assert node.upstream_only_in_writer
+        else:
+            assert node.typed_markers is typed
+            expected_function = (
+                runtime.TypedMarkedWriterProcessFunction
+                if typed
+                else runtime.MarkedWriterProcessFunction
+            )
     else:
         # PyFlink's own operator: a fused one is the upstream's plain process operator.
         assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)
@@ -187,8 +219,20 @@ WARNED = {
     # mode: (sink options, the bridge jar present, the reason the warning names)
     "no bridge jar": ({}, False, "the Java bridge jar is unavailable"),
     "markers off": ({"checkpoint_markers": False}, True, "set_checkpoint_markers(False)"),
-    "chained with upstream": ({"chain_with_upstream": True}, True, "set_chain_with_upstream()"),
+    # A map that feeds another operator too stays out of the writer's operator.
+    "chained with a shared upstream": (
+        {"chain_with_upstream": True},
+        True,
+        "set_chain_with_upstream() with a Python operator before it that the writer cannot take in",
+    ),
 }
+
+
+def warned_pipeline(mode: str) -> tuple[StreamExecutionEnvironment, DataStream]:
+    env, ds = pipeline(keyed=False, typed=False)
+    if "shared" in mode:
+        ds.print()
+    return env, ds
 
 
 @pytest.mark.usefixtures("jar")
@@ -198,7 +242,7 @@ def test_a_writer_on_pyflinks_own_operator_warns_that_restarts_go_on(monkeypatch
     options, jar_present, reason = WARNED[mode]
     if not jar_present:
         monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
-    env, ds = pipeline(keyed=False, typed=False)
+    env, ds = warned_pipeline(mode)
     with caplog.at_level("WARNING", logger="pyflink_gcp.runtime"):
         ds.sink_to(sink_of(**options))
     [warning] = [r.getMessage() for r in caplog.records if r.name == "pyflink_gcp.runtime"]
@@ -227,7 +271,7 @@ def test_a_sink_that_needs_the_bridge_is_refused_at_sink_to_without_it(monkeypat
     options, jar_present, _ = WARNED[mode]
     if not jar_present:
         monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
-    env, ds = pipeline(keyed=False, typed=False)
+    env, ds = warned_pipeline(mode)
     with pytest.raises(ConfigurationError, match=r"sink 'file-sink': WriteMethod\.X needs"):
         ds.sink_to(sink_of(requires_bridge="WriteMethod.X", **options))
 
@@ -279,6 +323,26 @@ def test_a_committing_writer_is_refused_at_sink_to_without_the_bridge(monkeypatc
     sink = StagingSink("/nonexistent")
     for key, value in options.items():
         setattr(sink._config, key, value)
-    env, ds = pipeline(keyed=False, typed=False)
+    env, ds = warned_pipeline(mode)
     with pytest.raises(ConfigurationError, match=r"StagingFactory \(it commits after each"):
         ds.sink_to(sink)
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_committing_writer_fused_with_its_upstream_keeps_markers_and_its_committer():
+    from tests.support.committing import StagingSink
+
+    sink = StagingSink("/nonexistent")
+    sink._config.chain_with_upstream = True
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink)
+    plan = json.loads(env.get_execution_plan())
+    names = [n["type"] for n in plan["nodes"]]
+    assert "Map, staging-sink: Writer" in names and "staging-sink: Committer" in names, names
+    graph = env._generate_stream_graph(False)
+    [node] = [
+        n
+        for n in graph.getStreamNodes().toArray()
+        if n.getOperatorName() == "Map, staging-sink: Writer"
+    ]
+    assert node.getOperator().getClass().getName() == bridge.MARKER_OPERATOR
