@@ -179,10 +179,11 @@ def shaped_env(
 ) -> StreamExecutionEnvironment:
     """A benchmark job environment for a sink job shape.
 
-    Fused (``set_chain_with_upstream()``), the writer flushes at the upstream map's bundle ends,
-    so the job's bundle size is raised to the sink's own buffered-records default
-    (``fused_bundle_size``): PyFlink's default of 1,000 would flush, and wait for the service,
-    every 1,000 records. ``bundle_size``, if given, is the job's bundle size in every shape (the
+    Fused (``set_chain_with_upstream()``), the record map runs inside the writer's operator,
+    whose bundle settings are the writer's own; the job's bundle size is still raised to the
+    sink's buffered-records default (``fused_bundle_size``) for the case where PyFlink fuses
+    the writer into a map itself (then it flushes at that operator's bundle ends, and PyFlink's
+    default of 1,000 would wait for the service every 1,000 records). ``bundle_size``, if given, is the job's bundle size in every shape (the
     upstream operators' too: the writer operator sets its own). ``extra``: more configuration.
     """
     from tests.support.jobs import make_env

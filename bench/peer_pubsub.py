@@ -20,10 +20,9 @@ checkpoints and the same ~170-byte JSON records (``make_record``):
 - ``own-1`` / ``own-16``: PyFlink 2.3 with the pyflink-gcp ``PubSubSink`` (default options,
   the writer in its own operator chain with checkpoint markers) to one topic / round-robin over
   16 topics;
-- ``fused-1``: the same sink with ``set_chain_with_upstream()``: PyFlink fuses the writer into
-  the record map (one JVM-Python crossing less per record; no checkpoint markers, so every bundle
-  end waits for the service), the job's bundle size raised to the sink's buffered-records
-  default as the other benchmarks do for this shape.
+- ``fused-1``: the same sink with ``set_chain_with_upstream()``: the record map runs inside the
+  writer's marker operator (one JVM-Python crossing less per record; checkpoint markers and the
+  writer's own thresholds kept), to one topic.
 
 Each job is timed the same way on both sides: every sink subtask notes the wall clock and the
 CPU of the job's processes at its first record and again after its close, and the rate is the
