@@ -2,12 +2,12 @@
 Storage Write API's wire types, and primary keys compared by value.
 
 The Storage Write API takes rows as serialized protobuf messages described by a
-``DescriptorProto`` sent with the request. One :class:`RowEncoder` is built per table writer
-(from the table's schema) and encodes every row of that table, so the per-row cost is one
-message construction and one serialization in the protobuf C extension. Values whose wire form
-differs from their natural Python form (TIMESTAMP, DATE, NUMERIC, JSON...) are converted first;
-any other value that the message rejects is retried once through a lenient, column-by-column
-conversion that also produces the error message naming the column.
+``DescriptorProto`` sent with the request. One :class:`RowEncoder` is built per distinct schema
+(the tables of one schema share it: :mod:`pyflink_gcp.bigquery.tables`) and encodes their rows,
+so the per-row cost is one message construction and one serialization in the protobuf C
+extension. Values whose wire form differs from their natural Python form (TIMESTAMP, DATE,
+NUMERIC, JSON...) are converted first; any other value that the message rejects is retried once
+through a lenient, column-by-column conversion that also produces the error message naming it.
 
 Wire types (as the Storage Write API documents them): TIMESTAMP → int64 epoch microseconds,
 DATE → int32 days since the epoch, DATETIME/TIME → canonical strings, NUMERIC/BIGNUMERIC →
