@@ -4,7 +4,7 @@
                           [--destinations 1,100,1000,10000] [--latencies 0,20]
                           [--checkpoints 1000,10000] [--records 100000] [--parallelism 2]
                           [--max-active N] [--max-buffer-time-ms MS] [--max-buffered-records N]
-                          [--prove] [--log-calls]
+                          [--prove] [--fused] [--log-calls]
 
 Every sink job runs against the null backend (bench/nullbackend/, started here on free
 loopback ports): it answers every write after the chosen latency, stores nothing and counts
@@ -22,6 +22,9 @@ interval, at parallelism 2, one job measures:
 - the write calls the backend received (Publish, AppendRows requests, MutateRows, CreateTask,
   Commit), per completed checkpoint, the other calls (lookups, sessions, schema), and the
   AppendRows streams opened.
+
+``--fused`` runs every sink with ``set_chain_with_upstream()`` (the record map inside the
+writer's marker operator) and measures the ceiling in that shape too: a no-op fused with the map.
 
 No figure is printed before the backend's per-destination counts equal the input exactly.
 ``--prove`` first runs each sink twice (fewest destinations, shortest checkpoint interval):
@@ -227,11 +230,13 @@ def build_sink(
     max_buffer_time_ms: int | None = None,
     max_buffered_records: int | None = None,
     bigquery_channels: str | None = None,
+    fused: bool = False,
 ) -> Any:
     """The sink of ``service`` with its default options (but ``max_active_destinations``,
     ``max_buffer_time`` and ``max_buffered_records`` when given; the cap only for the sinks
-    with a writer per destination; BigQuery's ``channel_count``, "none" or a number) and the
-    log-and-drop handler (only records carrying the reject marker are ever rejected)."""
+    with a writer per destination; BigQuery's ``channel_count``, "none" or a number), fused
+    with the record map (``set_chain_with_upstream()``) when ``fused``, and the log-and-drop
+    handler (only records carrying the reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
@@ -264,6 +269,8 @@ def build_sink(
             count = None if bigquery_channels == "none" else int(bigquery_channels)
             options = options.channel_count(count)
         builder = builder.set_writer_options(options.build())
+    if fused:
+        builder = builder.set_chain_with_upstream()
     return builder.set_failure_handler(FailureHandler.log_and_drop()).build()
 
 
@@ -409,6 +416,7 @@ def sink_job(
     max_buffer_time_ms: int | None = None,
     max_buffered_records: int | None = None,
     bigquery_channels: str | None = None,
+    fused: bool = False,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -429,11 +437,12 @@ def sink_job(
     )
     spans = new_spans(workdir, f"{service}-{destinations}")
     sink = build_sink(
-        service, max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels
+        service, max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels, fused
     )
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
-    env = shaped_env("own chain", parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
+    shape = "fused" if fused else "own chain"
+    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
     record_stream(env, records, Records(destinations, marked_every)).sink_to(sink)
     with WorkerSampler(backend) as sampler:
         stats = run_with_checkpoint_stats(env, f"bench-scale-{service}-{destinations}", port)
@@ -462,14 +471,18 @@ def sink_job(
 
 
 def ceiling_job(
-    backend: NullBackend, records: int, checkpoint_ms: int, parallelism: int, workdir: str
+    backend: NullBackend,
+    records: int,
+    checkpoint_ms: int,
+    parallelism: int,
+    workdir: str,
+    fused: bool = False,
 ) -> tuple[float, dict[str, int]]:
-    env = shaped_env("own chain", parallelism, 1_000, checkpoint_ms)
+    shape = "fused" if fused else "own chain"
+    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms)
     spans = new_spans(workdir, f"ceiling-{checkpoint_ms}")
     with WorkerSampler(backend) as sampler:
-        rate = noop_ceiling(
-            env, record_stream(env, records, Records(1)), spans, "own chain", records
-        )
+        rate = noop_ceiling(env, record_stream(env, records, Records(1)), spans, shape, records)
     return rate, sampler.peaks()
 
 
@@ -540,6 +553,11 @@ def main() -> None:
         "connection per table while it sends); default: the sink's default",
     )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
+    parser.add_argument(
+        "--fused",
+        action="store_true",
+        help="sinks with set_chain_with_upstream(), against the no-op ceiling fused with the map",
+    )
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
     args = parser.parse_args()
     services = [s for s in args.sinks.split(",") if s]
@@ -559,14 +577,15 @@ def main() -> None:
                 for proof in ("reject", "fail"):
                     sink_job(
                         backend, service, args.records, destinations[0], 0.0, checkpoints[0],
-                        args.parallelism, workdir, prove=proof,
+                        args.parallelism, workdir, prove=proof, fused=args.fused,
                     )  # fmt: skip
         for checkpoint_ms in checkpoints:
             ceiling, ceiling_workers = ceiling_job(
-                backend, args.records, checkpoint_ms, args.parallelism, workdir
+                backend, args.records, checkpoint_ms, args.parallelism, workdir, args.fused
             )
             print(
-                f"PyFlink no-op ceiling, {checkpoint_ms / 1000:g} s checkpoints: "
+                f"PyFlink no-op ceiling ({'fused with the map' if args.fused else 'own chain'}), "
+                f"{checkpoint_ms / 1000:g} s checkpoints: "
                 f"{ceiling:,.0f} records/s, worker RSS {ceiling_workers['rss_kb'] / 1024:.0f} MB, "
                 f"{ceiling_workers['threads']} threads",
                 flush=True,
@@ -584,7 +603,7 @@ def main() -> None:
                             args.parallelism, workdir, max_active=args.max_active,
                             max_buffer_time_ms=args.max_buffer_time_ms,
                             max_buffered_records=args.max_buffered_records,
-                            bigquery_channels=channel_count,
+                            bigquery_channels=channel_count, fused=args.fused,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
@@ -600,7 +619,8 @@ def main() -> None:
     if args.max_buffered_records is not None:
         cap += f", max_buffered_records {args.max_buffered_records:,}"
     print(
-        f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, records round-robin "
+        f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, "
+        f"{'the writer fused with the record map, ' if args.fused else ''}records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
         "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; writes: "
         "Publish, AppendRows requests, MutateRows, CreateTask or Commit calls; other: lookups, "
