@@ -9,7 +9,8 @@ backend (bench/nullbackend/, started here on free loopback ports; every table ha
 tables, ``--rows`` per table, then the writer flushes, as a checkpoint would; after each step
 of ``--tables`` (cumulative: the 10,000 include the first 1,000) the script prints the growth
 of this process's resident set over the baseline taken before the first table (after a warm-up
-table, so the clients' own start-up is not counted), per table writer, and the live writers.
+table, so the clients' own start-up is not counted), per table writer, the live writers, and
+the step's seconds (its writes and its flush; every new table is looked up on the way).
 
 ``--trace`` runs the same with tracemalloc on and prints the Python allocation sites that hold
 the most after the last step (protobuf's and Arrow's C++ allocations are not seen by it, so
@@ -93,16 +94,21 @@ def measure(steps: list[int], rows: int, trace: bool) -> None:
                 f"baseline RSS {base / 2**20:.1f} MB (after one warm-up table); "
                 f"{rows} rows per table, one flush per step"
             )
-            print("| tables | live writers | RSS growth MB | bytes per table writer |")
-            print("| ---: | ---: | ---: | ---: |")
+            print("| tables | live writers | RSS growth MB | bytes per table writer | step s |")
+            print("| ---: | ---: | ---: | ---: | ---: |")
             done = 0
             for tables in steps:
+                start = time.monotonic()
                 write_tables(writer, done, tables, rows)
+                seconds = time.monotonic() - start
                 done = tables
                 check_counts(backend, done, rows)
                 grown = settle() - base
                 live = len(writer.registry)
-                print(f"| {tables:,} | {live:,} | {grown / 2**20:.1f} | {grown / tables:,.0f} |")
+                print(
+                    f"| {tables:,} | {live:,} | {grown / 2**20:.1f} | {grown / tables:,.0f} "
+                    f"| {seconds:.1f} |"
+                )
             if trace:
                 snapshot = tracemalloc.take_snapshot()
                 total = sum(stat.size for stat in snapshot.statistics("filename"))
