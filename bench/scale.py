@@ -4,7 +4,7 @@
                           [--destinations 1,100,1000,10000] [--latencies 0,20]
                           [--checkpoints 1000,10000] [--records 100000] [--parallelism 2]
                           [--max-active N] [--max-buffer-time-ms MS] [--max-buffered-records N]
-                          [--prove] [--fused] [--log-calls]
+                          [--prove] [--fused] [--bundle-size N] [--log-calls]
 
 Every sink job runs against the null backend (bench/nullbackend/, started here on free
 loopback ports): it answers every write after the chosen latency, stores nothing and counts
@@ -442,7 +442,9 @@ def sink_job(
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
     shape = "fused" if fused else "own chain"
-    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms, extra={"rest.port": str(port)})
+    env = shaped_env(
+        shape, parallelism, 1_000, checkpoint_ms, BUNDLE_SIZE[0], extra={"rest.port": str(port)}
+    )
     record_stream(env, records, Records(destinations, marked_every)).sink_to(sink)
     with WorkerSampler(backend) as sampler:
         stats = run_with_checkpoint_stats(env, f"bench-scale-{service}-{destinations}", port)
@@ -470,6 +472,12 @@ def sink_job(
     return span_rate(spans, records), stats, counts, sampler.peaks()
 
 
+#: The job's ``python.fn-execution.bundle.size`` (``--bundle-size``): the record map's and the
+#: no-op's bundles (the writer's operator sets its own). Unless given, PyFlink's default
+#: (100,000 records, or 1 s) in a chain of its own and 1,000 fused (``shaped_env``).
+BUNDLE_SIZE: list[int | None] = [None]
+
+
 def ceiling_job(
     backend: NullBackend,
     records: int,
@@ -479,7 +487,7 @@ def ceiling_job(
     fused: bool = False,
 ) -> tuple[float, dict[str, int]]:
     shape = "fused" if fused else "own chain"
-    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms)
+    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms, BUNDLE_SIZE[0])
     spans = new_spans(workdir, f"ceiling-{checkpoint_ms}")
     with WorkerSampler(backend) as sampler:
         rate = noop_ceiling(env, record_stream(env, records, Records(1)), spans, shape, records)
@@ -554,12 +562,18 @@ def main() -> None:
     )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
     parser.add_argument(
+        "--bundle-size",
+        type=int,
+        help="the job's python.fn-execution.bundle.size: the map's and the no-op's bundles",
+    )
+    parser.add_argument(
         "--fused",
         action="store_true",
         help="sinks with set_chain_with_upstream(), against the no-op ceiling fused with the map",
     )
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
     args = parser.parse_args()
+    BUNDLE_SIZE[0] = args.bundle_size
     services = [s for s in args.sinks.split(",") if s]
     unknown = set(services) - set(SERVICES)
     if unknown:
@@ -620,7 +634,9 @@ def main() -> None:
         cap += f", max_buffered_records {args.max_buffered_records:,}"
     print(
         f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, "
-        f"{'the writer fused with the record map, ' if args.fused else ''}records round-robin "
+        f"{'the writer fused with the record map, ' if args.fused else ''}"
+        f"{'' if args.bundle_size is None else f'job bundle size {args.bundle_size:,}, '}"
+        "records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
         "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; writes: "
         "Publish, AppendRows requests, MutateRows, CreateTask or Commit calls; other: lookups, "

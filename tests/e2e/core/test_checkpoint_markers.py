@@ -61,8 +61,9 @@ def run(
     keyed: bool = False,
     fused: bool = False,
     thread_mode: bool = False,
+    extra: dict[str, str] | None = None,
 ) -> collections.Counter:
-    env = make_env(parallelism=2, checkpoint_ms=300, thread_mode=thread_mode)
+    env = make_env(parallelism=2, checkpoint_ms=300, thread_mode=thread_mode, extra=extra)
     ds = record_stream(env, RECORDS, record)
     resolver, serializer = by_d, None
     if typed:
@@ -119,6 +120,17 @@ def test_a_writer_fused_with_the_maps_before_it_keeps_its_markers(tmp_path, type
     # handing records over, against a few checkpoints (plus the end of input) that wait.
     assert counts["start"] >= 50, counts
     assert counts["flush"] * 3 < counts["start"], counts
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["own chain", "fused"])
+def test_the_writers_thresholds_hold_when_the_job_sets_its_own_bundle_size(tmp_path, fused):
+    """PyFlink adds the job's explicit Python options to every Python operator when the job is
+    executed; the bridge's operator keeps its own bundle size (100 records here) against them."""
+    job = {"python.fn-execution.bundle.size": "100000", "python.fn-execution.bundle.time": "60000"}
+    counts = run(tmp_path, markers=True, fused=fused, extra=job)
+    assert sorted(written(tmp_path)) == list(range(RECORDS))
+    # Bundles of the job's 100,000 records would give no ordinary bundle end at all.
+    assert counts["start"] >= 50, counts
 
 
 def test_without_markers_every_bundle_end_waits(tmp_path):

@@ -28,6 +28,8 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     private final NonRetriableErrors errors;
 
+    private final BundleSettings bundle;
+
     /**
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
      *     {@code typed}
@@ -54,6 +56,14 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typed);
         this.errors = new NonRetriableErrors(nonRetriableMarker);
+        this.bundle = new BundleSettings(config);
+    }
+
+    /** The writer's bundle size and time win over the job's ({@link BundleSettings}). */
+    @Override
+    public void open() throws Exception {
+        bundle.restore(config);
+        super.open();
     }
 
     @Override

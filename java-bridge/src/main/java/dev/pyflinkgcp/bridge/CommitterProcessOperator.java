@@ -62,6 +62,8 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     private final NonRetriableErrors errors;
 
+    private final BundleSettings bundle;
+
     /** Received since the last snapshot: they belong to the next checkpoint. */
     private transient List<byte[]> received;
 
@@ -92,6 +94,7 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         this.tag = tag;
         this.checkpointing = checkpointing;
         this.errors = new NonRetriableErrors(nonRetriableMarker);
+        this.bundle = new BundleSettings(config);
     }
 
     @Override
@@ -118,6 +121,7 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     @Override
     public void open() throws Exception {
+        bundle.restore(config);
         super.open();
         if (!restored.isEmpty()) {
             // No checkpoint can be taken before this returns: a failure here restores them again.

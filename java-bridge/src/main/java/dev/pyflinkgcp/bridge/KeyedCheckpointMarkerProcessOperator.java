@@ -25,6 +25,8 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     private final NonRetriableErrors errors;
 
+    private final BundleSettings bundle;
+
     private transient Object lastKey;
 
     /**
@@ -50,6 +52,7 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typedValues);
         this.errors = new NonRetriableErrors(nonRetriableMarker);
+        this.bundle = new BundleSettings(config);
     }
 
     private static RowTypeInfo wrapValues(RowTypeInfo keyed) {
@@ -58,6 +61,13 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
                     keyed.getTypeAt(0), CheckpointMarkers.wrappedType(keyed.getTypeAt(1))
                 },
                 keyed.getFieldNames());
+    }
+
+    /** The writer's bundle size and time win over the job's ({@link BundleSettings}). */
+    @Override
+    public void open() throws Exception {
+        bundle.restore(config);
+        super.open();
     }
 
     @Override
