@@ -23,6 +23,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/KeyedCheckpointMarkerProcessOperator.class",
     "dev/pyflinkgcp/bridge/CheckpointMarkers.class",
     "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
+    "dev/pyflinkgcp/bridge/BundleSettings.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
