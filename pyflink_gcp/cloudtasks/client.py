@@ -10,8 +10,8 @@ pool 500-610 µs (proto-plus wrapping, one thread per call); several synchronous
 slower than one (each adds a polling thread). The processing thread only appends encoded
 requests to the loop's inbox, waking it once per batch.
 
-Only the queue check (``GetQueue``) uses the generated client, on a synchronous channel of its
-own (:func:`admin_client`).
+The queue check's ``GetQueue`` is a raw call too, on a synchronous channel of its own
+(:func:`get_queue_stub`): its first attempt is a ``grpc.Future`` no Python thread waits on.
 """
 
 from __future__ import annotations
@@ -40,8 +40,12 @@ EMULATOR_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
 DEFAULT_HOST = "cloudtasks.googleapis.com"
 #: The full method name of ``CreateTask``, called with encoded request bytes.
 CREATE_TASK = "/google.cloud.tasks.v2.CloudTasks/CreateTask"
+#: The full method name of ``GetQueue`` (the queue check).
+GET_QUEUE = "/google.cloud.tasks.v2.CloudTasks/GetQueue"
 
 _CreateTaskRequestPb: Any = tasks_v2.CreateTaskRequest.pb()
+_GetQueueRequestPb: Any = tasks_v2.GetQueueRequest.pb()
+_QueuePb: Any = tasks_v2.Queue.pb()
 # Field 2 of CreateTaskRequest (``task``), length-delimited: its tag byte.
 _TASK_FIELD_TAG = b"\x12"
 
@@ -63,13 +67,30 @@ def channel_options(count: int) -> tuple[tuple[str, Any], ...]:
 
 
 def open_admin_channel(endpoint: Endpoint) -> grpc.Channel:
-    """A synchronous channel for the generated client (plain text for an emulator, else TLS)."""
+    """A synchronous channel for the queue check (plain text for an emulator, else TLS)."""
     return open_channel(endpoint, CloudTasksGrpcTransport, DEFAULT_HOST)
 
 
-def admin_client(channel: grpc.Channel) -> tasks_v2.CloudTasksClient:
-    """The generated client on ``channel`` (the queue check's ``GetQueue``)."""
-    return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
+def get_queue_stub(channel: grpc.Channel) -> Any:
+    """``GetQueue`` as a raw call on ``channel``: called with a ``GetQueueRequest`` message, it
+    answers a ``Queue`` message (``stub(request, ...)`` blocks, ``stub.future(request, ...)``
+    does not) and fails with a ``grpc.RpcError``. The generated client's layers would cost
+    CPU per call, and a job naming thousands of queues makes thousands of checks."""
+    return channel.unary_unary(
+        GET_QUEUE,
+        request_serializer=_GetQueueRequestPb.SerializeToString,
+        response_deserializer=_QueuePb.FromString,
+    )
+
+
+def get_queue_request(name: str) -> Any:
+    """The ``GetQueueRequest`` message of a queue's resource name."""
+    return _GetQueueRequestPb(name=name)
+
+
+def get_queue_metadata(name: str, header: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """Request metadata of a queue's ``GetQueue``: the routing header and the client's identity."""
+    return (routing_header.to_grpc_metadata((("name", name),)), header)
 
 
 def open_async_channels(endpoint: Endpoint, count: int) -> list[AsyncChannel]:

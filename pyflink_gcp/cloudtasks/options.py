@@ -54,8 +54,9 @@ class CloudTasksWriterOptions(DestinationWriterOptions):
         rpc_timeout: Deadline of a single ``CreateTask`` attempt.
         max_task_size_bytes: Tasks whose serialized size (body, headers, URL, name) exceeds this
             go to the failure handler instead of being sent (the service rejects them).
-        verify_queues: Check once per queue and subtask, with ``GetQueue``, that the queue exists
-            before its first task, to fail with a clear error naming it. Needs the
+        verify_queues: Check once per queue and subtask, with ``GetQueue``, that the queue exists,
+            to fail with a clear error naming it; the check starts with the queue's writer and
+            the queue's first flush waits for it, not the processing thread. Needs the
             ``cloudtasks.queues.get`` permission (a caller with only ``cloudtasks.tasks.create``
             gets a warning and the check is skipped; a missing queue then still fails the job on
             its first ``CreateTask``).
@@ -104,5 +105,5 @@ class CloudTasksWriterOptionsBuilder(DestinationOptionsBuilder[CloudTasksWriterO
         return self._set("max_task_size_bytes", size)
 
     def verify_queues(self, enabled: bool = True) -> Self:
-        """Check with ``GetQueue`` that each queue exists before its first task (default on)."""
+        """Check with ``GetQueue`` that each queue exists, by its first flush (default on)."""
         return self._set("verify_queues", enabled)

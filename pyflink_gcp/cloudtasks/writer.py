@@ -8,7 +8,9 @@ says why that transport), shared by every queue. At most ``max_in_flight_request
 outstanding per subtask: when the window is full, ``write`` waits for the oldest call
 (backpressure). Before each checkpoint barrier and at the end of input the sink calls
 :meth:`QueueWriter.flush` on every queue with calls in flight, which waits for each, retries
-transient failures with backoff, and hands rejected tasks to the failure handler.
+transient failures with backoff, and hands rejected tasks to the failure handler. A new
+queue's check (:mod:`pyflink_gcp.cloudtasks.queues`) runs meanwhile, off the processing thread;
+the flush settles it first.
 
 A task is one request, so a request rejected for its content names its record: nothing is
 split to find it (no :func:`~pyflink_gcp.core.isolation.isolate_rejected` here).
@@ -38,6 +40,7 @@ from pyflink_gcp.cloudtasks.destinations import QueueDestination
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
 from pyflink_gcp.cloudtasks.queues import QueueCheck
 from pyflink_gcp.cloudtasks.serialization import TaskPb
+from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -134,9 +137,9 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         return list(open_async_channels(endpoint, self.options.channel_count))
 
     def create_writer(self, destination: QueueDestination) -> QueueWriter:
-        if self.queue_check is not None:
-            self.queue_check.verify(destination)
-        return QueueWriter(destination, self)
+        # The check starts here without waiting; the writer settles it by its flush.
+        check = self.queue_check.start(destination) if self.queue_check is not None else None
+        return QueueWriter(destination, self, check)
 
     def flush_shared(self) -> list[FailedRecord]:
         # Every queue writer has waited for its calls by now: the window holds only done calls.
@@ -180,11 +183,25 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
 
 
 class QueueWriter(DestinationWriter[QueueDestination]):
-    """The calls of one queue. Holds no client: only the calls in flight since the last flush."""
+    """The calls of one queue. Holds no client: only the calls in flight since the last flush.
 
-    def __init__(self, destination: QueueDestination, factory: CloudTasksWriterFactory) -> None:
+    Args:
+        destination: The queue.
+        factory: What the subtask's queues share.
+        check: The queue's check, still running (None: the queue is known, or not checked):
+            settled by :meth:`flush` before the calls' outcomes are read, so a missing queue
+            fails with the check's error naming it and the command that creates it.
+    """
+
+    def __init__(
+        self,
+        destination: QueueDestination,
+        factory: CloudTasksWriterFactory,
+        check: PendingCheck | None = None,
+    ) -> None:
         super().__init__(destination)
         self._factory = factory
+        self._check = check
         self._start = factory.start
         self._sink = factory.sink_name
         self._parent = destination.resource_name
@@ -275,7 +292,12 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         )
 
     def _compact(self) -> None:
-        """Forget calls that already succeeded (bounded memory between flushes)."""
+        """Forget calls that already succeeded (bounded memory between flushes); fail now if
+        the queue's check has failed (the calls of a missing queue all fail, and would be
+        kept until the checkpoint)."""
+        check = self._check
+        if check is not None and check.failed():
+            check.wait()  # raises the check's error
         before = len(self._pending)
         self._pending = [
             call for call in self._pending if not call[0].done() or call[0].exception() is not None
@@ -290,7 +312,16 @@ class QueueWriter(DestinationWriter[QueueDestination]):
 
         ALREADY_EXISTS is success: the task name came from ``with_task_id`` and the task was
         created before (a replay after a restart, or a retried call that had succeeded).
+
+        Raises:
+            DestinationNotFoundError: The queue's check found it missing.
+            WriteError: The check found it DISABLED or failed otherwise; a task failed with a
+                status that is not the task's fault, or kept failing transiently.
         """
+        check = self._check
+        if check is not None:
+            check.wait()  # at most the retry deadline and two attempts
+            self._check = None
         factory = self._factory
         failures, self._rejected = self._rejected, []
         pending, self._pending = self._pending, []
@@ -347,3 +378,4 @@ class QueueWriter(DestinationWriter[QueueDestination]):
     def close(self) -> None:
         self._pending = []
         self._rejected = []
+        self._check = None

@@ -188,26 +188,35 @@ def test_missing_queue_is_a_clear_error_checked_once(stack: EmulatorStack, proje
     writer = _open(sink)
     factory = writer.config.factory
     writer.write({"id": 0, "customer": 0})
-    calls = []
-    client = factory.queue_check._client
-    original = client.get_queue
+    writer.flush()  # the known queue's check is settled by its flush at the latest
+    calls: list[str] = []
+    check = factory.queue_check
+    stub = check._stub
 
-    def counting(**kwargs: Any) -> Any:
-        calls.append(kwargs["name"])
-        return original(**kwargs)
+    class Counting:
+        def __call__(self, request: Any, **kwargs: Any) -> Any:
+            calls.append(request.name)
+            return stub(request, **kwargs)
 
-    client.get_queue = counting
+        def future(self, request: Any, **kwargs: Any) -> Any:
+            calls.append(request.name)
+            return stub.future(request, **kwargs)
+
+    check._stub = Counting()
+    # The missing queue's check does not block the write: its task is sent meanwhile.
+    writer.write({"id": 1, "customer": 1})
     with pytest.raises(DestinationNotFoundError) as info:
-        writer.write({"id": 1, "customer": 1})
+        writer.flush()
     message = str(info.value)
     assert f"'{queue}-missing' does not exist" in message
     assert "never creates queues" in message and "cloudtasks-sink" in message
+    assert "gcloud tasks queues create" in message
     # A known queue is checked once per subtask, even after its writer was released.
-    writer.flush()
     writer.registry.close_all()
     writer.write({"id": 2, "customer": 0})
     writer.flush()
-    assert calls == [f"{queue}-missing"]
+    # The missing queue: its first attempt, then the full check; the known queue not again.
+    assert calls == [f"{queue}-missing", f"{queue}-missing"]
     writer.close()
 
 

@@ -274,24 +274,131 @@ class RecordingCheck:
     def __init__(self) -> None:
         self.queues: list[str] = []
 
-    def verify(self, destination: QueueDestination) -> None:
+    def start(self, destination: QueueDestination) -> None:
         self.queues.append(str(destination))
 
     def close(self) -> None:
         pass
 
 
-def test_the_queue_check_runs_before_a_writer_is_created_when_enabled() -> None:
+def test_the_queue_check_starts_when_a_writer_is_created_when_enabled() -> None:
     factory = FakeFactory()
     factory.options = CloudTasksWriterOptions(verify_queues=True)
     factory.open(SubtaskInfo("hooks-sink"))
     assert factory.queue_check is not None
+    factory.queue_check.close()
     check = RecordingCheck()
     factory.queue_check = check  # type: ignore[assignment]
     factory.create_writer(QUEUE)
     assert check.queues == [str(QUEUE)]
     unchecked, _ = _writer()
     assert unchecked.queue_check is None
+
+
+class SlowGetQueue:
+    """A raw GetQueue whose first attempt answers ``outcome`` only after ``delay_s``; the
+    blocking full check answers at once."""
+
+    def __init__(self, outcome: BaseException, delay_s: float) -> None:
+        self.outcome = outcome
+        self.delay_s = delay_s
+        self.calls = 0
+
+    def __call__(self, request: Any, timeout: float, metadata: Any) -> Any:
+        self.calls += 1
+        raise self.outcome
+
+    def future(self, request: Any, timeout: float, metadata: Any) -> Any:
+        import threading
+        from concurrent.futures import Future
+
+        self.calls += 1
+        future: Future[Any] = Future()
+        threading.Timer(self.delay_s, future.set_exception, (self.outcome,)).start()
+        return future
+
+
+def _checked_writer(get_queue: Any) -> tuple[FakeFactory, QueueWriter]:
+    factory = FakeFactory()
+    factory.options = CloudTasksWriterOptions(verify_queues=True)
+    factory.open(SubtaskInfo("hooks-sink"))
+    assert factory.queue_check is not None
+    factory.queue_check._stub = get_queue
+    return factory, factory.create_writer(QUEUE)
+
+
+def test_a_slow_queue_check_does_not_delay_writes_and_fails_the_flush() -> None:
+    import time
+
+    get_queue = SlowGetQueue(FakeError(grpc.StatusCode.NOT_FOUND), delay_s=1.0)
+    start = time.monotonic()
+    factory, writer = _checked_writer(get_queue)
+    for i in range(3):
+        writer.write(_task(f"t-{i}"), f"record {i}")
+    # The tasks were sent while GetQueue was still unanswered.
+    assert time.monotonic() - start < 0.5
+    assert len(factory.channel.requests) == 3 and get_queue.calls == 1
+    # The CreateTasks succeeded, but the flush settles the check first: the queue's error.
+    with pytest.raises(
+        DestinationNotFoundError,
+        match="queues/hooks' does not exist.*gcloud tasks queues create hooks "
+        "--location=us-central1 --project=p",
+    ):
+        writer.flush()
+    assert time.monotonic() - start >= 1.0
+    assert factory.created == 0
+    factory.close()
+
+
+def test_a_failed_queue_check_fails_writes_once_calls_are_compacted() -> None:
+    get_queue = SlowGetQueue(FakeError(grpc.StatusCode.NOT_FOUND), delay_s=0.0)
+    factory, writer = _checked_writer(get_queue)
+    check = writer._check
+    assert check is not None
+    with pytest.raises(DestinationNotFoundError):
+        check.wait()  # settled here rather than on the pool: no race with the writes below
+    # Calls of a missing queue all fail: the writer stops at its next compaction rather than
+    # keeping them until the checkpoint.
+    with pytest.raises(DestinationNotFoundError, match="queues/hooks' does not exist"):
+        for i in range(5 * factory.options.max_in_flight_requests):
+            writer.write(_task(f"t-{i}"), f"record {i}")
+    assert len(factory.channel.requests) == 4 * factory.options.max_in_flight_requests
+    factory.close()
+
+
+class QueueAnswers(SlowGetQueue):
+    """A raw GetQueue whose first attempt answers a queue in ``state`` at once."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__(FakeError(grpc.StatusCode.INTERNAL), 0.0)
+        self.state = state
+
+    def future(self, request: Any, timeout: float, metadata: Any) -> Any:
+        from concurrent.futures import Future
+
+        self.calls += 1
+        future: Future[Any] = Future()
+        future.set_result(tasks_v2.Queue.pb()(name=request.name, state=self.state))
+        return future
+
+
+def test_a_disabled_queue_fails_the_flush_and_a_found_queue_is_not_checked_again() -> None:
+    disabled = QueueAnswers(tasks_v2.Queue.State.DISABLED)
+    factory, writer = _checked_writer(disabled)
+    writer.write(_task("t"), "record")
+    with pytest.raises(WriteError, match="is DISABLED and accepts no tasks"):
+        writer.flush()
+    factory.close()
+
+    running = QueueAnswers(tasks_v2.Queue.State.RUNNING)
+    factory, writer = _checked_writer(running)
+    writer.write(_task("t"), "record")
+    assert writer.flush() == []
+    writer.close()
+    again = factory.create_writer(QUEUE)  # an evicted queue's new writer
+    again.write(_task("u"), "record")
+    assert again.flush() == [] and running.calls == 1
+    factory.close()
 
 
 @pytest.mark.parametrize("body_size", [0, 100, 127, 128, 16_383, 16_384, 90_000])
