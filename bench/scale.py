@@ -18,7 +18,9 @@ interval, at parallelism 2, one job measures:
 - the peak RSS, threads, open sockets and connections to the backend of each Python worker,
   sampled every 0.5 s from /proc (the workers are the Python processes under the
   MiniCluster's JVM; the backend's connections are matched in /proc/net/tcp);
-- Flink's checkpoint statistics from its REST API (completed, average and largest duration);
+- Flink's checkpoint statistics from its REST API (completed, average and largest duration),
+  and the writer's full flushes as its ``lastFlushMillis`` gauge showed them there (median and
+  largest): how much of a checkpoint the flush is;
 - the write calls the backend received (Publish, AppendRows requests, MutateRows, CreateTask,
   Commit), per completed checkpoint, the other calls (lookups, sessions, schema), and the
   AppendRows streams opened.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -506,6 +509,7 @@ COLUMNS = (
     ("ratio", 6, "{ratio:.2f}"),
     ("ckpts", 5, "{done}"),
     ("ckpt avg/max ms", 16, "{avg}/{top}"),
+    ("flush med/max ms", 16, "{flush}"),
     ("writes", 8, "{r.write_calls:,}"),
     ("writes/ckpt", 11, "{per_ckpt}"),
     ("other", 6, "{r.other_calls:,}"),
@@ -515,6 +519,13 @@ COLUMNS = (
     ("sockets", 7, "{w[sockets]}"),
     ("conns", 5, "{w[backend_conns]}"),
 )
+
+
+def flush_text(readings: list[float]) -> str:
+    """The writer's full flushes as its gauge showed them: median/largest ms, or "-"."""
+    if not readings:
+        return "-"
+    return f"{statistics.median(readings):.0f}/{max(readings):.0f}"
 
 
 def row(r: Result) -> str:
@@ -527,6 +538,7 @@ def row(r: Result) -> str:
         "avg": f"{r.checkpoints['avg_ms']:.0f}" if done else "-",
         "top": f"{r.checkpoints['max_ms']:.0f}" if done else "-",
         "per_ckpt": f"{r.write_calls / done:,.1f}" if done else "-",
+        "flush": flush_text(r.checkpoints.get("flush_ms", [])),
         "rss": r.workers["rss_kb"] / 1024,
         "w": r.workers,
     }
@@ -638,7 +650,9 @@ def main() -> None:
         f"{'' if args.bundle_size is None else f'job bundle size {args.bundle_size:,}, '}"
         "records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
-        "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; writes: "
+        "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; flush: the "
+        "writer's full flushes (checkpoint markers, end of input) as its lastFlushMillis gauge "
+        "showed them, median/largest; writes: "
         "Publish, AppendRows requests, MutateRows, CreateTask or Commit calls; other: lookups, "
         "sessions, schema queries; streams: AppendRows streams opened; RSS, threads, sockets, conns (to the backend): the largest "
         "reading of one Python worker during the job.\n"
