@@ -446,7 +446,12 @@ def sink_job(
     port = free_port()
     shape = "fused" if fused else "own chain"
     env = shaped_env(
-        shape, parallelism, 1_000, checkpoint_ms, BUNDLE_SIZE[0], extra={"rest.port": str(port)}
+        shape,
+        parallelism,
+        1_000,
+        checkpoint_ms,
+        BUNDLE_SIZE[0],
+        extra={"rest.port": str(port), "metrics.fetcher.update-interval": "500"},
     )
     record_stream(env, records, Records(destinations, marked_every)).sink_to(sink)
     with WorkerSampler(backend) as sampler:
