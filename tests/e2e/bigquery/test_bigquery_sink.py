@@ -360,16 +360,14 @@ def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_d
         .set_destination_resolver(ByTenant(project, dataset))
         .set_serializer(BigQuerySerializer.of(lambda r: dict(r), schema=PLAIN))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        # At most 400 records wait in open batches: sent along the way, whatever the
+        # checkpoints' timing.
+        .set_writer_options(BigQueryWriterOptions.builder().max_buffered_records(400).build())
         .set_chain_with_upstream()
         .build()
     )
     sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
-    env = make_env(
-        parallelism=2,
-        checkpoint_ms=300,
-        process_workers=True,
-        extra={"python.fn-execution.bundle.size": "400"},
-    )
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
     record_stream(env, n, plain_record).map(
         FailOnce(marker, lambda r: r["id"] == 2000, hard=True)
     ).sink_to(sink)
