@@ -171,11 +171,10 @@ def chain_info(upstream: Upstream, writer_info: Any, tag: str, typed: bool) -> A
     info_class = jvm.org.apache.flink.streaming.api.functions.python.DataStreamPythonFunctionInfo
     previous = None
     # The first to run is the last found: the one reading the fused operator's input.
-    for index, transformation in reversed(list(enumerate(upstream.transformations))):
+    for transformation in reversed(upstream.transformations):
         info = transformation.getOperatorFactory().getOperator().getPythonFunctionInfo()
         payload = bytes(info.getPythonFunction().getSerializedPythonFunction())
-        heads = index == len(upstream.transformations) - 1
-        wrapped = MarkerPassingFunction(payload, tag, typed and heads)
+        wrapped = MarkerPassingFunction(payload, tag, typed and previous is None)
         j_info = _create_j_data_stream_python_function_info(wrapped, info.getFunctionType())
         if previous is not None:
             j_info = info_class(j_info.getPythonFunction(), previous, j_info.getFunctionType())

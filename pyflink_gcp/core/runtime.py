@@ -370,17 +370,14 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         )
     # Fused here or with nothing to fuse (no Python operator before it), the writer may share
     # its chain with the Java operators before it; only PyFlink's own fusion must be kept out
-    # of a marker operator.
-    if config.chain_with_upstream and (
+    # of a marker operator. Otherwise a chain of its own: PyFlink would fuse the writer into a
+    # preceding Python operator, whose bundles end (and so flush) by the upstream's bundle size
+    # and time, silently ignoring the writer's thresholds.
+    shares_chain = config.chain_with_upstream and (
         marker_class is None or not fusion.is_python_operator(j_stream.getTransformation())
-    ):
-        if commits(config.factory):
-            out = _add_committer_operator(out, config, j_conf, name)
-        return out
-    # A chain of its own: PyFlink would otherwise fuse the writer into a preceding Python
-    # operator, and the fused operator ends its bundles (and so flushes) by the upstream's
-    # bundle size and time, silently ignoring the writer's thresholds.
-    out = out.start_new_chain()
+    )
+    if not shares_chain:
+        out = out.start_new_chain()
     if commits(config.factory):
         out = _add_committer_operator(out, config, j_conf, name)
     return out
