@@ -66,7 +66,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._common import (
     SpanTimedFactory,
-    log_span,
     new_spans,
     shaped_env,
     span_rate,
@@ -228,14 +227,14 @@ class PublishCounts:
 
 class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     """The sink's writer factory, timed like the Java side: the span and the job's CPU at the
-    first record and at close, and the Publish requests counted on the sink's own channel."""
+    first record and at each full flush (:class:`SpanTimedFactory`: a worker torn down at the
+    job's end may never run ``close()``), and the Publish requests counted on the sink's own
+    channel."""
 
     _config_fields = (*PubSubWriterFactory._config_fields, "spans_path", "emulator_pids")
     emulator_pids: tuple[int, ...] = ()
     _cpu_first: dict[str, Any] | None = None
     _counter: PublishCounts | None = None
-    _logged_at = 0.0
-    _subtask = 0
     #: The sink's Publish calls (a blocking one and, where the sink has it, one that does not
     #: wait), each ``(topic, messages)``: the ones found on its channel object are counted.
     PUBLISH_CALLS = ("publish", "publish_future")
@@ -243,8 +242,6 @@ class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     def open(self, info: Any) -> None:
         super().open(info)
         self._cpu_first = None
-        self._logged_at = 0.0
-        self._subtask = info.subtask_index
         counts = PublishCounts()
         found = [name for name in self.PUBLISH_CALLS if hasattr(self.rpc, name)]
         for name in found:
@@ -254,38 +251,7 @@ class TimedPubSub(SpanTimedFactory, PubSubWriterFactory):
     def create_writer(self, destination: Any) -> Any:
         if self._cpu_first is None:
             self._cpu_first = job_cpu(self.emulator_pids)
-        writer = super().create_writer(destination)
-        flush = writer.flush
-
-        def flush_then_log() -> Any:
-            failed = flush()
-            self._log_span()
-            return failed
-
-        writer.flush = flush_then_log
-        return writer
-
-    def _log_span(self, every_s: float = 0.1) -> None:
-        """Append the span so far after a full flush (at most every ``every_s``: a checkpoint
-        flushes every topic's writer in a row), and at close.
-
-        A Python worker may be torn down at the end of the job without its functions' close()
-        having run, so the span cannot wait for the close: the reader takes each subtask's
-        latest line (CPU counters and the end only grow).
-        """
-        if self._first is None:
-            return
-        now = time.time()
-        if now - self._logged_at < every_s:
-            return
-        self._logged_at = now
-        log_span(self.spans_path, self._first, now, subtask=self._subtask, **self.span_counts())
-
-    def close(self) -> None:
-        self._logged_at = 0.0
-        self._log_span()
-        self._first = None  # logged: SpanTimedFactory.close must not log it again
-        super().close()
+        return super().create_writer(destination)
 
     def span_counts(self) -> dict[str, Any]:
         counter = self._counter
