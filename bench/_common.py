@@ -17,7 +17,13 @@ from pyflink.datastream import DataStream, KeyedStream, StreamExecutionEnvironme
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction
 
+from pyflink_gcp.core.gateway import drain_gateway_stderr
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A benchmark runs many jobs on one gateway, whose standard error PyFlink leaves in a pipe that
+# stalls the JVM once full; the JVM's own output still reaches the console this way.
+drain_gateway_stderr()
 
 
 def flink_env(

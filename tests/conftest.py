@@ -9,10 +9,12 @@ the environment and find the emulators through it.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
+from pyflink_gcp.core.gateway import drain_gateway_stderr
 from pyflink_gcp.emulators import (
     ALL_SERVICES,
     EmulatorStack,
@@ -22,6 +24,12 @@ from pyflink_gcp.emulators import (
 )
 
 PROJECT = "test-project"
+
+#: The Java gateway's standard error, drained into this file for the whole session: one
+#: gateway runs hundreds of jobs here, and PyFlink leaves that output in a pipe nobody reads,
+#: which stalls the JVM once full (:mod:`pyflink_gcp.core.gateway`).
+GATEWAY_STDERR = os.path.join(tempfile.gettempdir(), f"pyflink-gcp-tests-gateway-{os.getpid()}.log")
+drain_gateway_stderr(GATEWAY_STDERR)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,5 +79,11 @@ def receiver(stack: EmulatorStack) -> Receiver:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Last resort: no emulator may outlive the run, whatever happened to the fixtures."""
+    """Last resort: no emulator may outlive the run, whatever happened to the fixtures. The
+    gateway's standard error is kept (its file is printed) only when a test failed."""
     stop_all_stacks()
+    if os.path.exists(GATEWAY_STDERR):
+        if session.testsfailed and os.path.getsize(GATEWAY_STDERR):
+            print(f"\nthe Java gateway's standard error is in {GATEWAY_STDERR}")
+        else:
+            os.remove(GATEWAY_STDERR)
