@@ -21,9 +21,11 @@ from pyflink_gcp.core.gateway import drain_gateway_stderr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A benchmark runs many jobs on one gateway, whose standard error PyFlink leaves in a pipe that
-# stalls the JVM once full; the JVM's own output still reaches the console this way.
-drain_gateway_stderr()
+#: A benchmark runs many jobs on one gateway, whose standard error PyFlink leaves in a pipe that
+#: stalls the JVM once full; drained into this file instead of the console, which would get
+#: Beam's stack traces of every worker shutdown between the results.
+GATEWAY_STDERR = os.path.join(tempfile.gettempdir(), f"pyflink-gcp-bench-gateway-{os.getpid()}.log")
+drain_gateway_stderr(GATEWAY_STDERR)
 
 
 def flink_env(
