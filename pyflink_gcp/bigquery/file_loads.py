@@ -52,8 +52,7 @@ from pyflink_gcp.bigquery.options import (
     BigQueryWriterOptions,
 )
 from pyflink_gcp.bigquery.rows import RowError
-from pyflink_gcp.bigquery.sender import row_payload
-from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
+from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, row_payload
 from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
 from pyflink_gcp.core.commit import CommittingWriterFactory

@@ -3,7 +3,11 @@ of the tables the sink may create."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime, time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from google.cloud.bigquery import SchemaField
@@ -218,3 +222,21 @@ def as_serializer(serializer: Any, sink: str) -> Any:
         f"sink '{sink}': the serializer must be a BigQuerySerializer or a callable "
         f"(record, context) -> row dict, got {type(serializer).__name__}"
     )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    return repr(value)
+
+
+def row_payload(element: Any) -> bytes:
+    """The dead-letter payload of a row: its JSON (bytes as base64, times as ISO 8601)."""
+    try:
+        return json.dumps(element, default=_json_default, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):
+        return repr(element).encode("utf-8", "replace")

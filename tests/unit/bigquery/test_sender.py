@@ -14,7 +14,7 @@ from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 
 from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, RowFormat, TableDestination
-from pyflink_gcp.bigquery.sender import Batch, TableSender, row_payload
+from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
 from pyflink_gcp.core import DestinationNotFoundError, WriteError
@@ -324,14 +324,3 @@ def test_the_layout_lookup_error_fails_the_sender_and_close_cancels_a_queued_loo
     s = sender(FakeService(), queued)
     s.close()
     assert queued.cancelled()
-
-
-def test_dead_letter_payloads_are_json_with_readable_values() -> None:
-    from datetime import date
-    from decimal import Decimal
-
-    assert row_payload({"d": date(2024, 1, 2), "n": Decimal("1.5"), "b": b"\x00"}) == (
-        b'{"d": "2024-01-02", "n": "1.5", "b": "AA=="}'
-    )
-    # Anything else JSON cannot say is written as its repr.
-    assert row_payload({"s": {1}}) == b'{"s": "{1}"}'

@@ -9,7 +9,12 @@ import pytest
 from google.cloud.bigquery import SchemaField
 
 from pyflink_gcp.bigquery import BigQuerySerializer, TableDestination, TableSchema
-from pyflink_gcp.bigquery.serialization import as_serializer, as_table_schema, has_schema
+from pyflink_gcp.bigquery.serialization import (
+    as_serializer,
+    as_table_schema,
+    has_schema,
+    row_payload,
+)
 from pyflink_gcp.core import ConfigurationError
 from pyflink_gcp.core.functions import RecordOnly
 
@@ -122,3 +127,14 @@ def test_as_serializer_keeps_two_argument_serializers_and_adapts_the_rest() -> N
     assert as_serializer(two, "s") is two
     with pytest.raises(ConfigurationError, match="sink 's': the serializer must be"):
         as_serializer(None, "s")
+
+
+def test_dead_letter_payloads_are_json_with_readable_values() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    assert row_payload({"d": date(2024, 1, 2), "n": Decimal("1.5"), "b": b"\x00"}) == (
+        b'{"d": "2024-01-02", "n": "1.5", "b": "AA=="}'
+    )
+    # Anything else JSON cannot say is written as its repr.
+    assert row_payload({"s": {1}}) == b'{"s": "{1}"}'
