@@ -391,12 +391,17 @@ def pull_all(subscriptions: list[str], records: int) -> tuple[int, int]:
 # -- runs ------------------------------------------------------------------------------------
 
 
-def wait_for_spans(path: str, subtasks: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+def wait_for_spans(
+    path: str, subtasks: int, timeout_s: float = 60.0, at_least: int | None = None
+) -> list[dict[str, Any]]:
     """Every subtask's latest span line (the Python side appends one after each full flush;
-    the JVM writes one per subtask before it exits).
+    the JVM writes one per subtask before it exits). With ``at_least``, fewer than
+    ``subtasks`` are accepted after ``timeout_s``: a Python writer that received no record
+    logs no span.
 
     Raises:
-        RuntimeError: Fewer than ``subtasks`` subtasks logged a span within ``timeout_s``.
+        RuntimeError: Fewer than ``at_least`` (default: ``subtasks``) subtasks logged a span
+            within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -414,7 +419,7 @@ def wait_for_spans(path: str, subtasks: int, timeout_s: float = 60.0) -> list[di
         if len(latest) >= subtasks or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    if len(latest) < subtasks:
+    if len(latest) < (subtasks if at_least is None else at_least):
         raise RuntimeError(f"{len(latest)} of {subtasks} subtasks logged a span in {timeout_s:g} s")
     return list(latest.values())
 
@@ -430,6 +435,8 @@ class Run:
     emulator_us: float
     per_publish: float | None
     delivery: Delivery
+    #: Subtasks that received records (a fused job's source may hand them all to one).
+    active: int = 0
 
 
 def measure(
@@ -457,7 +464,13 @@ def measure(
         python_job(variant, records, parallelism, spans, emulator)
     delivery = Delivery(records, message_counter() - before[0] - 1)
     try:
-        lines = wait_for_spans(spans, parallelism)
+        if variant == "java":
+            lines = wait_for_spans(spans, parallelism)
+        else:
+            # The job has ended, so every writer that received records has logged its span.
+            # With the source in the writer's chain (fused) a reader can take every split of
+            # the number source before the other subtask's reader asks for one.
+            lines = wait_for_spans(spans, parallelism, timeout_s=5.0, at_least=1)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc} ({delivery})") from None
     if subscriptions:
@@ -483,6 +496,7 @@ def measure(
         cpu["emulator"],
         published / calls if calls > 0 else None,
         delivery,
+        len(lines),
     )
 
 
@@ -528,6 +542,17 @@ def report(runs: list[Run], variants: list[str], parallelisms: list[int]) -> str
                 f"{VARIANTS[v]:<38}{p:>2}{row['rate']:>11,.0f}{ratio:>8}{row['client']:>15.0f}"
                 f"{split:>12}{row['emulator']:>17.1f}{per:>14}{ok:>7}/{len(mine)}"
             )
+    partial = [r for r in runs if 0 < r.active < r.parallelism]
+    if partial:
+        out.append(
+            "\n"
+            + "; ".join(
+                f"{VARIANTS[r.variant]} p={r.parallelism}: records reached {r.active} of "
+                f"{r.parallelism} subtasks"
+                for r in partial
+            )
+            + " (the rate is then that of fewer subtasks)"
+        )
     return "\n".join(out)
 
 
@@ -603,7 +628,12 @@ def main(argv: list[str] | None = None) -> None:
                             f"{run.rate:,.0f} records/s, client {run.client_us:.0f} us/record "
                             f"(JVM {run.jvm_us:.0f}, Python {run.python_us:.0f}), emulator "
                             f"{run.emulator_us:.1f} us/record, {per} messages/Publish, "
-                            f"{run.delivery}",
+                            f"{run.delivery}"
+                            + (
+                                f"; records reached {run.active} of {p} subtasks"
+                                if 0 < run.active < p
+                                else ""
+                            ),
                             flush=True,
                         )
     print(

@@ -3,7 +3,7 @@
     python bench/sink_cpu.py [--sinks pubsub,bigtable] [--destinations 1,10000]
                              [--records 100000] [--flush-every 50000] [--latency-ms 0]
                              [--repeats 3] [--max-buffer-time-ms MS]
-                             [--max-buffered-records N]
+                             [--max-buffered-records N] [--cloudtasks-sync-channels]
 
 ``bench/scale.py`` measures whole jobs, whose rates on a shared 2-core machine move with
 whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this process,
@@ -14,6 +14,10 @@ its ratio to the fewest destinations measured in the same run, and the backend's
 method in the last run (Publish, GetTopic, ...). CPU time moves much less with
 the machine's load than a rate does, so it compares trees run one after the other. The
 backend's per-destination counts must equal the input, or nothing is printed.
+
+``--cloudtasks-sync-channels`` gives the Cloud Tasks writer synchronous gRPC channels instead of
+its ``grpc.aio`` ones (``CreateTask`` then starts as a ``grpc.Future`` of the synchronous
+channel, as Pub/Sub's Publish does), to compare the two transports' client CPU per task.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from bench.scale import Records, build_sink, configure, expected_counts, verify
 from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkWriter
 
-SERVICES = ("pubsub", "bigtable")
+SERVICES = ("pubsub", "bigtable", "cloudtasks")
 
 
 def one_run(
@@ -68,6 +72,25 @@ def one_run(
     return cpu, wall, calls
 
 
+def use_sync_channels() -> None:
+    """Give the Cloud Tasks writer synchronous channels (bench only: the comparison above)."""
+    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+
+    from pyflink_gcp.cloudtasks import client
+    from pyflink_gcp.cloudtasks.writer import CloudTasksWriterFactory
+    from pyflink_gcp.core.channels import open_channel
+
+    def open_sync(self: CloudTasksWriterFactory, endpoint: Any) -> list[Any]:
+        count = self.options.channel_count
+        options = client.channel_options(count)
+        return [
+            open_channel(endpoint, CloudTasksGrpcTransport, client.DEFAULT_HOST, options)
+            for _ in range(count)
+        ]
+
+    CloudTasksWriterFactory._open_channels = open_sync  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sinks", default="pubsub")
@@ -78,7 +101,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-buffer-time-ms", type=int, default=None)
     parser.add_argument("--max-buffered-records", type=int, default=None)
+    parser.add_argument("--cloudtasks-sync-channels", action="store_true")
     args = parser.parse_args()
+    if args.cloudtasks_sync_channels:
+        use_sync_channels()
     services = [s for s in args.sinks.split(",") if s]
     if set(services) - set(SERVICES):
         parser.error(f"choose sinks from {SERVICES}")
