@@ -51,8 +51,6 @@ from pyflink_gcp.core.status import StatusError
 
 #: Why a lease waited longer than its connection's call deadline for an answer.
 _STUCK = "no AppendRows response within the connection's deadline"
-#: What :meth:`Lease.receive` returns instead of an answer when :meth:`Lease.wake` was called.
-WAKE = object()
 
 
 def _requests(pending: queue.SimpleQueue[Any]) -> Any:
@@ -169,14 +167,8 @@ class Lease:
     def send(self, request: Any) -> None:
         self.connection.send(self, request)
 
-    def wake(self) -> None:
-        """Make a waiting (or the next) :meth:`receive` return :data:`WAKE`: the table has new
-        requests, which its sender sends before it waits again, so they travel while the
-        earlier ones are still unanswered instead of after their answers."""
-        self.answers.put(WAKE)
-
     def receive(self) -> Any:
-        """The answer to this lease's oldest unanswered request, or :data:`WAKE`.
+        """The answer to this lease's oldest unanswered request.
 
         Raises:
             grpc.RpcError | StatusError: The connection failed before answering it.

@@ -7,10 +7,7 @@ table has requests: it encodes each request (one Arrow record batch,
 :mod:`pyflink_gcp.bigquery.arrow_rows`, or protobuf rows, :mod:`pyflink_gcp.bigquery.rows`,
 split further to stay under ``max_request_bytes``) and pipelines up to ``max_in_flight_requests``
 of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``). The two halves share
-only the request queue and the results, under one condition variable. A request submitted while
-the sender waits for an answer on a shared connection wakes it (:meth:`Lease.wake
-<pyflink_gcp.bigquery.connections.Lease.wake>`), so it is sent at once rather than after the
-answers before it: a checkpoint's flush then waits one round trip for its last request.
+only the request queue and the results, under one condition variable.
 
 Every AppendRows request names its stream (the emulator needs it), responses come back in
 order on a connection, and pipelining several requests on one connection is what makes the
@@ -54,7 +51,6 @@ from pyflink_gcp.bigquery.client import (
     AppendRowsRequest,
     ProtoSchema,
 )
-from pyflink_gcp.bigquery.connections import WAKE
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.serialization import row_payload
@@ -188,8 +184,6 @@ class TableSender:
         self._fatal: BaseException | None = None
         self._closed = False
         self._connection: Any = None  # an AppendConnection, or a Lease on a shared one
-        #: The sender waits for an answer on a connection that can be woken (a Lease).
-        self._receiving = False
         # Counters (read by tests, metrics and the benchmark).
         self.rows_appended = 0
         self.requests_sent = 0
@@ -273,13 +267,6 @@ class TableSender:
             if not self._draining and self._fatal is None:
                 self._draining = True
                 self._executor.submit(self._drain)
-            elif self._receiving:
-                # The sender waits for an answer: have it send this request first (a marker's
-                # flush then waits one round trip for it, not one more behind the earlier ones).
-                self._receiving = False
-                connection = self._connection
-                if connection is not None:
-                    connection.wake()
             # Backpressure: a table that sends slower than it receives holds the task here.
             while (
                 self._draining
@@ -374,27 +361,16 @@ class TableSender:
                     in_flight.append(batch)
                 if not in_flight:
                     continue
-                wakeable = hasattr(self._connection, "wake")
-                with self._cond:
-                    if wakeable and self._queue and len(in_flight) < self._depth and not retiring:
-                        continue  # submitted while this burst was sending: send those first
-                    self._receiving = wakeable
                 try:
                     response = self._receive()
                 except Exception as exc:  # noqa: BLE001 - classified by _retry_or_raise
                     # The connection is gone: every unanswered request is sent again.
-                    with self._cond:
-                        self._receiving = False
                     self._disconnect()
                     with self._cond:
                         self._queue.extendleft(reversed(in_flight))
                     in_flight.clear()
                     backoff = self._retry_or_raise(exc, backoff)
                     continue
-                if response is WAKE:
-                    continue  # submit() cleared _receiving
-                with self._cond:
-                    self._receiving = False
                 backoff = self._handle(in_flight.popleft(), response, backoff, in_flight)
         except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
             error = exc

@@ -17,7 +17,7 @@ from google.cloud.bigquery_storage_v1 import types
 
 from pyflink_gcp.bigquery import TableDestination
 from pyflink_gcp.bigquery.client import AppendRowsRequest, ProtoSchema
-from pyflink_gcp.bigquery.connections import WAKE, ConnectionPool, SharedConnection
+from pyflink_gcp.bigquery.connections import ConnectionPool
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.core.retry import RetryPolicy
@@ -231,21 +231,6 @@ def test_a_retiring_connection_takes_no_lease_and_closes_with_its_last_one() -> 
     p.close()
 
 
-def test_wake_makes_the_waiting_receive_return_and_the_answers_keep_their_order() -> None:
-    backend = Backend(latency_s=0.2)
-    p = pool(backend, channels=1)
-    a = p.acquire(stream("a"), "p", None)
-    a.send(request("a", SCHEMA_A))
-    threading.Timer(0.05, a.wake).start()
-    started = time.monotonic()
-    assert a.receive() is WAKE
-    assert time.monotonic() - started < 0.15  # woken, not answered
-    a.send(request("a", SCHEMA_A))
-    assert [a.receive().write_stream for _ in range(2)] == [stream("a")] * 2
-    a.close()
-    p.close()
-
-
 def _sender(table: str, p: ConnectionPool, **kw: Any) -> TableSender:
     destination = TableDestination.of("p", "d", table)
     return TableSender(
@@ -283,32 +268,5 @@ def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks() ->
     for call, r in backend.requests:
         per_call.setdefault(call, set()).add(r.write_stream)
     assert max(len(v) for v in per_call.values()) > 1
-    executor.shutdown()
-    p.close()
-
-
-def test_a_request_submitted_while_the_sender_waits_goes_out_before_the_earlier_answer() -> None:
-    # The marker's flush of a table whose burst is waiting for an answer: its request is sent
-    # at once, so the flush waits one round trip for it instead of one more behind the first.
-    backend = Backend(latency_s=0.3)
-    p = pool(backend, channels=1)
-    executor = ThreadPoolExecutor(2)
-    sender = _sender("t", p, executor=executor, max_in_flight=4)
-    sent: list[float] = []
-    send = SharedConnection.send
-
-    def timed(connection: Any, lease: Any, request: Any) -> None:
-        sent.append(time.monotonic())
-        send(connection, lease, request)
-
-    started = time.monotonic()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(SharedConnection, "send", timed)
-        sender.submit(Batch(None, [{"id": 1}], [1], False))
-        time.sleep(0.1)  # the sender now waits for the first answer (due at 0.3 s)
-        sender.submit(Batch(None, [{"id": 2}], [2], False))
-        assert sender.settle() == []
-    assert sender.rows_appended == 2 and len(sent) == 2
-    assert sent[1] - started < 0.25, "the second request waited for the first one's answer"
     executor.shutdown()
     p.close()
