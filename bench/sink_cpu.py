@@ -37,7 +37,9 @@ from bench.scale import Records, build_sink, configure, expected_counts, verify
 from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkWriter
 
-SERVICES = ("pubsub", "bigtable", "cloudtasks")
+SERVICES = ("pubsub", "bigquery", "bigtable", "cloudtasks")
+#: How long each ``SinkWriter.flush()`` of the current cell took, in ms.
+FLUSH_MS: list[float] = []
 
 
 def one_run(
@@ -62,8 +64,12 @@ def one_run(
         for i, record in enumerate(inputs, 1):
             writer.write(record)
             if i % flush_every == 0:
+                started = time.monotonic()
                 writer.flush()
+                FLUSH_MS.append((time.monotonic() - started) * 1000)
+        started = time.monotonic()
         writer.flush()
+        FLUSH_MS.append((time.monotonic() - started) * 1000)
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     finally:
         writer.close()
@@ -115,14 +121,15 @@ def main() -> None:
     }
     warnings.filterwarnings("ignore")
     print(
-        f"{'sink':>10} {'dest':>7} {'CPU µs/record':>14} {'ratio':>6} {'records/s':>10}  "
-        "calls a run"
+        f"{'sink':>10} {'dest':>7} {'CPU µs/record':>14} {'ratio':>6} {'records/s':>10} "
+        f"{'flush ms':>12} calls a run"
     )
     with running() as backend:
         for service in services:
             base = None
             for d in destinations:
                 cpus, rates = [], []
+                FLUSH_MS.clear()
                 for _ in range(args.repeats):
                     cpu, wall, calls = one_run(
                         backend, service, d, args.records, args.flush_every,
@@ -134,7 +141,8 @@ def main() -> None:
                 base = base or per_record
                 print(
                     f"{service:>10} {d:>7,} {per_record:>14.1f} {per_record / base:>6.2f} "
-                    f"{statistics.median(rates):>10,.0f}  "
+                    f"{statistics.median(rates):>10,.0f} "
+                    f"{statistics.median(FLUSH_MS):>6.0f}/{max(FLUSH_MS):<5.0f} "
                     + ", ".join(f"{m} {n:,}" for m, n in sorted(calls.items())),
                     flush=True,
                 )
@@ -142,7 +150,8 @@ def main() -> None:
         f"\n{args.records:,} records a run, a flush every {args.flush_every:,} records and at "
         f"the end, backend latency {args.latency_ms:g} ms, medians of {args.repeats}; one "
         "subtask's writer in this process, no Flink; CPU: this process, all threads; ratio: "
-        "to the first destination count; every run verified against the backend's counts; "
+        "to the first destination count; flush ms: SinkWriter.flush() median/largest over the runs; "
+        "every run verified against the backend's counts; "
         "calls a run: the backend's calls by method in the last run."
     )
 
