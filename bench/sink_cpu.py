@@ -1,7 +1,8 @@
 """The client CPU a sink's writer spends per record, by number of destinations, without Flink.
 
-    python bench/sink_cpu.py [--sinks pubsub,bigtable] [--destinations 1,10000]
-                             [--records 100000] [--flush-every 50000] [--latency-ms 0]
+    python bench/sink_cpu.py [--sinks pubsub,bigquery,bigtable,cloudtasks]
+                             [--destinations 1,10000] [--records 100000]
+                             [--flush-every 50000] [--latency-ms 0]
                              [--repeats 3] [--max-buffer-time-ms MS]
                              [--max-buffered-records N] [--cloudtasks-sync-channels]
 
