@@ -59,9 +59,11 @@ def make_env(
     if restarts > 0:
         # Quick restarts on a quiet machine; on a busy one a restart that finds its slot not yet
         # free (NoResourceAvailableException) waits longer each time instead of using up its
-        # attempts within a second. The attempts are what a test injects plus that headroom;
-        # 3 s without a failure starts the back-off over, so spaced injected failures each
-        # restart quickly.
+        # attempts within a second. The attempts are what a test injects plus that headroom,
+        # about 45 s of waiting (the slots of a job whose worker was killed came back after
+        # more than the 18 s of five more attempts once, on a machine at load 8-100); 3 s
+        # without a failure starts the back-off over, so spaced injected failures each restart
+        # quickly.
         conf.set_string("restart-strategy.type", "exponential-delay")
         conf.set_string("restart-strategy.exponential-delay.initial-backoff", "200 ms")
         conf.set_string("restart-strategy.exponential-delay.max-backoff", "4 s")
@@ -69,7 +71,7 @@ def make_env(
         conf.set_string("restart-strategy.exponential-delay.jitter-factor", "0.1")
         conf.set_string("restart-strategy.exponential-delay.reset-backoff-threshold", "3 s")
         conf.set_string(
-            "restart-strategy.exponential-delay.attempts-before-reset-backoff", str(restarts + 5)
+            "restart-strategy.exponential-delay.attempts-before-reset-backoff", str(restarts + 12)
         )
     else:
         conf.set_string("restart-strategy.type", "none")
