@@ -39,8 +39,6 @@ from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkWriter
 
 SERVICES = ("pubsub", "bigquery", "bigtable", "cloudtasks")
-#: How long each ``SinkWriter.flush()`` of the current cell took, in ms.
-FLUSH_MS: list[float] = []
 
 
 def one_run(
@@ -51,32 +49,36 @@ def one_run(
     flush_every: int,
     latency_ms: float,
     options: dict[str, Any],
-) -> tuple[float, float, dict[str, int]]:
-    """CPU and wall seconds of writing ``records`` records over ``destinations``, and the
-    backend's calls by method (the part of the name after the last ``/``)."""
+) -> tuple[float, float, dict[str, int], list[float]]:
+    """CPU and wall seconds of writing ``records`` records over ``destinations``, the
+    backend's calls by method (the part of the name after the last ``/``), and how long each
+    ``SinkWriter.flush()`` took, in ms."""
     configure(backend, destinations, latency_ms)
     sink = build_sink(service, **options)
     writer = SinkWriter(sink._sink_config())
     writer.open(SubtaskInfo(sink.name))
     make = Records(destinations)
     inputs = [make(i) for i in range(records)]
+    flush_ms: list[float] = []
+
+    def timed_flush() -> None:
+        started = time.monotonic()
+        writer.flush()
+        flush_ms.append((time.monotonic() - started) * 1000)
+
     try:
         cpu, wall = time.process_time(), time.monotonic()
         for i, record in enumerate(inputs, 1):
             writer.write(record)
             if i % flush_every == 0:
-                started = time.monotonic()
-                writer.flush()
-                FLUSH_MS.append((time.monotonic() - started) * 1000)
-        started = time.monotonic()
-        writer.flush()
-        FLUSH_MS.append((time.monotonic() - started) * 1000)
+                timed_flush()
+        timed_flush()
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     finally:
         writer.close()
     counts = verify(service, backend, expected_counts(records, destinations, 0))
     calls = {method.rsplit("/", 1)[-1]: n for method, n in counts["calls"].items()}
-    return cpu, wall, calls
+    return cpu, wall, calls, flush_ms
 
 
 def use_sync_channels() -> None:
@@ -129,21 +131,21 @@ def main() -> None:
         for service in services:
             base = None
             for d in destinations:
-                cpus, rates = [], []
-                FLUSH_MS.clear()
+                cpus, rates, flushes = [], [], []
                 for _ in range(args.repeats):
-                    cpu, wall, calls = one_run(
+                    cpu, wall, calls, flush_ms = one_run(
                         backend, service, d, args.records, args.flush_every,
                         args.latency_ms, options,
                     )  # fmt: skip
                     cpus.append(cpu / args.records * 1e6)
                     rates.append(args.records / wall)
+                    flushes.extend(flush_ms)
                 per_record = statistics.median(cpus)
                 base = base or per_record
                 print(
                     f"{service:>10} {d:>7,} {per_record:>14.1f} {per_record / base:>6.2f} "
                     f"{statistics.median(rates):>10,.0f} "
-                    f"{statistics.median(FLUSH_MS):>6.0f}/{max(FLUSH_MS):<5.0f} "
+                    f"{statistics.median(flushes):>6.0f}/{max(flushes):<5.0f} "
                     + ", ".join(f"{m} {n:,}" for m, n in sorted(calls.items())),
                     flush=True,
                 )
