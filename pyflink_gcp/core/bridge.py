@@ -31,6 +31,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, ConfigurationError
 
@@ -189,3 +190,13 @@ def bridge_jar() -> Path | None:
             exc,
         )
         return None
+
+
+def java_class(name: str) -> Any:
+    """The JVM class ``name`` (dotted) through PyFlink's gateway, such as an operator above."""
+    from pyflink.java_gateway import get_gateway
+
+    node: Any = get_gateway().jvm
+    for part in name.split("."):
+        node = getattr(node, part)
+    return node

@@ -41,10 +41,24 @@ class SinkBuilder:
         self._endpoint: str | None = None
         self._chain_with_upstream = False
         self._checkpoint_markers = True
+        self._uid: str | None = None
 
     def set_sink_name(self, name: str) -> Self:
         """The name used in errors, logs and metrics."""
         self._name = name
+        return self
+
+    def set_uid(self, uid: str) -> Self:
+        """The stable identity of the sink's operators in savepoints (default: none for the
+        writer; ``pyflink-gcp-<sink name>-committer`` for an exactly-once sink's committer).
+
+        Flink gives a restored operator its state by uid. The writer gets ``<uid>-writer`` and
+        an exactly-once sink's committer ``<uid>-committer``, so a job restored from a
+        savepoint after operators were added or removed (with ``--allowNonRestoredState`` or
+        not) still commits what the last checkpoint held. ``ds.sink_to(sink).uid(...)`` names
+        only the stateless discarding sink that ends the pipeline, not these operators.
+        """
+        self._uid = uid
         return self
 
     def set_destination_resolver(self, resolver: Any) -> Self:
@@ -164,6 +178,7 @@ class SinkBuilder:
             failure_handler=self._failure_handler,
             chain_with_upstream=self._chain_with_upstream,
             checkpoint_markers=self._checkpoint_markers,
+            uid=self._uid,
             max_buffered_records=options.max_buffered_records,
             max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
             per_destination_metrics=options.per_destination_metrics,
@@ -193,6 +208,8 @@ class SinkBuilder:
             not isinstance(self._endpoint, str) or not self._endpoint
         ):
             raise ConfigurationError(f"sink '{name}': set_endpoint() takes 'host:port' or a URL")
+        if self._uid is not None and (not isinstance(self._uid, str) or not self._uid):
+            raise ConfigurationError(f"sink '{name}': set_uid() takes a non-empty string")
         return name
 
 

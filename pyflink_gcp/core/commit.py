@@ -15,14 +15,29 @@ but *invisible* at each checkpoint's marker and returns what must still be done 
 
 The Java bridge's ``CommitterProcessOperator`` between the writer and the discarding sink keeps
 the committables in Flink's list state and hands them to the Python committer
-(:class:`~pyflink_gcp.core.runtime.CommitterProcessFunction`) once a checkpoint completed: a
-committable prepared for checkpoint n is committed when the first checkpoint m >= n completes
-(an aborted checkpoint's committables go with the next completed one), restored ones when the
-committer opens after a failover or a savepoint (whatever the new parallelism, each restored
-committable reaches one subtask), and those of the end of input with Flink's final checkpoint
-(or at the end of input of a job without checkpointing). Writes prepared but never committed
-(the attempt failed before its checkpoint completed) stay invisible; the replayed records are
-written again, by the new attempt.
+(:class:`~pyflink_gcp.core.runtime.CommitterProcessFunction`) in **commit sets**:
+
+- A set is what the committer operator received between two of its snapshots. It is fixed when
+  the snapshot of checkpoint n is taken, is stored under n, and is never merged with another:
+  a commit repeated after a failover hands the committer exactly the same set again, so a
+  committer that derives its work (a load job id, a grouping) from the set alone repeats the
+  same work. This holds whatever the checkpoint mode: under unaligned checkpoints a committable
+  the barrier overtook reaches the committer after the snapshot (or, after a restore, from the
+  channel state) and joins the next set instead of being lost.
+- When checkpoint n completes, every stored set up to n is committed, each in a call of its own,
+  in checkpoint order (a set of an aborted checkpoint goes with the next completed one).
+- After a restore, every restored set is committed when the committer opens, ``restored``
+  True (whatever the new parallelism, each restored committable reaches one subtask).
+- At the end of input, the committables go with Flink's final checkpoint (or, without
+  checkpointing, are committed at the end of input), ``final`` True; so is the commit of a
+  stop-with-savepoint's savepoint, after which the job stops.
+- What :meth:`Committer.commit` returns is kept: it joins the next set, is stored in the
+  operator's state with it, and is committed again after that checkpoint completed. A
+  committer keeps work there that is not due yet (FILE_LOADS' files waiting out
+  ``min_load_interval``), so it survives failovers without any writer carrying it.
+
+Writes prepared but never committed (the attempt failed before its checkpoint completed) stay
+invisible; the replayed records are written again, by the new attempt.
 
 Without the bridge jar such a sink refuses to build (``SinkConfig.requires_bridge``) instead of
 silently degrading to at least once.
@@ -37,10 +52,16 @@ from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import WriterFactory
 
 #: The first item of the element that tells the committer to commit what it received; the Java
-#: committer pickles ``(COMMIT_TAG, checkpoint id, restored)``.
+#: committer pickles ``(COMMIT_TAG, checkpoint id, mode)``, mode one of the ``MODE_*`` below.
 COMMIT_TAG = "\x00pyflink-gcp:commit"
 #: The checkpoint id of a commit of restored committables when Flink names none.
 UNKNOWN_CHECKPOINT = -2
+#: A set of a completed checkpoint.
+MODE_COMPLETED = 0
+#: A set from a restored checkpoint: its writers are gone.
+MODE_RESTORED = 1
+#: The last set: the end of input, or a stop-with-savepoint's savepoint; nothing may wait.
+MODE_FINAL = 2
 
 
 class Committer(ABC):
@@ -50,20 +71,30 @@ class Committer(ABC):
         """Open clients. ``info`` names the committer's subtask, not a writer's."""
 
     @abstractmethod
-    def commit(self, committables: list[Any], checkpoint_id: int, restored: bool) -> None:
-        """Publish everything ``committables`` describe; idempotent.
+    def commit(
+        self, committables: list[Any], checkpoint_id: int, restored: bool, final: bool = False
+    ) -> list[Any] | None:
+        """Publish what ``committables`` describe, or keep it for later; idempotent.
 
         Args:
-            committables: Values returned by ``prepare_commit`` of any writer subtask, in the
-                order they were prepared (several checkpoints' worth after an aborted one).
-            checkpoint_id: The completed checkpoint that allows the commit (the restored one
-                after a failover, -1 at the end of input of a job without checkpoints).
-            restored: Whether they come from a restored checkpoint: the writers that prepared
-                them are gone, and nothing will be added to what they name.
+            committables: One commit set (see the module docstring): values returned by
+                ``prepare_commit`` of any writer subtask, and what this committer returned from
+                earlier commits, in the order received. A repeated commit gets the same set.
+            checkpoint_id: The checkpoint whose snapshot holds the set (the restored
+                checkpoint for a restored set; -1 at the end of input of a job without
+                checkpoints).
+            restored: Whether the set comes from a restored checkpoint: the writers that
+                prepared it are gone, and nothing will be added to what it names.
+            final: Whether nothing will be committed after this set (the end of input, or the
+                savepoint of a stop-with-savepoint): nothing may be kept.
+
+        Returns:
+            Committables to keep (picklable): they join the next commit set and are handed to
+            ``commit`` again once its checkpoint completed. None or an empty list for none.
 
         Raises:
             SinkError: The commit failed after the sink's retries; the task fails and the
-                restored job commits the same committables again.
+                restored job commits the same set again.
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -59,12 +59,12 @@ from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, 
 
 from pyflink_gcp.core import fusion
 from pyflink_gcp.core.bridge import (
-    COMMITTER_OPERATOR,
     KEYED_MARKER_OPERATOR,
     MARKER_OPERATOR,
     bridge_jar,
 )
-from pyflink_gcp.core.commit import COMMIT_TAG, Committer, CommittingWriterFactory, commits
+from pyflink_gcp.core.commit import commits
+from pyflink_gcp.core.commit_operator import add_committer_operator, writer_uid
 from pyflink_gcp.core.errors import (
     NON_RETRIABLE_MARKER,
     ConfigurationError,
@@ -72,7 +72,7 @@ from pyflink_gcp.core.errors import (
     mark_non_retriable,
 )
 from pyflink_gcp.core.metrics import SINK_GROUP
-from pyflink_gcp.core.runtime_info import SubtaskInfo
+from pyflink_gcp.core.runtime_info import subtask_info
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
 
 _LOG = logging.getLogger("pyflink_gcp.runtime")
@@ -87,17 +87,6 @@ END_OF_INPUT = -1
 #: this long: a job without checkpoints (or with rare ones) then still retries failed writes
 #: and surfaces errors within this time, and no failed write is held indefinitely.
 MARKERLESS_FLUSH_S = 30.0
-
-
-def _subtask_info(runtime_context: RuntimeContext, config: SinkConfig) -> SubtaskInfo:
-    return SubtaskInfo(
-        sink_name=config.sink_name,
-        subtask_index=runtime_context.get_index_of_this_subtask(),
-        number_of_parallel_subtasks=runtime_context.get_number_of_parallel_subtasks(),
-        attempt_number=runtime_context.get_attempt_number(),
-        task_name=runtime_context.get_task_name(),
-        retry_deadline_s=config.retry_deadline_s,
-    )
 
 
 class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
@@ -135,7 +124,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
                 "barrier through the operator's metric hook; without it records could be lost "
                 "on failure, so the sink refuses to run. Enable python.metric.enabled."
             )
-        info = _subtask_info(runtime_context, self._config)
+        info = subtask_info(runtime_context, self._config)
         writer = SinkWriter(self._config)
         sink_group = group.add_group(SINK_GROUP)
         writer.open(info, sink_group)
@@ -238,71 +227,6 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
         return self._on_marker(marker)
 
 
-class CommitterProcessFunction(ProcessFunction):
-    """The committer operator's Python function.
-
-    Its input is what the Java committer sends at a commit: the committables, then
-    ``(COMMIT_TAG, checkpoint id, restored)``, at which it commits what it received and
-    returns; the Java side waits for that before it drops them from its state.
-    """
-
-    def __init__(self, config: SinkConfig) -> None:
-        self._config = config
-        self._sink = config.sink_name
-        self._committer: Committer | None = None
-        self._received: list[Any] = []
-        self.commits = 0
-        self.committed = 0
-
-    def open(self, runtime_context: RuntimeContext) -> None:
-        info = _subtask_info(runtime_context, self._config)
-        factory = self._config.factory
-        assert isinstance(factory, CommittingWriterFactory)
-        committer = factory.create_committer()
-        try:
-            committer.open(info)
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-        self._committer = committer
-        group = runtime_context.get_metrics_group()
-        if group is not None:
-            sink_group = group.add_group(SINK_GROUP)
-            sink_group.gauge("commits", lambda: self.commits)
-            sink_group.gauge("committablesCommitted", lambda: self.committed)
-
-    def process_element(self, value: Any, ctx: Any) -> None:
-        if type(value) is tuple and len(value) == 3 and value[0] == COMMIT_TAG:
-            self._commit(value[1], value[2])
-        else:
-            self._received.append(value)
-
-    def _commit(self, checkpoint_id: int, restored: bool) -> None:
-        assert self._committer is not None
-        committables, self._received = self._received, []
-        start = time.monotonic()
-        try:
-            self._committer.commit(committables, checkpoint_id, restored)
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-        self.commits += 1
-        self.committed += len(committables)
-        _LOG.debug(
-            "%s: committed %d committables for %s checkpoint %d in %.3f s",
-            self._sink,
-            len(committables),
-            "the restored" if restored else "completed",
-            checkpoint_id,
-            time.monotonic() - start,
-        )
-
-    def close(self) -> None:
-        if self._committer is not None:
-            self._committer.close()
-            self._committer = None
-
-
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:
     """Add the process-mode writer operator for ``config`` after ``ds`` and return its output."""
     from pyflink.common.typeinfo import Types
@@ -378,52 +302,12 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     )
     if not shares_chain:
         out = out.start_new_chain()
+    uid = writer_uid(config)
+    if uid is not None and upstream is None:  # fused, it keeps the first function's uid
+        out._j_data_stream.uid(uid)
     if commits(config.factory):
-        out = _add_committer_operator(out, config, j_conf, name)
+        out = add_committer_operator(out, config, j_conf, name)
     return out
-
-
-def _add_committer_operator(
-    writer_out: DataStream, config: SinkConfig, j_conf: Any, writer_name: str
-) -> DataStream:
-    """The bridge's committer operator after a committing writer (its output: committables).
-
-    The writer's parallelism unless the factory names its own (``committer_parallelism``), in a
-    chain of its own (PyFlink would otherwise fuse the two Python operators, and the committer's
-    Java state and checkpoint hooks with them). The factory's ``check_job`` sees the job's
-    parallelism and checkpoint interval here, when the job is built, and may warn.
-    """
-    from pyflink.common.typeinfo import Types
-    from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
-    from pyflink.fn_execution import flink_fn_execution_pb2
-
-    j_writer = writer_out._j_data_stream
-    checkpointing = bool(
-        j_writer.getExecutionEnvironment().getCheckpointConfig().isCheckpointingEnabled()
-    )
-    pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
-    j_func_info = _create_j_data_stream_python_function_info(
-        CommitterProcessFunction(config),
-        flink_fn_execution_pb2.UserDefinedDataStreamFunction.PROCESS,
-    )
-    j_operator = _java_class(COMMITTER_OPERATOR)(
-        j_conf, j_func_info, pickled, pickled, COMMIT_TAG, checkpointing, NON_RETRIABLE_MARKER
-    )
-    name = writer_name.removesuffix(": Writer") + ": Committer"
-    committer = DataStream(j_writer.transform(name, pickled, j_operator)).start_new_chain()
-    factory = config.factory
-    assert isinstance(factory, CommittingWriterFactory)
-    parallelism = factory.committer_parallelism or j_writer.getParallelism()
-    if parallelism > 0:
-        committer._j_data_stream.setParallelism(parallelism)
-    j_env = j_writer.getExecutionEnvironment()
-    warning = factory.check_job(
-        j_writer.getParallelism() if j_writer.getParallelism() > 0 else j_env.getParallelism(),
-        int(j_env.getCheckpointConfig().getCheckpointInterval()) if checkpointing else 0,
-    )
-    if warning:
-        _LOG.warning("%s", warning)
-    return committer
 
 
 def _warn_python_executable(j_env_conf: Any, config: SinkConfig) -> None:
@@ -571,12 +455,9 @@ def _marker_operator_class(
 
 
 def _java_class(name: str) -> Any:
-    from pyflink.java_gateway import get_gateway
+    from pyflink_gcp.core.bridge import java_class
 
-    node: Any = get_gateway().jvm
-    for part in name.split("."):
-        node = getattr(node, part)
-    return node
+    return java_class(name)
 
 
 class _WriterTransformer(StreamTransformer):

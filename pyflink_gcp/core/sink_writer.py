@@ -59,6 +59,8 @@ class SinkConfig:
             say ``"WriteMethod.FILE_LOADS"``), or None. Such a sink cannot run without it, so
             building the job without the jar (or with markers off, or chained upstream) fails
             with a ConfigurationError naming this, before any record is written.
+        uid: The base of the stateful operators' uids (``set_uid``): the writer gets
+            ``<uid>-writer``, an exactly-once sink's committer ``<uid>-committer``.
     """
 
     sink_name: str
@@ -76,6 +78,7 @@ class SinkConfig:
     checkpoint_markers: bool = True
     retry_deadline_s: float | None = None
     requires_bridge: str | None = None
+    uid: str | None = None
 
 
 class SinkWriter:

@@ -11,7 +11,10 @@ files alone, whichever process ran them.
 
 Faults for the tests, each once per marker file: ``slow_prepare`` sleeps in the prepare of a
 given checkpoint (so it expires), ``kill_in_commit`` ends the Python worker in the middle of a
-commit (after the records were written: the commit must be repeated, and is).
+commit (after the records were written: the commit must be repeated, and is). With
+``keep_once`` the committer keeps each committable the first time it sees it (returns it,
+publishing nothing), and publishes it when it comes back with a later set: the committer
+operator's kept state, as FILE_LOADS uses it for files waiting out ``min_load_interval``.
 """
 
 from __future__ import annotations
@@ -71,13 +74,23 @@ class StagingCommitter(Committer):
     def __init__(self, factory: StagingFactory) -> None:
         self._directory = factory.directory
         self._kill_marker = factory.kill_in_commit
+        self._keep_once = factory.keep_once
         self._subtask = -1
 
     def open(self, info: SubtaskInfo) -> None:
         self._subtask = info.subtask_index
 
-    def commit(self, committables: list[Any], checkpoint_id: int, restored: bool) -> None:
-        lines = [{"id": c["id"], "i": r["i"]} for c in committables for r in c["records"]]
+    def commit(
+        self, committables: list[Any], checkpoint_id: int, restored: bool, final: bool = False
+    ) -> list[Any]:
+        kept: list[Any] = []
+        published: list[Any] = []
+        for c in committables:
+            if self._keep_once and not (c.get("kept") or restored or final):
+                kept.append({**c, "kept": True})
+            else:
+                published.append(c)
+        lines = [{"id": c["id"], "i": r["i"]} for c in published for r in c["records"]]
         _append(os.path.join(self._directory, "committed.jsonl"), lines)
         _append(
             os.path.join(self._directory, "_protocol.jsonl"),
@@ -86,14 +99,17 @@ class StagingCommitter(Committer):
                     "step": "commit",
                     "checkpoint": checkpoint_id,
                     "restored": restored,
-                    "ids": [c["id"] for c in committables],
+                    "final": final,
+                    "ids": [c["id"] for c in published],
+                    "kept": [c["id"] for c in kept],
                     "committer": self._subtask,
                     "t": time.time(),
                 }
             ],
         )
-        if committables and _once(self._kill_marker):
+        if published and _once(self._kill_marker):
             os._exit(19)  # the worker dies after writing, before the commit is acknowledged
+        return kept
 
 
 class StagingFactory(CommittingWriterFactory):
@@ -105,10 +121,12 @@ class StagingFactory(CommittingWriterFactory):
         *,
         slow_prepare: tuple[int, float, str] | None = None,
         kill_in_commit: str | None = None,
+        keep_once: bool = False,
     ) -> None:
         self.directory = directory
         self.slow_prepare = slow_prepare
         self.kill_in_commit = kill_in_commit
+        self.keep_once = keep_once
         self.info: SubtaskInfo | None = None
         self.staged: list[Any] = []
         self._seq = 0

@@ -113,9 +113,12 @@ def test_an_expired_checkpoint_commits_nothing_until_the_next_one_completes(tmp_
     env.execute("expired checkpoint")
 
     commits = commit_of(tmp_path)
-    assert slow not in {s["checkpoint"] for s in steps(tmp_path, "commit")}
-    [expired] = [p for p in steps(tmp_path, "prepare") if p["checkpoint"] == slow]
-    assert commits[expired["id"]]["checkpoint"] > slow
+    prepares = steps(tmp_path, "prepare")
+    [expired] = [p for p in prepares if p["checkpoint"] == slow]
+    # Its set (stored under the expired checkpoint) waited for a later checkpoint: committed
+    # only after the writer prepared for the next one.
+    later = min(p["t"] for p in prepares if p["checkpoint"] > slow)
+    assert commits[expired["id"]]["t"] > later, (expired, commits[expired["id"]])
     assert_exactly_once(tmp_path, count)
 
 
@@ -224,6 +227,124 @@ def test_a_savepoint_restored_at_lower_parallelism_commits_the_removed_subtasks_
     env = env_for(1, 300, extra={"execution.state-recovery.path": path})
     record_stream(env, count, record).map(Slow(20, 0.05)).sink_to(StagingSink(str(tmp_path)))
     env.execute("restored at parallelism 1")
+
+    [restored] = [c for c in steps(tmp_path, "commit") if c["restored"]]
+    assert prepared <= set(restored["ids"]), (prepared, restored)
+    assert_exactly_once(tmp_path, count)
+
+
+UNALIGNED = {
+    "execution.checkpointing.unaligned.enabled": "true",
+    "execution.checkpointing.unaligned.forced": "true",
+    "execution.checkpointing.aligned-checkpoint-timeout": "0 s",
+    # Output buffers flushed rarely: the barrier overtakes the committables in them, so they
+    # reach the committer after its snapshot (and, after a restore, from the channel state).
+    "execution.buffer-timeout": "2 s",
+}
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
+def test_kept_committables_survive_a_failover_and_are_published_once(tmp_path, hard) -> None:
+    count = 4_000
+    env = env_for(2, 200, process_workers=hard)
+    fail = FailOnce(str(tmp_path / "fail.marker"), lambda r: r["i"] == 2_500, hard=hard)
+    sink = StagingSink(str(tmp_path), keep_once=True)
+    record_stream(env, count, record).map(Slow(50, 0.1)).map(fail).sink_to(sink)
+    env.execute("kept committables")
+
+    commits = steps(tmp_path, "commit")
+    kept = {name for c in commits for name in c["kept"]}
+    assert kept, commits  # the committer kept some, and got them back with a later set
+    assert any(c["restored"] for c in commits), commits  # the job restored from a checkpoint
+    assert_exactly_once(tmp_path, count)
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
+def test_unaligned_checkpoints_lose_no_committable_across_a_failover(tmp_path, hard) -> None:
+    count = 4_000
+    env = env_for(2, 300, process_workers=hard, extra=UNALIGNED)
+    fail = FailOnce(str(tmp_path / "fail.marker"), lambda r: r["i"] == 2_500, hard=hard)
+    sink = StagingSink(str(tmp_path), keep_once=True)
+    record_stream(env, count, record).map(Slow(50, 0.1)).map(fail).sink_to(sink)
+    env.execute("unaligned")
+
+    assert any(c["restored"] for c in steps(tmp_path, "commit"))
+    # Every committable prepared for a checkpoint the job completed is published once.
+    assert_exactly_once(tmp_path, count)
+
+
+def test_checkpointing_enabled_after_the_sink_still_commits_with_the_final_checkpoint(
+    tmp_path,
+) -> None:
+    count = 500
+    env = env_for(1, None)
+    record_stream(env, count, record).sink_to(StagingSink(str(tmp_path)))
+    env.enable_checkpointing(300)  # after sink_to: the committer learns it when it runs
+    env.execute("checkpointing enabled late")
+
+    [end] = [p for p in steps(tmp_path, "prepare") if p["checkpoint"] == -1]
+    committed = commit_of(tmp_path)[end["id"]]
+    # With the final checkpoint (a real id), not at the end of input (-1) before it.
+    assert committed["checkpoint"] > 0 and committed["final"], committed
+    assert_exactly_once(tmp_path, count)
+
+
+def test_stop_with_savepoint_is_a_final_commit_that_keeps_nothing(tmp_path) -> None:
+    count = 2_000
+    savepoints = tmp_path / "savepoints"
+    env = env_for(1, 300)
+    sink = StagingSink(str(tmp_path), keep_once=True)
+    record_stream(env, count, record).map(Slow(20, 0.1)).sink_to(sink)
+    client = env.execute_async("stop with savepoint, keeping")
+    wait_for_commits(tmp_path, 3)
+    path = savepoint(client, f"file://{savepoints}", stop=True)
+
+    last = steps(tmp_path, "commit")[-1]
+    assert last["final"] and not last["kept"], last
+    # Everything prepared by the stopped job was published by it.
+    published = committed_records(str(tmp_path))
+    prepared = sum(p["count"] for p in steps(tmp_path, "prepare"))
+    assert len(published) == prepared > 0
+
+    env = env_for(1, 300, extra={"execution.state-recovery.path": path})
+    record_stream(env, count, record).map(Slow(20, 0.1)).sink_to(StagingSink(str(tmp_path)))
+    env.execute("restored from the savepoint")
+    assert_exactly_once(tmp_path, count)
+
+
+def test_a_restore_after_an_operator_was_added_upstream_commits_the_savepoints_committables(
+    tmp_path,
+) -> None:
+    """The committer's uid is stable, so the savepoint's committables reach it even though the
+    job graph changed and unclaimed state is allowed (the committer's would be dropped)."""
+    count = 6_000
+    savepoints = tmp_path / "savepoints"
+    started = tmp_path / "started"
+    env = env_for(1, 3_600_000)
+    record_stream(env, count, record).map(Slow(20, 0.05, str(started))).sink_to(
+        StagingSink(str(tmp_path))
+    )
+    client = env.execute_async("before the upgrade")
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)
+    path = savepoint(client, f"file://{savepoints}", stop=False)
+    client.cancel().result()
+    prepared = {p["id"] for p in steps(tmp_path, "prepare")} - set(commit_of(tmp_path))
+    assert prepared
+
+    extra = {
+        "execution.state-recovery.path": path,
+        "execution.state-recovery.ignore-unclaimed-state": "true",
+    }
+    env = env_for(1, 300, extra=extra)
+    # A keyed map after the old one: an operator of its own (PyFlink fuses consecutive Python
+    # maps into one), so every operator after it gets another generated identity.
+    upgraded = record_stream(env, count, record).map(Slow(20, 0.05)).key_by(lambda r: r["i"] % 2)
+    upgraded = upgraded.map(lambda r: r)
+    upgraded.sink_to(StagingSink(str(tmp_path)))
+    env.execute("after the upgrade")
 
     [restored] = [c for c in steps(tmp_path, "commit") if c["restored"]]
     assert prepared <= set(restored["ids"]), (prepared, restored)

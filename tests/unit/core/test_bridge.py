@@ -25,6 +25,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
     "dev/pyflinkgcp/bridge/BundleSettings.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
+    "dev/pyflinkgcp/bridge/KeepingOutput.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",

@@ -20,6 +20,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.fn_execution import flink_fn_execution_pb2
 
 from pyflink_gcp.core import ConfigurationError, bridge, fusion, runtime
+from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import make_env, record_stream
@@ -310,7 +311,7 @@ def test_a_committing_writer_is_followed_by_the_committer_in_a_chain_of_its_own(
     function = pickle.loads(
         bytes(operator.getPythonFunctionInfo().getPythonFunction().getSerializedPythonFunction())
     )
-    assert isinstance(function, runtime.CommitterProcessFunction)
+    assert isinstance(function, CommitterProcessFunction)
 
 
 @pytest.mark.parametrize("mode", WARNED)

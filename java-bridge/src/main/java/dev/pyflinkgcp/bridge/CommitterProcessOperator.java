@@ -1,9 +1,12 @@
 package dev.pyflinkgcp.bridge;
 
+import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
+import java.util.Set;
 import java.util.TreeMap;
 
 import org.apache.flink.api.common.state.ListState;
@@ -11,12 +14,23 @@ import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.runtime.checkpoint.CheckpointOptions;
+import org.apache.flink.runtime.checkpoint.SavepointType;
+import org.apache.flink.runtime.checkpoint.SnapshotType;
+import org.apache.flink.runtime.state.CheckpointStreamFactory;
 import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.runtime.state.StateSnapshotContext;
 import org.apache.flink.streaming.api.functions.python.DataStreamPythonFunctionInfo;
+import org.apache.flink.streaming.api.graph.StreamConfig;
+import org.apache.flink.streaming.api.operators.OperatorSnapshotFutures;
+import org.apache.flink.streaming.api.operators.Output;
 import org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.tasks.StreamTask;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The commit half of an exactly-once pyflink-gcp sink: keeps the writer's committables in Flink
@@ -26,26 +40,34 @@ import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
  * invisible at each checkpoint's marker and emits what must still be done to make them visible
  * (committables: opaque pickled Python objects, such as a BigQuery stream and the offset to
  * flush it to) as its output, before the barrier. This operator receives them; they never reach
- * Python on arrival. Flink's rules for a sink's two phases hold here:
+ * Python on arrival. The rules, which hold for aligned and unaligned checkpoints alike:
  *
  * <ul>
- *   <li>Committables received before the barrier of checkpoint {@code n} belong to {@code n}; they
- *       are part of this operator's state from {@code n} on, until committed.
- *   <li>When checkpoint {@code n} completes, everything of checkpoints up to {@code n} is
- *       committed, including what an aborted or declined earlier checkpoint left; nothing is
- *       committed for a checkpoint that never completes.
- *   <li>After a restore, every restored committable is committed once when the operator opens
- *       (the restored checkpoint completed); with a different parallelism Flink splits the list
- *       state, so each still reaches exactly one subtask.
+ *   <li><b>Commit sets.</b> What arrived since the previous snapshot is fixed as one set when the
+ *       snapshot of checkpoint {@code n} is taken, and stored under {@code n}. A set is never
+ *       merged with another, so a commit repeated after a failover hands Python exactly the
+ *       same set. Under unaligned checkpoints a committable the barrier overtook arrives after
+ *       the snapshot (or, after a restore, from the channel state) and joins the next set:
+ *       nothing depends on it arriving before the barrier.
+ *   <li>When checkpoint {@code n} completes, every stored set up to {@code n} is committed, one
+ *       Python commit each, in checkpoint order, including what an aborted or declined earlier
+ *       checkpoint left; nothing is committed for a checkpoint that never completes.
+ *   <li>After a restore, every restored set is committed once when the operator opens (the
+ *       restored checkpoint completed); with a different parallelism Flink splits the list
+ *       state, so each committable still reaches exactly one subtask, in a set of its own key.
+ *   <li>What Python returns from a commit is kept: it joins the next set, so work that is not
+ *       due yet (files waiting for their load) is in every later checkpoint until done.
  *   <li>At the end of input the committables go with Flink's final checkpoint, which a finished
- *       task waits for; a job without checkpointing commits at the end of input instead.
+ *       task waits for; a job without checkpointing (known when the task runs, not when the job
+ *       was built) commits at the end of input instead. Those commits, and the commit of a
+ *       stop-with-savepoint's savepoint, are final: Python may keep nothing.
  * </ul>
  *
- * <p>A commit sends the committables to Python as the elements they were, then the pickle of
- * {@code (tag, checkpoint id, restored)}, and waits for the bundle: the Python committer commits
- * everything it received at that element, and a failure fails the task (the committables are
- * still in the last checkpoint, and a commit is idempotent, so the restored job commits them
- * again). A commit a restart cannot fix ends the job ({@link NonRetriableErrors}).
+ * <p>A commit sends the set to Python as the elements they were, then the pickle of {@code
+ * (tag, checkpoint id, mode)}, and waits for the bundle: the Python committer commits everything
+ * it received at that element, and a failure fails the task (the set is still in the last
+ * checkpoint, and a commit is idempotent, so the restored job commits it again). A commit a
+ * restart cannot fix ends the job ({@link NonRetriableErrors}).
  *
  * <p>The operator must head a chain of its own, so PyFlink does not fuse it into the writer.
  */
@@ -56,6 +78,17 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     /** The checkpoint id a commit of restored committables carries when none is known. */
     public static final long UNKNOWN_CHECKPOINT = -2L;
 
+    /** A set of a completed checkpoint. */
+    static final int MODE_COMPLETED = 0;
+
+    /** A set from a restored checkpoint: its writers are gone. */
+    static final int MODE_RESTORED = 1;
+
+    /** The last commit: the end of input or a stop-with-savepoint; nothing may be kept. */
+    static final int MODE_FINAL = 2;
+
+    private static final Logger LOG = LoggerFactory.getLogger(CommitterProcessOperator.class);
+
     private final String tag;
 
     private final boolean checkpointing;
@@ -64,22 +97,32 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     private final BundleSettings bundle;
 
-    /** Received since the last snapshot: they belong to the next checkpoint. */
+    /** Received since the last snapshot: the next checkpoint's set. */
     private transient List<byte[]> received;
 
-    /** Snapshotted, not yet committed, by checkpoint id. */
+    /** Snapshotted sets, not yet committed, by checkpoint id. */
     private transient NavigableMap<Long, List<byte[]>> pending;
 
-    private transient List<byte[]> restored;
+    /** Restored sets by the checkpoint they were stored under, committed when opening. */
+    private transient NavigableMap<Long, List<byte[]>> restored;
+
+    /** What Python returned from the commit running now: kept, for the next set. */
+    private transient List<byte[]> kept;
+
+    /** The ids of stop-with-savepoint savepoints snapshotted and not yet notified. */
+    private transient Set<Long> stopSavepoints;
 
     private transient long restoredCheckpointId;
+
+    private transient boolean inputEnded;
 
     private transient ListState<Tuple2<Long, byte[]>> state;
 
     /**
      * @param inputTypeInfo Python's pickled byte array: the committables the writer emits
      * @param tag the first item of a commit element, chosen by the Python side
-     * @param checkpointing whether the job checkpoints; without, the end of input commits
+     * @param checkpointing whether the job checkpointed when it was built (the task checks the
+     *     job's configuration again when it runs)
      * @param nonRetriableMarker the line a Python error a restart cannot fix carries
      */
     public CommitterProcessOperator(
@@ -97,12 +140,27 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         this.bundle = new BundleSettings(config);
     }
 
+    /** Python's output is what it keeps: captured here, never sent downstream. */
+    @Override
+    protected void setup(
+            StreamTask<?, ?> containingTask,
+            StreamConfig config,
+            Output<StreamRecord<OUT>> output) {
+        super.setup(containingTask, config, new KeepingOutput<>(output, this::keep));
+    }
+
+    private void keep(byte[] committable) {
+        kept.add(committable);
+    }
+
     @Override
     public void initializeState(StateInitializationContext context) throws Exception {
         super.initializeState(context);
         received = new ArrayList<>();
         pending = new TreeMap<>();
-        restored = new ArrayList<>();
+        restored = new TreeMap<>();
+        kept = new ArrayList<>();
+        stopSavepoints = new HashSet<>();
         state =
                 context.getOperatorStateStore()
                         .getListState(
@@ -114,7 +172,7 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         restoredCheckpointId = context.getRestoredCheckpointId().orElse(UNKNOWN_CHECKPOINT);
         if (context.isRestored()) {
             for (Tuple2<Long, byte[]> entry : state.get()) {
-                restored.add(entry.f1);
+                restored.computeIfAbsent(entry.f0, id -> new ArrayList<>()).add(entry.f1);
             }
         }
     }
@@ -123,11 +181,11 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     public void open() throws Exception {
         bundle.restore(config);
         super.open();
-        if (!restored.isEmpty()) {
-            // No checkpoint can be taken before this returns: a failure here restores them again.
-            commit(restoredCheckpointId, restored, true);
-            restored.clear();
+        // No checkpoint can be taken before this returns: a failure here restores them again.
+        for (List<byte[]> set : restored.values()) {
+            commit(restoredCheckpointId, set, MODE_RESTORED);
         }
+        restored.clear();
     }
 
     /** A committable from the writer: kept, not sent to Python until its checkpoint completed. */
@@ -136,18 +194,33 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         received.add(element.getValue());
     }
 
+    /** Notes a stop-with-savepoint: its commit is the last one. */
+    @Override
+    public OperatorSnapshotFutures snapshotState(
+            long checkpointId,
+            long timestamp,
+            CheckpointOptions checkpointOptions,
+            CheckpointStreamFactory factory)
+            throws Exception {
+        SnapshotType type = checkpointOptions.getCheckpointType();
+        if (type instanceof SavepointType && ((SavepointType) type).isSynchronous()) {
+            stopSavepoints.add(checkpointId);
+        }
+        return super.snapshotState(checkpointId, timestamp, checkpointOptions, factory);
+    }
+
     @Override
     public void snapshotState(StateSnapshotContext context) throws Exception {
         super.snapshotState(context);
         if (!received.isEmpty()) {
             pending.computeIfAbsent(context.getCheckpointId(), id -> new ArrayList<>())
                     .addAll(received);
-            received.clear();
+            received = new ArrayList<>();
         }
         List<Tuple2<Long, byte[]>> entries = new ArrayList<>();
-        for (Map.Entry<Long, List<byte[]>> checkpoint : pending.entrySet()) {
-            for (byte[] committable : checkpoint.getValue()) {
-                entries.add(Tuple2.of(checkpoint.getKey(), committable));
+        for (Map.Entry<Long, List<byte[]>> set : pending.entrySet()) {
+            for (byte[] committable : set.getValue()) {
+                entries.add(Tuple2.of(set.getKey(), committable));
             }
         }
         state.update(entries);
@@ -156,39 +229,68 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     @Override
     public void notifyCheckpointComplete(long checkpointId) throws Exception {
         super.notifyCheckpointComplete(checkpointId);
+        boolean last = inputEnded || stopSavepoints.remove(checkpointId);
+        stopSavepoints.removeIf(id -> id < checkpointId);
         NavigableMap<Long, List<byte[]>> due = pending.headMap(checkpointId, true);
-        if (due.isEmpty()) {
-            return;
+        while (!due.isEmpty()) {
+            Map.Entry<Long, List<byte[]>> set = due.firstEntry();
+            commit(set.getKey(), set.getValue(), last ? MODE_FINAL : MODE_COMPLETED);
+            due.remove(set.getKey());
         }
-        List<byte[]> committables = new ArrayList<>();
-        for (List<byte[]> checkpoint : due.values()) {
-            committables.addAll(checkpoint);
-        }
-        commit(checkpointId, committables, false);
-        due.clear();
     }
 
     @Override
     public void endInput() throws Exception {
         super.endInput();
-        if (!checkpointing && !received.isEmpty()) {
-            commit(CheckpointMarkers.END_OF_INPUT, received, false);
-            received.clear();
+        inputEnded = true;
+        if (!checkpointing() && !received.isEmpty()) {
+            List<byte[]> set = received;
+            received = new ArrayList<>();
+            commit(CheckpointMarkers.END_OF_INPUT, set, MODE_FINAL);
         }
     }
 
-    /** Hands {@code committables} to the Python committer and waits until it committed them. */
-    private void commit(long checkpointId, List<byte[]> committables, boolean wasRestored)
+    /**
+     * Whether the job checkpoints, read from the running job's configuration: a job that enabled
+     * checkpointing after the sink was added still commits with its final checkpoint.
+     */
+    private boolean checkpointing() {
+        if (checkpointing) {
+            return true;
+        }
+        Configuration job = getContainingTask().getEnvironment().getJobConfiguration();
+        Duration interval =
+                job.getOptional(CheckpointingOptions.CHECKPOINTING_INTERVAL).orElse(null);
+        return interval != null && !interval.isZero() && !interval.isNegative();
+    }
+
+    /**
+     * Hands one set to the Python committer and waits until it committed it; what Python keeps
+     * joins the next set.
+     */
+    private void commit(long checkpointId, List<byte[]> committables, int mode)
             throws Exception {
+        kept.clear();
         try {
             for (byte[] committable : committables) {
                 super.processElement(new StreamRecord<>(committable));
             }
-            super.processElement(
-                    new StreamRecord<>(commitElement(tag, checkpointId, wasRestored)));
+            super.processElement(new StreamRecord<>(commitElement(tag, checkpointId, mode)));
             invokeFinishBundle();
         } catch (Exception e) {
             throw errors.classify(e);
+        }
+        if (!kept.isEmpty()) {
+            if (mode == MODE_FINAL) {
+                LOG.warn(
+                        "{}: the committer kept {} committables at a final commit (checkpoint"
+                                + " {}); they stay in this operator's state",
+                        getOperatorName(),
+                        kept.size(),
+                        checkpointId);
+            }
+            received.addAll(kept);
+            kept.clear();
         }
     }
 
@@ -202,15 +304,16 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         }
     }
 
-    /** Pickle protocol 2 of {@code (tag, id, restored)}: BINUNICODE, LONG1, NEWTRUE/NEWFALSE, TUPLE3. */
-    static byte[] commitElement(String tag, long checkpointId, boolean wasRestored) {
+    /** Pickle protocol 2 of {@code (tag, id, mode)}: BINUNICODE, LONG1, BININT1, TUPLE3. */
+    static byte[] commitElement(String tag, long checkpointId, int mode) {
         byte[] pair = CheckpointMarkers.pickle(tag, checkpointId);
-        // (tag, id) ends with TUPLE2 and STOP: put the flag before a TUPLE3 instead.
-        byte[] out = new byte[pair.length + 1];
+        // (tag, id) ends with TUPLE2 and STOP: put the mode before a TUPLE3 instead.
+        byte[] out = new byte[pair.length + 2];
         System.arraycopy(pair, 0, out, 0, pair.length - 2);
-        out[pair.length - 2] = (byte) (wasRestored ? 0x88 : 0x89);
-        out[pair.length - 1] = (byte) 0x87;
-        out[pair.length] = '.';
+        out[pair.length - 2] = 'K';
+        out[pair.length - 1] = (byte) mode;
+        out[pair.length] = (byte) 0x87;
+        out[pair.length + 1] = '.';
         return out;
     }
 }

@@ -1,0 +1,179 @@
+"""The committer operator of an exactly-once sink: its Python function and its wiring.
+
+The Java bridge's ``CommitterProcessOperator`` keeps the committables in Flink state and hands
+them to :class:`CommitterProcessFunction` in commit sets (the rules are in
+:mod:`pyflink_gcp.core.commit`). The operator holds the only state that must survive a
+restore, so it gets a stable uid: Flink matches operator state to operators by uid on a
+restore, and an operator without one is identified by a hash of the job graph around it, which
+changes when an operator is added upstream. A restore with ``--allowNonRestoredState`` would
+then drop the committables of the last checkpoint silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyflink.datastream import DataStream
+from pyflink.datastream.functions import ProcessFunction, RuntimeContext
+
+from pyflink_gcp.core.bridge import COMMITTER_OPERATOR, java_class
+from pyflink_gcp.core.commit import (
+    COMMIT_TAG,
+    MODE_FINAL,
+    MODE_RESTORED,
+    Committer,
+    CommittingWriterFactory,
+)
+from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, NonRetriableSinkError, mark_non_retriable
+from pyflink_gcp.core.metrics import SINK_GROUP
+from pyflink_gcp.core.runtime_info import subtask_info
+from pyflink_gcp.core.sink_writer import SinkConfig
+
+_LOG = logging.getLogger("pyflink_gcp.runtime")
+
+
+class CommitterProcessFunction(ProcessFunction):
+    """The committer operator's Python function.
+
+    Its input is what the Java committer sends at a commit: one commit set's committables,
+    then ``(COMMIT_TAG, checkpoint id, mode)``, at which it commits what it received and
+    returns what the committer keeps as its output (the Java side captures it into the next
+    set); the Java side waits for that before it drops the set from its state.
+    """
+
+    def __init__(self, config: SinkConfig) -> None:
+        self._config = config
+        self._sink = config.sink_name
+        self._committer: Committer | None = None
+        self._received: list[Any] = []
+        self.commits = 0
+        self.committed = 0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        info = subtask_info(runtime_context, self._config)
+        factory = self._config.factory
+        assert isinstance(factory, CommittingWriterFactory)
+        committer = factory.create_committer()
+        try:
+            committer.open(info)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        self._committer = committer
+        group = runtime_context.get_metrics_group()
+        if group is not None:
+            sink_group = group.add_group(SINK_GROUP)
+            sink_group.gauge("commits", lambda: self.commits)
+            sink_group.gauge("committablesCommitted", lambda: self.committed)
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
+        if type(value) is tuple and len(value) == 3 and value[0] == COMMIT_TAG:
+            return self._commit(value[1], value[2])
+        self._received.append(value)
+        return None
+
+    def _commit(self, checkpoint_id: int, mode: int) -> list[Any] | None:
+        """Commit one set; what the committer keeps is the output (the Java side keeps it)."""
+        assert self._committer is not None
+        committables, self._received = self._received, []
+        restored, final = mode == MODE_RESTORED, mode == MODE_FINAL
+        start = time.monotonic()
+        try:
+            kept = self._committer.commit(committables, checkpoint_id, restored, final)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        self.commits += 1
+        self.committed += len(committables)
+        _LOG.debug(
+            "%s: committed %d committables (%d kept) of %s checkpoint %d in %.3f s",
+            self._sink,
+            len(committables),
+            len(kept or ()),
+            "the restored" if restored else "final" if final else "completed",
+            checkpoint_id,
+            time.monotonic() - start,
+        )
+        return list(kept) if kept else None
+
+    def close(self) -> None:
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None
+
+
+def add_committer_operator(
+    writer_out: DataStream, config: SinkConfig, j_conf: Any, writer_name: str
+) -> DataStream:
+    """The bridge's committer operator after a committing writer (its output: committables).
+
+    The writer's parallelism unless the factory names its own (``committer_parallelism``), in a
+    chain of its own (PyFlink would otherwise fuse the two Python operators, and the committer's
+    Java state and checkpoint hooks with them), with a stable uid (:func:`committer_uid`).
+    The factory's ``check_job`` sees the job's parallelism and checkpoint interval here, when
+    the job is built, and may warn.
+    """
+    from pyflink.common.typeinfo import Types
+    from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
+    from pyflink.fn_execution import flink_fn_execution_pb2
+
+    j_writer = writer_out._j_data_stream
+    checkpointing = bool(
+        j_writer.getExecutionEnvironment().getCheckpointConfig().isCheckpointingEnabled()
+    )
+    pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
+    j_func_info = _create_j_data_stream_python_function_info(
+        CommitterProcessFunction(config),
+        flink_fn_execution_pb2.UserDefinedDataStreamFunction.PROCESS,
+    )
+    j_operator = java_class(COMMITTER_OPERATOR)(
+        j_conf, j_func_info, pickled, pickled, COMMIT_TAG, checkpointing, NON_RETRIABLE_MARKER
+    )
+    name = writer_name.removesuffix(": Writer") + ": Committer"
+    committer = DataStream(j_writer.transform(name, pickled, j_operator)).start_new_chain()
+    uid = committer_uid(config, j_writer.getExecutionEnvironment())
+    if uid is not None:
+        committer._j_data_stream.uid(uid)
+    factory = config.factory
+    assert isinstance(factory, CommittingWriterFactory)
+    parallelism = factory.committer_parallelism or j_writer.getParallelism()
+    if parallelism > 0:
+        committer._j_data_stream.setParallelism(parallelism)
+    j_env = j_writer.getExecutionEnvironment()
+    warning = factory.check_job(
+        j_writer.getParallelism() if j_writer.getParallelism() > 0 else j_env.getParallelism(),
+        int(j_env.getCheckpointConfig().getCheckpointInterval()) if checkpointing else 0,
+    )
+    if warning:
+        _LOG.warning("%s", warning)
+    return committer
+
+
+def writer_uid(config: SinkConfig) -> str | None:
+    """The writer operator's uid: ``<uid>-writer`` for a sink built with ``set_uid``."""
+    return f"{config.uid}-writer" if config.uid else None
+
+
+def committer_uid(config: SinkConfig, j_env: Any) -> str | None:
+    """The committer operator's uid.
+
+    ``<uid>-committer`` for a sink built with ``set_uid``; otherwise
+    ``pyflink-gcp-<sink name>-committer``, unless an operator of the job already has that uid
+    (two exactly-once sinks of one name), in which case the operator gets none and a warning
+    asks for ``set_uid``.
+    """
+    if config.uid:
+        return f"{config.uid}-committer"
+    uid = f"pyflink-gcp-{config.sink_name}-committer"
+    if any(t.getUid() == uid for t in j_env.getTransformations()):
+        _LOG.warning(
+            "sink '%s': another exactly-once sink of this job has the same name, so this one's "
+            "committer gets no stable uid: its state (the committables of the last checkpoint) "
+            "is found on a restore only while the job graph is unchanged. Give each sink its "
+            "own set_uid(...)",
+            config.sink_name,
+        )
+        return None
+    return uid

@@ -1,0 +1,78 @@
+"""The committer operator's wiring: its stable uid (the only state a restore must find), read
+from the stream graph a job would run."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from pyflink_gcp.core import bridge
+from tests.support.committing import StagingSink
+from tests.unit.core.test_runtime import pipeline
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jar() -> None:
+    if bridge.bridge_jar() is None:
+        pytest.skip("no bridge jar and no JDK to build one")
+
+
+def uids(env: Any) -> dict[str, str | None]:
+    """Operator name -> uid, from the stream graph the job would run."""
+    graph = env._generate_stream_graph(False)
+    return {n.getOperatorName(): n.getTransformationUID() for n in graph.getStreamNodes().toArray()}
+
+
+def sink(uid: str | None = None, name: str = "staging-sink") -> StagingSink:
+    s = StagingSink("/nonexistent")
+    s._config.uid = uid
+    s._config.sink_name = name
+    return s
+
+
+@pytest.mark.parametrize("uid", [None, "orders"])
+def test_the_committer_keeps_its_uid_when_an_operator_is_added_upstream(uid) -> None:
+    """Without a stable uid an added upstream operator changes the committer's identity, and
+    a restore (with --allowNonRestoredState) drops the committables of the last checkpoint."""
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink(uid))
+    before = uids(env)
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.map(lambda r: r).sink_to(sink(uid))
+    after = uids(env)
+
+    expected = f"{uid}-committer" if uid else "pyflink-gcp-staging-sink-committer"
+    assert before["staging-sink: Committer"] == after["staging-sink: Committer"] == expected
+    assert before["staging-sink: Writer"] == (f"{uid}-writer" if uid else None)
+
+
+def test_two_exactly_once_sinks_of_one_name_warn_and_the_second_gets_no_uid(caplog) -> None:
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink())
+    with caplog.at_level(logging.WARNING, logger="pyflink_gcp.runtime"):
+        ds.sink_to(sink())
+    assert "set_uid" in caplog.text
+    graph = env._generate_stream_graph(False)
+    committers = [
+        n.getTransformationUID()
+        for n in graph.getStreamNodes().toArray()
+        if n.getOperatorName() == "staging-sink: Committer"
+    ]
+    assert sorted(committers, key=str) == sorted(
+        ["pyflink-gcp-staging-sink-committer", None], key=str
+    )
+
+
+def test_two_sinks_with_their_own_uids_each_keep_theirs() -> None:
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink("a", name="s"))
+    ds.sink_to(sink("b", name="s"))
+    graph = env._generate_stream_graph(False)
+    committers = {
+        n.getTransformationUID()
+        for n in graph.getStreamNodes().toArray()
+        if n.getOperatorName() == "s: Committer"
+    }
+    assert committers == {"a-committer", "b-committer"}
