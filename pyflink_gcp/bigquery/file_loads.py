@@ -3,9 +3,10 @@ checkpoint.
 
 The file lifecycle is the one Flink users know from the file sinks:
 
-- **in-progress**: a table's open file, on local disk (``<spool>/<sink>/<subtask>/``), named
-  ``<part prefix>-<subtask>-<attempt>-<run>-<n>.<format><in-progress suffix>``. Rows are
-  converted with the table's schema as they are written, in the configured
+- **in-progress**: a table's open file, on local disk, in a directory of the subtask's run
+  (``<spool>/<sink>/<subtask>/<run>/<table id>/``), named
+  ``<part prefix>-<sink>-<subtask>-<attempt>-<uuid4 hex>.<format><in-progress suffix>``. Rows
+  are converted with the table's schema as they are written, in the configured
   :class:`~pyflink_gcp.bigquery.options.FileFormat` (:mod:`pyflink_gcp.bigquery.file_formats`),
   so a bad row goes to the failure handler with its record.
 - **pending**: a finished file, uploaded to the staging location as
@@ -14,25 +15,27 @@ The file lifecycle is the one Flink users know from the file sinks:
   reaches ``max_file_bytes``, when its table had no record for ``inactivity_interval``, when
   its writer is released (idle, or least recently used at ``max_active_destinations``: the cap
   on open files), and at every checkpoint's marker.
-- **loaded**, then **deleted**: after the checkpoint completed, the committer (one for the whole
-  sink) groups each table's pending files into load jobs within BigQuery's limits, runs them,
-  and deletes the files.
+- **loaded**, then **deleted**: the committer (:mod:`pyflink_gcp.bigquery.load_jobs`, one for
+  the whole sink) loads each table's pending files once their checkpoint completed and the
+  table's ``min_load_interval`` passed, and deletes them.
 
-Exactly once: the committables (:class:`FileLoad`) name the files and a load job id derived
-from the sink, the table, the first checkpoint, the writer subtask, the group and the files. A
-commit repeated after a failover finds its job (BigQuery answers 409 for a reused job id) and
-does not load twice; the files of an attempt that failed before its checkpoint completed are
-never named by a committed committable, and its in-progress files are removed when the subtask
-opens again. ``min_load_interval`` keeps a table's pending files, across checkpoints, until its
-previous load is that old: they travel in every checkpoint's committables meanwhile (the
-committer skips a committable that is not due), so a failover still loads them.
+Exactly once: at each checkpoint's marker a writer subtask names every file it staged since
+the previous marker, once, in a :class:`~pyflink_gcp.bigquery.load_jobs.PendingFiles` per table
+(with the table's location). It keeps nothing back: waiting out ``min_load_interval``, grouping
+and load job ids are the committer's, whose waiting files live in Flink's state. The files of an
+attempt that failed before its checkpoint completed are never named by a committed committable
+(their records are replayed).
+
+Names are unique without coordination: an object name holds the sink name and a uuid4, and
+each run of a subtask spools into a directory of its own, locked while the run lives. A
+subtask removes its run directory when it closes, and when it opens, the directories of
+earlier runs of the same sink and subtask whose owner is gone (the lock is free; without a
+lock file, nothing in them changed for an hour): their in-progress files are never loaded.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -44,10 +47,10 @@ from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.file_formats import PartWriter, part_writer_type
-from pyflink_gcp.bigquery.load_jobs import FileLoad, LoadJobCommitter, StagedFile
+from pyflink_gcp.bigquery.load_job_ids import safe_name
+from pyflink_gcp.bigquery.load_jobs import LoadJobCommitter, PendingFiles, StagedFile
 from pyflink_gcp.bigquery.options import (
     LOAD_JOBS_PER_TABLE_PER_DAY,
-    MAX_LOAD_URIS,
     BigQueryFileLoadsOptions,
     BigQueryWriterOptions,
 )
@@ -64,12 +67,19 @@ from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: run directories are told dead by their age alone
+    fcntl = None  # type: ignore[assignment]
+
 #: Rows a table writer holds before it writes them to its file (it waits for the table's schema
 #: only then, not on every record).
 _DRAIN_ROWS = 1_000
-#: BigQuery's limit on the bytes one load job reads.
-_MAX_LOAD_BYTES = 15 * 10**12
-_JOB_ID = re.compile(r"[^A-Za-z0-9_-]+")
+#: The lock file of a run's spool directory, held while the run lives.
+_LOCK_FILE = ".lock"
+#: A run directory without a lock file is an earlier run's once nothing in it changed for this
+#: long (a new run's directory has none for the moment it takes to create it).
+_STALE_RUN_S = 3_600.0
 
 
 class _PartFile:
@@ -197,6 +207,15 @@ class TableFileWriter(DestinationWriter[TableDestination]):
         return staged
 
     @property
+    def location(self) -> str | None:
+        """The table's location once its metadata arrived (None before, or when unknown): the
+        committer's job calls need it for a table outside the US and EU multi-regions."""
+        source = self._layout_source
+        if not source.done() or source.cancelled() or source.exception() is not None:
+            return None
+        return source.result().location
+
+    @property
     def is_clean(self) -> bool:
         return not (self._rows or self._file or self._uploads or self._rejected)
 
@@ -217,12 +236,13 @@ def _remove(path: str) -> None:
 
 class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
     """Creates the table file writers of one sink subtask, uploads their finished files, and
-    prepares the load committables."""
+    names each of them once in the committables of the next checkpoint's marker."""
 
     accepts_unroutable = True
     destination_type = TableDestination
     #: One committer for the whole sink: it groups every subtask's files of a table into one
-    #: load job, so the load jobs per table per day do not grow with the parallelism.
+    #: load job on one clock per table, so the load jobs per table per day do not grow with
+    #: the parallelism.
     committer_parallelism: int | None = 1
 
     _config_fields: ClassVar[tuple[str, ...]] = (
@@ -264,14 +284,13 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         self.staging: Staging | None = None
         self._metadata: ThreadPoolExecutor | None = None
         self._uploader: ThreadPoolExecutor | None = None
+        #: This run's spool directory, and the descriptor holding its lock file.
         self._spool = ""
-        self._run = ""
-        self._seq = 0
+        self._spool_lock: int | None = None
         self._writers: set[TableFileWriter] = set()
-        #: Pending files of each table not yet in a due committable, by table id.
-        self._carried: dict[str, list[StagedFile]] = {}
-        self._first_checkpoint: dict[str, int] = {}
-        self._last_due: dict[str, float] = {}
+        #: Files staged since the last prepare_commit, and the tables' known locations, by id.
+        self._staged: dict[str, list[StagedFile]] = {}
+        self._locations: dict[str, str] = {}
         self._lock = threading.Lock()
         #: Files and bytes this subtask uploaded (tests, logs, the benchmark).
         self.files_staged = 0
@@ -282,13 +301,14 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
     def open(self, info: SubtaskInfo) -> None:
         self.info = info
         self.sink_name = info.sink_name
-        self._run = uuid.uuid4().hex[:8]
         root = self.loads.spool_directory or tempfile.gettempdir()
-        self._spool = os.path.join(root, _safe(self.sink_name), str(info.subtask_index))
-        # The in-progress files of an earlier attempt of this subtask are never loaded: their
-        # records are replayed from the checkpoint.
-        shutil.rmtree(self._spool, ignore_errors=True)
-        os.makedirs(self._spool, exist_ok=True)
+        runs = os.path.join(root, safe_name(self.sink_name), str(info.subtask_index))
+        self._spool = os.path.join(runs, uuid.uuid4().hex)
+        os.makedirs(self._spool)
+        self._spool_lock = _lock_run(self._spool)
+        # The in-progress files of an earlier run of this subtask are never loaded: their
+        # records are replayed from the checkpoint. Another live run's are left alone.
+        _remove_dead_runs(runs, keep=self._spool)
         self.catalog, self._metadata = open_metadata(self, info.subtask_index)
         self._uploader = ThreadPoolExecutor(
             max_workers=self.options.sender_threads,
@@ -306,6 +326,11 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
                 closeable.close()
         self.catalog = self.staging = None
         self._writers.clear()
+        if self._spool:  # whatever is still in progress is never loaded
+            shutil.rmtree(self._spool, ignore_errors=True)
+        if self._spool_lock is not None:
+            os.close(self._spool_lock)
+            self._spool_lock = None
 
     def create_writer(self, destination: TableDestination) -> TableFileWriter:
         if self._metadata is None or self.catalog is None:
@@ -319,7 +344,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
     def writer_closed(self, writer: TableFileWriter) -> None:
         if writer in self._writers:
             self._writers.discard(writer)
-            self._carry(writer.destination.table_id, writer.take_staged())
+            self._stage(writer.destination.table_id, writer.take_staged(), writer.location)
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -328,10 +353,9 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         loads = self.loads
         writer_type = part_writer_type(loads.file_format)
         name = (
-            f"{loads.part_prefix}-{self.info.subtask_index}-{self.info.attempt_number}-"
-            f"{self._run}-{self._seq}{writer_type.extension}"
+            f"{loads.part_prefix}-{safe_name(self.sink_name)}-{self.info.subtask_index}-"
+            f"{self.info.attempt_number}-{uuid.uuid4().hex}{writer_type.extension}"
         )
-        self._seq += 1
         directory = os.path.join(self._spool, destination.table_id)
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, name + loads.in_progress_suffix)
@@ -349,7 +373,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             with self._lock:
                 self.files_staged += 1
                 self.bytes_staged += part.size
-            return StagedFile(name, part.size)
+            return StagedFile(staging.uri(name), part.size)
 
         return self._uploader.submit(run)
 
@@ -364,31 +388,24 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
 
     # -- the commit protocol --------------------------------------------------------------------
 
-    def _carry(self, table_id: str, files: list[StagedFile]) -> None:
+    def _stage(self, table_id: str, files: list[StagedFile], location: str | None) -> None:
         if files:
-            self._carried.setdefault(table_id, []).extend(files)
+            self._staged.setdefault(table_id, []).extend(files)
+        if location:
+            self._locations[table_id] = location
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        assert self.info is not None
+        """One :class:`PendingFiles` per table with files staged since the last call (by open
+        writers, or by writers closed since), each file named once: what waits and when it
+        loads is the committer's to decide."""
         for writer in self._writers:
-            self._carry(writer.destination.table_id, writer.take_staged())
-        interval = self.loads.min_load_interval.total_seconds()
-        now = time.monotonic()
-        loads: list[Any] = []
-        for table_id in list(self._carried):
-            files = self._carried[table_id]
-            first = self._first_checkpoint.setdefault(table_id, checkpoint_id)
-            last = self._last_due.get(table_id)
-            # The end of input loads everything; otherwise a table waits out its interval.
-            due = checkpoint_id < 0 or last is None or now - last >= interval
-            for group, chunk in enumerate(_groups(files)):
-                job_id = load_job_id(self.sink_name, table_id, first, self.info, group, chunk)
-                loads.append(FileLoad(table_id, chunk, job_id, due))
-            if due:
-                del self._carried[table_id]
-                del self._first_checkpoint[table_id]
-                self._last_due[table_id] = now
-        return loads
+            self._stage(writer.destination.table_id, writer.take_staged(), writer.location)
+        staged, self._staged = self._staged, {}
+        locations, self._locations = self._locations, {}
+        return [
+            PendingFiles(table_id, tuple(files), locations.get(table_id))
+            for table_id, files in staged.items()
+        ]
 
     def create_committer(self) -> LoadJobCommitter:
         return LoadJobCommitter(
@@ -401,8 +418,14 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
 
     def check_job(self, parallelism: int, checkpoint_interval_ms: int) -> str | None:
         """A warning when the job's checkpoints would start more load jobs per table per day
-        than BigQuery allows (one committer groups every subtask's files of a table, so the
-        parallelism does not count)."""
+        than BigQuery allows.
+
+        The sink's one committer loads a table at most once per commit (one per checkpoint)
+        and at most once per ``min_load_interval``, on one clock per table whatever the
+        parallelism, which is therefore not counted: 86,400 / max(checkpoint interval,
+        ``min_load_interval``) a day. A load cut past BigQuery's per-job limits (10,000 files,
+        15 TB), a retried failed job and the loads of a restored committer come on top.
+        """
         if checkpoint_interval_ms <= 0:
             return None
         every_s = max(checkpoint_interval_ms / 1000, self.loads.min_load_interval.total_seconds())
@@ -411,46 +434,72 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             return None
         return (
             f"sink '{self.sink_name}': WriteMethod.FILE_LOADS loads each table up to "
-            f"{per_day:,.0f} times a day (one load job per {every_s:g} s: the checkpoint "
-            f"interval, or min_load_interval when longer), above BigQuery's "
+            f"{per_day:,.0f} times a day (its one committer starts at most one load job per "
+            f"table per {every_s:g} s: the checkpoint interval, or min_load_interval when "
+            f"longer; the parallelism does not count), above BigQuery's "
             f"{LOAD_JOBS_PER_TABLE_PER_DAY:,} load jobs per table per day; set "
             f"BigQueryFileLoadsOptions.min_load_interval to at least "
             f"{86_400 / LOAD_JOBS_PER_TABLE_PER_DAY:.0f} s"
         )
 
 
-def _safe(name: str) -> str:
-    return _JOB_ID.sub("_", name)
+def _lock_run(directory: str) -> int | None:
+    """Hold the lock file of the new run directory ``directory`` (None without ``fcntl``).
+
+    The file is locked under a temporary name and renamed into place, so no other run ever
+    sees it unlocked while this one lives (the lock is released when the process ends). On a
+    file system without locks the directory has no lock file: it is told by its age.
+    """
+    if fcntl is None:
+        return None
+    partial = os.path.join(directory, f"{_LOCK_FILE}.{uuid.uuid4().hex}")
+    fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        os.remove(partial)
+        return None
+    os.rename(partial, os.path.join(directory, _LOCK_FILE))
+    return fd
 
 
-def _groups(files: list[StagedFile]) -> list[tuple[StagedFile, ...]]:
-    """The files cut into load jobs within BigQuery's per-job limits (URIs and bytes)."""
-    groups: list[tuple[StagedFile, ...]] = []
-    current: list[StagedFile] = []
-    size = 0
-    for staged in files:
-        if current and (len(current) >= MAX_LOAD_URIS or size + staged.size > _MAX_LOAD_BYTES):
-            groups.append(tuple(current))
-            current, size = [], 0
-        current.append(staged)
-        size += staged.size
-    if current:
-        groups.append(tuple(current))
-    return groups
+def _remove_dead_runs(runs: str, *, keep: str) -> None:
+    """Remove the run directories under ``runs`` (one sink subtask's) but ``keep`` that no live
+    run owns."""
+    try:
+        entries = list(os.scandir(runs))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.path != keep and entry.is_dir(follow_symlinks=False) and _dead(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def load_job_id(
-    sink: str,
-    table_id: str,
-    checkpoint_id: int,
-    info: SubtaskInfo,
-    group: int,
-    files: tuple[StagedFile, ...],
-) -> str:
-    """The load job of a group of files: from the sink, the table, the checkpoint the files
-    first went with, the writer subtask, the group, and a digest of the files (so a group whose
-    files changed while it waited out ``min_load_interval`` is a new job)."""
-    digest = hashlib.sha256("\n".join(f.name for f in files).encode()).hexdigest()[:16]
-    checkpoint = "end" if checkpoint_id < 0 else str(checkpoint_id)
-    parts = (sink, table_id, checkpoint, str(info.subtask_index), str(group), digest)
-    return _safe("pyflink_gcp_" + "_".join(parts))[:1024]
+def _dead(directory: str) -> bool:
+    """Whether no live run owns ``directory``: its lock file is not held (the run closed or its
+    process ended), or, without one, nothing in it changed for :data:`_STALE_RUN_S`."""
+    if fcntl is not None:
+        try:
+            fd = os.open(os.path.join(directory, _LOCK_FILE), os.O_RDONLY)
+        except FileNotFoundError:
+            pass
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # held by a live run
+            except OSError:
+                pass  # no locks on this file system: told by its age
+            else:
+                return True
+            finally:
+                os.close(fd)
+    newest = 0.0
+    for path, _, files in os.walk(directory):
+        for name in (path, *(os.path.join(path, f) for f in files)):
+            try:
+                newest = max(newest, os.stat(name).st_mtime)
+            except FileNotFoundError:
+                pass
+    return time.time() - newest > _STALE_RUN_S

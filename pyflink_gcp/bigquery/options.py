@@ -251,7 +251,8 @@ class BigQueryFileLoadsOptions:
             files, such as the BigQuery emulator (see :mod:`pyflink_gcp.bigquery.staging`).
         file_format: See :class:`FileFormat`.
         spool_directory: Local directory of the in-progress files (None: the system's temporary
-            directory). Each subtask writes under ``<spool>/<sink>/<subtask>``.
+            directory). Each run of a subtask writes under ``<spool>/<sink>/<subtask>/<run>``,
+            a directory of its own, so same-named sinks on one host never share files.
         part_prefix: The first part of every file name.
         in_progress_suffix: The suffix of an in-progress file.
         pending_suffix: The suffix of a pending object.
@@ -260,10 +261,22 @@ class BigQueryFileLoadsOptions:
         inactivity_interval: Finish a table's file after this long without a record.
         check_interval: How often open files are checked for inactivity (at bundle ends).
         min_load_interval: The shortest time between two load jobs of a table: pending files of
-            a table wait, across checkpoints, until this long after its previous load, and load
-            together. Zero loads after every checkpoint. The default, 90 s, keeps a table under
-            BigQuery's 1,500 load jobs per table per day (960) whatever the checkpoint interval.
-        load_job_timeout: How long a commit waits for one load job to finish.
+            a table wait, across checkpoints (kept in the committer's state), until the
+            sink's committer last loaded the table this long ago, and load together. Zero
+            loads after every checkpoint. The default, 90 s, keeps a table under BigQuery's
+            1,500 load jobs per table per day (960) whatever the checkpoint interval and the
+            parallelism. A restored committer, the end of input and stop-with-savepoint load
+            whatever waits.
+        load_job_timeout: How long the last commit (end of input, stop-with-savepoint) waits
+            for its load jobs: it cannot leave one running for later. Any other commit waits
+            at most ``min(load_job_timeout, 10 s)``, then keeps a job still running in the
+            committer's state and looks at it again at the next commit.
+        job_id_generation: Mixed into every load job id. A load job that failed for a reason
+            the same files meet again (rows the table refuses, a schema that does not match)
+            ends the job, and a restart from the last checkpoint would find the same failed
+            ids; after fixing the cause, restart from it with the generation one higher: the
+            files load again under new ids (a job of an earlier generation that succeeded, or
+            still runs, is found first, so nothing loads twice). Only ever raise it.
     """
 
     staging_location: str = ""
@@ -277,6 +290,7 @@ class BigQueryFileLoadsOptions:
     check_interval: timedelta = timedelta(seconds=1)
     min_load_interval: timedelta = timedelta(seconds=90)
     load_job_timeout: timedelta = timedelta(minutes=30)
+    job_id_generation: int = 0
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -308,6 +322,7 @@ class BigQueryFileLoadsOptions:
         check_duration(owner, "check_interval", self.check_interval)
         check_duration(owner, "min_load_interval", self.min_load_interval, allow_zero=True)
         check_duration(owner, "load_job_timeout", self.load_job_timeout)
+        check_int(owner, "job_id_generation", self.job_id_generation, minimum=0)
 
     @property
     def local_directory(self) -> str | None:
@@ -389,8 +404,12 @@ class BigQueryFileLoadsOptionsBuilder:
         return self._set("min_load_interval", interval)
 
     def load_job_timeout(self, timeout: timedelta) -> Self:
-        """How long a commit waits for one load job (default 30 min)."""
+        """How long the last commit waits for its load jobs (default 30 min)."""
         return self._set("load_job_timeout", timeout)
+
+    def job_id_generation(self, generation: int) -> Self:
+        """Mixed into every load job id (default 0); one higher after fixing a failed load."""
+        return self._set("job_id_generation", generation)
 
     def build(self) -> BigQueryFileLoadsOptions:
         """The options value; raises ConfigurationError naming the first bad setting."""

@@ -29,8 +29,14 @@ Failures:
   answer): on a connection whose responses come back in order, waiting for one part would stall
   the requests in flight behind it, and an Arrow request rejected whole is first re-sent as
   protobuf rows rather than halved.
+- A refusal whose status carries a StorageError naming the stream or its table (finalized,
+  not found, wrong state; :mod:`pyflink_gcp.bigquery.storage_errors`) is the stream's failure,
+  whatever its code: it fails the job (a restart appends to new streams), and no row of the
+  request reaches the failure handler. A rejection without that detail or per-row errors is
+  still narrowed down by halving: the emulator rejects bad rows that way.
 - Transport errors and transient statuses re-send the unanswered requests on a new connection,
-  with backoff, until the retry deadline; then the job fails. They are never dead-lettered.
+  with backoff, until the retry deadline; then the job fails. They are never dead-lettered. On
+  a BUFFERED stream the requests that hold an offset are sent again first, in offset order.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from typing import Any
 
 import grpc
 
-from pyflink_gcp.bigquery.buffered import STALE, StreamOffsets
+from pyflink_gcp.bigquery.batch import Batch
+from pyflink_gcp.bigquery.buffered import STALE, StreamOffsets, resend_order
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     AppendConnection,
@@ -54,12 +61,13 @@ from pyflink_gcp.bigquery.client import (
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.serialization import row_payload
+from pyflink_gcp.bigquery.storage_errors import blames_stream, code_name, storage_error
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
-from pyflink_gcp.core.status import StatusError, is_record_fault
+from pyflink_gcp.core.status import StatusError, is_record_fault, status_from_code
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
@@ -72,61 +80,6 @@ _QUEUED_BATCHES = 4
 _ROW_FAULT_CODES = frozenset({"INVALID_ARGUMENT"})
 #: The status of an append whose offset is already in a BUFFERED stream.
 _ALREADY_EXISTS = grpc.StatusCode.ALREADY_EXISTS.value[0]
-
-
-class Batch:
-    """The rows of one AppendRows request, with what is needed to reject them one by one.
-
-    A batch is *pending* until the sender encodes it (``rows`` and ``arrow`` both None), then
-    carries either serialized protobuf rows or one serialized Arrow record batch.
-    """
-
-    __slots__ = ("rows", "arrow", "elements", "records", "cdc", "offset")
-
-    def __init__(
-        self,
-        rows: list[bytes] | None,
-        elements: list[Any],
-        records: list[Any],
-        cdc: bool,
-        arrow: bytes | None = None,
-    ):
-        self.rows = rows
-        self.arrow = arrow
-        self.elements = elements
-        self.records = records
-        self.cdc = cdc
-        #: Its offset in a BUFFERED stream once sent (``buffered.StreamOffsets``); None before.
-        self.offset: int | None = None
-
-    def subset(self, indexes: list[int]) -> Batch:
-        """The rows at ``indexes``, unencoded if this batch was Arrow."""
-        rows = self.rows
-        return Batch(
-            None if rows is None else [rows[i] for i in indexes],
-            [self.elements[i] for i in indexes],
-            [self.records[i] for i in indexes],
-            self.cdc,
-        )
-
-    def halves(self) -> tuple[Batch, Batch]:
-        """The first and the second half of the rows, unencoded if this batch was Arrow."""
-        mid = len(self.elements) // 2
-        rows = self.rows
-        return (
-            Batch(
-                None if rows is None else rows[:mid],
-                self.elements[:mid],
-                self.records[:mid],
-                self.cdc,
-            ),
-            Batch(
-                None if rows is None else rows[mid:],
-                self.elements[mid:],
-                self.records[mid:],
-                self.cdc,
-            ),
-        )
 
 
 class TableSender:
@@ -364,10 +317,11 @@ class TableSender:
                 try:
                     response = self._receive()
                 except Exception as exc:  # noqa: BLE001 - classified by _retry_or_raise
-                    # The connection is gone: every unanswered request is sent again.
+                    # The connection is gone: every unanswered request is sent again, those
+                    # holding an offset first.
                     self._disconnect()
                     with self._cond:
-                        self._queue.extendleft(reversed(in_flight))
+                        self._queue.extendleft(reversed(resend_order(in_flight)))
                     in_flight.clear()
                     backoff = self._retry_or_raise(exc, backoff)
                     continue
@@ -507,6 +461,9 @@ class TableSender:
                 self.rows_appended += len(batch.elements)
                 return None
             offsets.refuse(batch, in_flight)
+        detail = None if response.row_errors else storage_error(response.error)
+        if detail is not None and blames_stream(detail):
+            return self._stream_refused(batch, code, response.error, code_name(detail), backoff)
         if response.row_errors:
             # The service names the bad rows and commits none of the request: re-send the rest.
             bad = {int(e.index): e.message for e in response.row_errors}
@@ -548,6 +505,22 @@ class TableSender:
         with self._cond:
             self._queue.appendleft(batch)
         return self._retry_or_raise(error, backoff)
+
+    def _stream_refused(
+        self, batch: Batch, code: int, status: Any, cause: str, backoff: BackoffSequence | None
+    ) -> Any:
+        """An append refused for its stream or table (the status's StorageError ``cause``), not
+        for its rows: a missing table is waited for like NOT_FOUND, anything else fails the
+        sender (a restart appends to new streams). Returns the backoff to continue with."""
+        with self._cond:
+            self._queue.appendleft(batch)
+        if cause == "TABLE_NOT_FOUND" or (cause == "STREAM_NOT_FOUND" and self.offsets is None):
+            error = StatusError(grpc.StatusCode.NOT_FOUND, f"{cause}: {status.message}")
+            return self._retry_or_raise(error, backoff)
+        raise WriteError(
+            f"{self._what} failed: {status_from_code(code).name} ({cause}): {status.message}; "
+            f"stream {self._stream} takes no rows, whatever their content"
+        )
 
     def _note_arrow_rejected(self, message: str) -> None:
         self.arrow_rejections += 1

@@ -2,9 +2,11 @@
 
 - ``gs://bucket/prefix`` (:class:`Staging`): a finished file is uploaded under
   ``gs://bucket/prefix/<table id>/``; a load job reads it from there, and it is deleted once
-  loaded. Every call is one attempt with a timeout (the client library's own retry is off)
-  under the sink's retry policy. ``STORAGE_EMULATOR_HOST`` (a URL) points the client at an
-  emulator, with anonymous credentials, as the Cloud Storage libraries do.
+  loaded, by the URI the committable holds (so a file staged before a change of the staging
+  location is still loaded and deleted where it is). Every call is one attempt with a timeout
+  (the client library's own retry is off) under the sink's retry policy.
+  ``STORAGE_EMULATOR_HOST`` (a URL) points the client at an emulator, with anonymous
+  credentials, as the Cloud Storage libraries do.
 - a local directory (``file:///path`` or ``/path``; :class:`LocalStaging`): a finished file is
   moved under ``<directory>/<table id>/`` and loaded from its ``file://`` URI. BigQuery itself
   reads only Cloud Storage; a local directory is for backends that read the machine's files
@@ -122,6 +124,24 @@ class Staging:
 
         self._call(attempt, f"delete {self.uri(name)}")
 
+    def delete_uri(self, uri: str) -> None:
+        """Delete the object ``uri`` (``gs://bucket/name``, in any bucket); a missing one counts
+        as deleted (a repeated commit)."""
+        from google.api_core.exceptions import NotFound
+
+        bucket, _, name = uri.removeprefix("gs://").partition("/")
+        if not uri.startswith("gs://") or not bucket or not name:
+            raise WriteError(f"sink '{self._sink}': cannot delete {uri}: not a gs:// object")
+        blob = self._client.bucket(bucket).blob(name)
+
+        def attempt() -> None:
+            try:
+                blob.delete(timeout=self._timeout_s, retry=None)
+            except NotFound:
+                pass
+
+        self._call(attempt, f"delete {uri}")
+
     def list(self, prefix: str = "") -> list[str]:
         """Names of the objects under ``prefix`` (inside the staging prefix)."""
         full = self.object_name(prefix, "") if prefix else self.prefix
@@ -171,6 +191,14 @@ class LocalStaging(Staging):
     def delete(self, name: str) -> None:
         try:
             os.remove(os.path.join(self._root, name))
+        except FileNotFoundError:
+            pass
+
+    def delete_uri(self, uri: str) -> None:
+        if not uri.startswith("file://"):
+            raise WriteError(f"sink '{self._sink}': cannot delete {uri}: not a local file")
+        try:
+            os.remove(uri.removeprefix("file://"))
         except FileNotFoundError:
             pass
 

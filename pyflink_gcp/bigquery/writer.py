@@ -56,6 +56,8 @@ from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
+#: The checkpoint id of the last ``prepare_commit``, at the end of input (see core.commit).
+_END_OF_INPUT = -1
 
 
 class TableWriter(DestinationWriter[TableDestination]):
@@ -242,7 +244,8 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     def committable(self, *, finalize: bool) -> StreamCommit | None:
         """What the rows appended to this writer's BUFFERED stream since the last call need to
-        become visible (called after a flush); None without new rows or stream."""
+        become visible (called after a flush), offset -1 without new rows; None without a
+        BUFFERED stream created."""
         offsets = self.sender.offsets
         if offsets is None or not self.sender.stream_created():
             return None
@@ -435,12 +438,21 @@ class BufferedBigQueryWriterFactory(BigQueryWriterFactory, CommittingWriterFacto
                 self._closed_commits.append(commit)
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        """A committable per live writer's stream, with new rows or not (the committer
+        finalizes the streams restored and final sets name), and those of writers closed since.
+
+        At the end of input this is the last call, and the writers close after it: their
+        streams are finalized with this commit.
+        """
         commits: list[Any] = self._closed_commits
         self._closed_commits = []
+        last = checkpoint_id == _END_OF_INPUT
         for writer in self._writers:
-            commit = writer.committable(finalize=False)
+            commit = writer.committable(finalize=last)
             if commit is not None:
                 commits.append(commit)
+        if last:
+            self._writers.clear()  # closed next, with nothing left to prepare
         return commits
 
     def create_committer(self) -> BufferedStreamCommitter:

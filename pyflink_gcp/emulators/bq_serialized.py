@@ -13,10 +13,19 @@ command line.
 
 It also corrects two answers. FlushRows on a BUFFERED stream follows BigQuery, not the emulator.
 BigQuery's offset is inclusive (flushing N makes rows 0..N visible, and the response says N), an
-offset past the last appended row answers OUT_OF_RANGE, one already flushed ALREADY_EXISTS, and
-a finalized stream can still be flushed up to its end. The emulator took the offset as
-exclusive, accepted one past the end, answered OUT_OF_RANGE for both errors and refused
-finalized streams, so code tested against it would be off by one row against BigQuery.
+offset past the last appended row answers OUT_OF_RANGE and one already flushed ALREADY_EXISTS.
+The emulator took the offset as exclusive, accepted one past the end and answered OUT_OF_RANGE
+for both errors, so code tested against it would be off by one row against BigQuery. A
+finalized stream refuses FlushRows with INVALID_ARGUMENT, as Google's own clients and
+connectors read BigQuery (docs/emulators.md cites them). BigQuery's reference is silent on
+it, so a test can pick each plausible answer, with the environment variable
+``PYFLINK_GCP_BQ_FINALIZED_FLUSH`` at start or ``POST /bigquery/v2/_pyflink-gcp/finalized-flush/
+<answer>`` while it runs (:data:`FINALIZED_FLUSH_ANSWERS`): ``invalid_argument`` (the default),
+``failed_precondition``, or ``flush`` (flushed up to the stream's end as if it were open).
+
+jobs.get of a job whose destination dataset is in a single region answers 404 unless the
+request names that location, as BigQuery's reference says it must (multi-regions US and EU
+are found without); the emulator ignored the location.
 
 And jobs.insert with the id of an existing job answers 409 ``duplicate`` and runs nothing, as
 BigQuery does; the first job stays. The emulator ran the job again and replaced its record,
@@ -30,6 +39,7 @@ Usage: ``<bqemulator's python> bq_serialized.py start [bqemulator options]``.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -77,6 +87,12 @@ def _flush_buffered(handler: Any, request_bytes: bytes, context: Any) -> bytes |
     if stream is None or stream.stream_type is not WriteStreamType.BUFFERED:
         return None
     offset = request.offset
+    finalized_answer = _finalized_flush_answer(stream)
+    if finalized_answer is not None:
+        code, details = finalized_answer
+        context.set_code(code)
+        context.set_details(details)
+        return b""
     if offset is None or offset < 0:
         context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
         context.set_details(f"FlushRows needs an offset of 0 or more, got {offset}")
@@ -102,6 +118,88 @@ def _flush_buffered(handler: Any, request_bytes: bytes, context: Any) -> bytes |
         handler._flush_to_target(stream, rows)
         stream.flushed_rows = offset + 1
     return bytes(types.FlushRowsResponse.serialize(types.FlushRowsResponse(offset=offset)))
+
+
+#: What FlushRows on a finalized BUFFERED stream may answer (see the module docstring).
+FINALIZED_FLUSH_ANSWERS = ("invalid_argument", "failed_precondition", "flush")
+#: The answer in force: one of FINALIZED_FLUSH_ANSWERS.
+_finalized_flush = [os.environ.get("PYFLINK_GCP_BQ_FINALIZED_FLUSH", "invalid_argument")]
+
+
+def _set_finalized_flush(answer: str) -> dict[str, str]:
+    """The control route: FlushRows on a finalized stream answers ``answer`` from now on."""
+    from bqemulator.domain.errors import ValidationError
+
+    if answer not in FINALIZED_FLUSH_ANSWERS:
+        raise ValidationError(
+            f"finalized-flush answer {answer!r} is not one of {FINALIZED_FLUSH_ANSWERS}"
+        )
+    _finalized_flush[0] = answer
+    return {"finalizedFlush": answer}
+
+
+def _finalized_flush_answer(stream: Any) -> tuple[Any, str] | None:
+    """The refusal of FlushRows on a finalized stream (see the module docstring); None when the
+    stream is open or the chosen answer is to flush."""
+    import grpc
+    from bqemulator.streaming.write_stream import WriteStreamState
+
+    if stream.state is not WriteStreamState.FINALIZED:
+        return None
+    answer = _finalized_flush[0]
+    if answer == "flush":
+        return None
+    code = (
+        grpc.StatusCode.FAILED_PRECONDITION
+        if answer == "failed_precondition"
+        else grpc.StatusCode.INVALID_ARGUMENT
+    )
+    return code, f"Stream has been finalized and cannot be appended. Entity: {stream.name}"
+
+
+#: BigQuery's multi-region locations, where jobs are found without naming the location.
+_MULTI_REGIONS = frozenset({"US", "EU"})
+
+
+def _located_jobs_get(raw: Callable[..., dict[str, Any]], ctx_type: Any) -> Callable[..., Any]:
+    """Wraps jobs.get so that a job in a single-region dataset is found only with its location.
+
+    The job's location is its destination dataset's (load and copy jobs, and queries with a
+    destination table); a job without one is found as before.
+    """
+    from bqemulator.domain.errors import ResourceRef, resource_not_found
+
+    def get_job(
+        project_id: str, job_id: str, ctx: ctx_type, location: str | None = None
+    ) -> dict[str, Any]:
+        meta = ctx.catalog.get_job(project_id, job_id)
+        where = _job_location(ctx, meta) if meta is not None else None
+        single_region = where is not None and where.upper() not in _MULTI_REGIONS
+        if single_region and (location or "").lower() != str(where).lower():
+            raise resource_not_found(ResourceRef("job", project_id, resource_id=job_id))
+        return raw(project_id, job_id, ctx)
+
+    # FastAPI reads the parameters from the annotations: objects, not this module's strings.
+    get_job.__annotations__ = {
+        "project_id": str,
+        "job_id": str,
+        "ctx": ctx_type,
+        "location": str | None,
+        "return": dict[str, Any],
+    }
+    return get_job
+
+
+def _job_location(ctx: Any, meta: Any) -> str | None:
+    config = meta.configuration or {}
+    for kind in ("load", "copy", "query"):
+        table = (config.get(kind) or {}).get("destinationTable")
+        if isinstance(table, dict) and table.get("datasetId"):
+            dataset = ctx.catalog.get_dataset(
+                table.get("projectId") or meta.project_id, table["datasetId"]
+            )
+            return getattr(dataset, "location", None) if dataset is not None else None
+    return None
 
 
 _InsertJob = Callable[[str, Any, Any, Any], Awaitable[dict[str, Any]]]
@@ -203,9 +301,31 @@ def _patch() -> None:
         path.removeprefix(router.prefix), _unique_job_ids(found[0].endpoint), methods=["POST"]
     )
     router.routes.insert(index, router.routes.pop())  # first match wins: keep its place
+    _replace_route(router, "/projects/{project_id}/jobs/{job_id}", "GET", jobs)
+    router.add_api_route(
+        "/_pyflink-gcp/finalized-flush/{answer}", _set_finalized_flush, methods=["POST"]
+    )
 
     _patch_avro_time()
     _patch_grpc_threads()
+
+
+def _replace_route(router: Any, path: str, method: str, jobs: Any) -> None:
+    """Put the located jobs.get in place of the emulator's, at the same position."""
+    from fastapi.routing import APIRoute
+
+    full = f"{router.prefix}{path}"
+    found = [
+        r
+        for r in router.routes
+        if isinstance(r, APIRoute) and r.path == full and method in r.methods
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"bqemulator has {len(found)} {method} {full} routes, expected 1")
+    index = router.routes.index(found[0])
+    del router.routes[index]
+    router.add_api_route(path, _located_jobs_get(found[0].endpoint, jobs._Ctx), methods=[method])
+    router.routes.insert(index, router.routes.pop())
 
 
 #: The AppendRows calls whose current request carries a writer schema other than the previous

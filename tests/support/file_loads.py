@@ -1,9 +1,11 @@
 """``WriteMethod.FILE_LOADS`` with its load jobs logged, for tests that count them.
 
 :func:`recording` turns a built FILE_LOADS sink's factory into one whose committer appends
-``{"job", "table", "files", "names", "found"}`` to ``log_path`` after every load job it ran or found
-done, and (``kill_after_load``) ends the Python worker right after its first load, before the
-commit is acknowledged, so the restored job commits the same committables again.
+``{"job", "table", "files", "names", "found"}`` to ``log_path`` after every load job it saw
+succeed (``names``: the files' object names; ``found``: the job was started before, by an
+earlier commit or attempt, and found by its id), and (``kill_marker``) ends the Python worker
+right after its first load, before the commit is acknowledged, so the restored job commits the
+same set again.
 """
 
 from __future__ import annotations
@@ -13,28 +15,30 @@ import os
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
-from pyflink_gcp.bigquery.load_jobs import FileLoad, LoadJobCommitter
+from pyflink_gcp.bigquery.load_jobs import LoadGroup, LoadJobCommitter, LoadResult
 
 
 class RecordingCommitter(LoadJobCommitter):
     log_path = ""
     kill_marker: str | None = None
 
-    def _run(self, load: FileLoad) -> None:
-        found = self.jobs_found
-        super()._run(load)
+    def _run(self, load: LoadGroup, *args: Any) -> LoadResult:
+        result = super()._run(load, *args)
+        if result.running is not None:  # logged by the commit that sees it succeed
+            return result
         entry = {
-            "job": load.job_id,
+            "job": result.job_id,
             "table": load.table_id,
             "files": len(load.files),
             "names": [f.name for f in load.files],
-            "found": self.jobs_found > found,
+            "found": result.found,
         }
         with open(self.log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
         if self.kill_marker is not None and not os.path.exists(self.kill_marker):
             open(self.kill_marker, "w").close()
             os._exit(29)  # loaded, not acknowledged: the commit runs again after the restore
+        return result
 
 
 class RecordingFactory(FileLoadsWriterFactory):

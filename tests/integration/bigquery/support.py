@@ -3,12 +3,16 @@ that observes what the sink sends on the Storage Write API."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -33,10 +37,13 @@ def bq_client(project: str) -> bigquery.Client:
     )
 
 
-def make_dataset(project: str, prefix: str = "ds") -> str:
-    """A fresh dataset (the sink creates tables, never datasets)."""
+def make_dataset(project: str, prefix: str = "ds", location: str | None = None) -> str:
+    """A fresh dataset (the sink creates tables, never datasets), in ``location`` if given."""
     client = bq_client(project)
-    dataset = client.create_dataset(unique(prefix))
+    dataset = bigquery.Dataset(f"{project}.{unique(prefix)}")
+    if location is not None:
+        dataset.location = location
+    dataset = client.create_dataset(dataset)
     client.close()
     return str(dataset.dataset_id)
 
@@ -283,3 +290,21 @@ def ids_by_table(project: str, dataset: str) -> dict[str, Counter[int]]:
         )
         for table in table_names(project, dataset)
     }
+
+
+@contextlib.contextmanager
+def finalized_flush_answer(answer: str) -> Iterator[None]:
+    """FlushRows on a finalized BUFFERED stream answers ``answer`` in the emulator meanwhile
+    (``invalid_argument``, ``failed_precondition`` or ``flush``; the launcher's control route)."""
+    base = f"http://{os.environ['BIGQUERY_EMULATOR_HOST']}/bigquery/v2/_pyflink-gcp/finalized-flush"
+
+    def put(value: str) -> None:
+        request = urllib.request.Request(f"{base}/{value}", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response) == {"finalizedFlush": value}
+
+    put(answer)
+    try:
+        yield
+    finally:
+        put("invalid_argument")

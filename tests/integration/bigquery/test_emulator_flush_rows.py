@@ -1,7 +1,8 @@
 """FlushRows on a BUFFERED stream in the emulator answers as BigQuery does (the launcher's patch).
 
 BigQuery's offset is inclusive, an offset past the last row is OUT_OF_RANGE, one already flushed
-ALREADY_EXISTS, and a finalized BUFFERED stream can still be flushed up to its end.
+ALREADY_EXISTS. A finalized BUFFERED stream refuses FlushRows with INVALID_ARGUMENT by default;
+the other answers BigQuery might give can be chosen, and each is checked here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from google.cloud.bigquery_storage_v1.services.big_query_write.transports import
 from google.protobuf import descriptor_pb2
 
 from pyflink_gcp.emulators import EmulatorStack
-from tests.integration.bigquery.support import decoder, make_dataset, make_table, query
+from tests.integration.bigquery.support import (
+    decoder,
+    finalized_flush_answer,
+    make_dataset,
+    make_table,
+    query,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -101,16 +108,43 @@ def test_flush_offsets_are_inclusive_and_checked_like_bigquery(
     assert _ids(project, table) == [0, 1, 2, 3, 4]
 
 
-def test_a_finalized_buffered_stream_can_be_flushed_to_its_end(
+def test_a_finalized_buffered_stream_refuses_flush_rows_by_default(
+    writer: BigQueryWriteClient, project: str
+) -> None:
+    stream, table = _buffered_stream(writer, project, 3)
+    assert _flush(writer, stream, 0) == 0
+    finalized = writer.finalize_write_stream(name=stream, retry=None, timeout=TIMEOUT)
+    assert finalized.row_count == 3
+
+    for offset in (0, 2):  # flushed already, and never flushed
+        with pytest.raises(exceptions.InvalidArgument, match="finalized"):
+            _flush(writer, stream, offset)
+    assert _ids(project, table) == [0]
+
+
+def test_a_finalized_stream_answers_failed_precondition_when_chosen(
+    writer: BigQueryWriteClient, project: str
+) -> None:
+    stream, _ = _buffered_stream(writer, project, 3)
+    writer.finalize_write_stream(name=stream, retry=None, timeout=TIMEOUT)
+    with (
+        finalized_flush_answer("failed_precondition"),
+        pytest.raises(exceptions.FailedPrecondition),
+    ):
+        _flush(writer, stream, 1)
+
+
+def test_a_finalized_buffered_stream_can_be_flushed_to_its_end_when_chosen(
     writer: BigQueryWriteClient, project: str
 ) -> None:
     stream, table = _buffered_stream(writer, project, 3)
     finalized = writer.finalize_write_stream(name=stream, retry=None, timeout=TIMEOUT)
     assert finalized.row_count == 3
 
-    assert _flush(writer, stream, 0) == 0
-    assert _ids(project, table) == [0]
-    with pytest.raises(exceptions.OutOfRange):
-        _flush(writer, stream, 3)
-    assert _flush(writer, stream, 2) == 2
+    with finalized_flush_answer("flush"):
+        assert _flush(writer, stream, 0) == 0
+        assert _ids(project, table) == [0]
+        with pytest.raises(exceptions.OutOfRange):
+            _flush(writer, stream, 3)
+        assert _flush(writer, stream, 2) == 2
     assert _ids(project, table) == [0, 1, 2]

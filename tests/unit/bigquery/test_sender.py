@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
+from google.rpc import status_pb2
 
 from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, RowFormat, TableDestination
 from pyflink_gcp.bigquery.sender import Batch, TableSender
@@ -310,6 +311,145 @@ def test_a_table_the_storage_api_never_finds_is_named() -> None:
     s.submit(Batch(None, [{"id": 1}], ["r1"], False))
     with pytest.raises(DestinationNotFoundError, match=r"table p\.d\.t is not found"):
         s.settle()
+
+
+BUFFERED_STREAM = f"{DEST.default_stream.removesuffix('_default')}buffered-1"
+
+
+def created(name: str = BUFFERED_STREAM) -> Future[str]:
+    stream: Future[str] = Future()
+    stream.set_result(name)
+    return stream
+
+
+def refusal(code: int, message: str, cause: Any) -> Any:
+    """An AppendRows error whose status carries a StorageError, as BigQuery sends it."""
+    status = status_pb2.Status(code=code, message=message)
+    status.details.add().Pack(types.StorageError.pb()(code=cause, entity=BUFFERED_STREAM))
+    return Response(error=status)
+
+
+Cause = types.StorageError.StorageErrorCode
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "default"])
+def test_a_stream_refusing_appends_fails_the_sender_and_no_row_is_dead_lettered(
+    buffered: bool,
+) -> None:
+    # INVALID_ARGUMENT is what BigQuery answers bad rows with too; the StorageError tells.
+    class Finalized(FakeService):
+        def answer(self, request: Any) -> Any:
+            self.requests.append([])
+            return refusal(3, "Stream is finalized", Cause.STREAM_FINALIZED)
+
+    service = Finalized(stream=BUFFERED_STREAM if buffered else DEST.default_stream)
+    s = sender(service, TableLayout.of(ENCODER_SCHEMA), stream=created() if buffered else None)
+    s.submit(Batch(None, [{"id": i} for i in range(4)], ["r0", "r1", "r2", "r3"], False))
+    with pytest.raises(WriteError, match=r"INVALID_ARGUMENT \(STREAM_FINALIZED\): Stream is fin"):
+        s.settle()
+    assert len(service.requests) == 1  # not halved down to single rows
+
+
+def test_a_table_a_storage_error_says_is_missing_is_waited_for_then_named() -> None:
+    class Missing(FakeService):
+        def answer(self, request: Any) -> Any:
+            return refusal(3, "Table is deleted", Cause.TABLE_NOT_FOUND)
+
+    s = sender(Missing(), TableLayout.of(ENCODER_SCHEMA))
+    s.submit(Batch(None, [{"id": 1}, {"id": 2}], ["r1", "r2"], False))
+    with pytest.raises(DestinationNotFoundError, match=r"table p\.d\.t is not found"):
+        s.settle()
+
+
+class Deferred:
+    """An executor that runs what it is given only when told (on the caller's thread)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def submit(self, fn: Any) -> None:
+        self.pending.append(fn)
+
+    def run(self) -> None:
+        while self.pending:
+            self.pending.pop(0)()
+
+
+class ScriptedStream:
+    """A BUFFERED stream's service side, answering appends by offset as BigQuery does (at the
+    end: appended; below it: ALREADY_EXISTS; past it: OUT_OF_RANGE), after a script: the
+    first response rejects row 1 with a per-row error, the second receive loses the
+    connection."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.receives = 0
+        self.connections = 0
+        self.appended: list[int] = []
+
+    def connect(self, stream: str, layout: Any) -> Any:
+        self.connections += 1
+        return _ScriptedConnection(self)
+
+
+class _ScriptedConnection:
+    retiring = False
+
+    def __init__(self, service: ScriptedStream) -> None:
+        self._service = service
+        self._sent: list[Any] = []
+
+    def send(self, request: Any) -> None:
+        assert request.write_stream == BUFFERED_STREAM
+        self._sent.append(request)
+
+    def receive(self) -> Any:
+        from tests.unit.bigquery.test_rows import decode
+
+        service = self._service
+        service.receives += 1
+        if service.receives == 2:
+            raise Unavailable()
+        request = self._sent.pop(0)
+        if service.receives == 1:
+            return Response(
+                error={"code": 3, "message": "rows rejected"},
+                row_errors=[{"index": 1, "code": 1, "message": "row 1 is bad"}],
+            )
+        descriptor = request.proto_rows.writer_schema.proto_descriptor
+        ids = [decode(descriptor, r)["id"] for r in request.proto_rows.rows.serialized_rows]
+        offset = request.offset.value
+        if offset > service.end:
+            return Response(error={"code": 11, "message": f"offset {offset} past the end"})
+        if offset < service.end:
+            return Response(error={"code": 6, "message": f"offset {offset} exists"})
+        service.end += len(ids)
+        service.appended.extend(ids)
+        return Response(append_result={"offset": {"value": offset}})
+
+    def close(self) -> None:
+        pass
+
+
+def test_after_a_lost_connection_requests_holding_an_offset_are_sent_again_first() -> None:
+    # A (rows 0-2) at offset 0 and B (3-4) at 3 in flight; A is refused for row 1, so B is
+    # stale, and A's good rows go again at offset 0; the connection drops with B and them
+    # unanswered. Sent again B first, B would take offset 2, past the stream's end.
+    service, executor = ScriptedStream(), Deferred()
+    s = sender(
+        None,
+        TableLayout.of(ENCODER_SCHEMA, row_format=RowFormat.PROTO),
+        executor=executor,
+        stream=created(),
+        connect=service.connect,
+    )
+    s.submit(Batch(None, [{"id": i} for i in range(3)], ["r0", "r1", "r2"], False))
+    s.submit(Batch(None, [{"id": i} for i in (3, 4)], ["r3", "r4"], False))
+    executor.run()
+    failed = s.settle()
+    assert [(f.record_repr, f.reason) for f in failed] == [("'r1'", "row 1 is bad")]
+    assert service.appended == [0, 2, 3, 4] and service.connections == 2
+    assert s.offsets is not None and s.offsets.appended == 4
 
 
 def test_the_layout_lookup_error_fails_the_sender_and_close_cancels_a_queued_lookup() -> None:

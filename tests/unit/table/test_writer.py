@@ -97,7 +97,7 @@ def test_a_table_with_a_primary_key_writes_upserts_and_deletes_and_drops_update_
 
 
 def test_the_committer_is_built_from_the_same_options_as_the_writer():
-    from pyflink_gcp.core.runtime import CommitterProcessFunction
+    from pyflink_gcp.core.commit_operator import CommitterProcessFunction
     from pyflink_gcp.table import create_committer
 
     raw = {"project": "p", "dataset": "d", "table": "t", "write-method": "buffered-stream"}
