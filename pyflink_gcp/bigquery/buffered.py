@@ -25,30 +25,30 @@ each time after the stream's flush:
 
 - a stream whose committable says so (its writer closed; nothing can follow it on the writer's
   channel);
-- every stream a ``final`` set names (the end of input, or a stop-with-savepoint's savepoint:
-  nothing is committed after it);
+- at the ``final`` commit (the end of input, or a stop-with-savepoint's savepoint: nothing is
+  committed after it), every stream it knows and has not finalized;
 - the streams of restored sets (their writers are gone), but not at once. Under unaligned
   checkpoints a committable the barrier overtook is in the checkpoint's channel state, reaches
   the committer after the restore in a later set that is not ``restored``, and can name a
-  restored stream at a higher offset. The channel state is replayed before the new attempt's
-  own input, and a checkpoint taken while it still is puts the rest into the set after it, so
-  all of it has arrived by the set of the restored checkpoint R + 2: restored streams are
-  finalized at the first commit of a checkpoint >= R + 2 (the first commit's checkpoint + 1
-  when Flink names no R), or at a final commit, after the flush to the highest offset any set
+  restored stream at a higher offset. The restored streams are finalized when the committer
+  learns that every writer feeding it has started in the new attempt
+  (:meth:`~pyflink_gcp.core.commit.Committer.writers_started`: the failed attempt's
+  committables come before the new attempt's on each writer's channel, so all of them have
+  been flushed by then), or at a final commit, after the flush to the highest offset any set
   named.
 
 Some streams cannot be known and stay unfinalized (BigQuery documents no lifetime for an idle
 BUFFERED stream): those a failed attempt created after its last completed checkpoint (no
-committable named them), and restored streams when the attempt fails again before R + 2 and
-restarts from a later checkpoint, whose state no longer names them. None of them holds a row
-that must become visible.
+committable named them), and restored streams when the attempt fails again before its writers
+started, and restarts from a later checkpoint, whose state no longer names them. None of them
+holds a row that must become visible.
 
 **Failures of a flush.** ALREADY_EXISTS is done. NOT_FOUND (the table was dropped or expired,
 the stream is lost) cannot change on a restart: the job ends with a
 :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` naming the stream, the table and the
 offsets whose rows cannot be published. INVALID_ARGUMENT or FAILED_PRECONDITION is what a
 finalized stream answers (Beam's ``StorageApiFlushAndFinalizeDoFn`` reads INVALID_ARGUMENT
-that way; the emulator launcher lets a finalized stream be flushed to its end): the status's
+that way, and so does the emulator launcher by default): the status's
 StorageError detail (:mod:`pyflink_gcp.bigquery.storage_errors`) says STREAM_FINALIZED, or,
 without a detail, ``GetWriteStream`` shows the stream still exists (``WriteStream`` reports no
 finalize time, so that is all it can tell). Such a flush is done when the offset was flushed
@@ -114,8 +114,8 @@ _FINALIZED_STATUSES = frozenset({"INVALID_ARGUMENT", "FAILED_PRECONDITION"})
 _GONE = (
     "the stream or its table is not found (the table was dropped or expired, or the stream is lost)"
 )
-#: Checkpoints after the one a stream was finalized at during which a late committable for it
-#: may still come (and needs to know how far it was flushed).
+#: Checkpoints after the one a stream was finalized at during which this committer remembers
+#: how far it was flushed (a repeated set naming it then needs no call).
 _LATE_CHECKPOINTS = 2
 
 
@@ -436,13 +436,10 @@ class BufferedStreamCommitter(Committer):
         self._pool: ThreadPoolExecutor | None = None
         #: Streams flushed (or finalized) so far, for tests and logs.
         self.flushes = 0
-        #: The restored checkpoint R (the highest restored set's), None before a restore or
-        #: when Flink named none.
-        self._restored_checkpoint: int | None = None
-        #: The first checkpoint whose commit finalizes the restored streams; None until the
-        #: first commit after the restore decides it.
-        self._finalize_restored_at: int | None = None
-        #: Restored streams not finalized yet: stream -> table id.
+        #: Streams of this attempt's sets not finalized yet: stream -> table id.
+        self._open: dict[str, str] = {}
+        #: Restored streams not finalized yet (until the writers started): stream -> table id.
+        self._last_checkpoint = -1
         self._restored: dict[str, str] = {}
         #: The highest offset this committer flushed, per stream.
         self._flushed: dict[str, int] = {}
@@ -474,17 +471,31 @@ class BufferedStreamCommitter(Committer):
             by_stream = {s: replace(c, finalize=False) for s, c in by_stream.items()}
         else:
             self._forget_finalized(checkpoint_id)
-            if final or self._restored_due(checkpoint_id):
-                for stream, table_id in self._restored.items():
+            for commit in by_stream.values():
+                if not commit.finalize:
+                    self._open[commit.stream] = commit.table_id
+            if final:  # nothing follows: every stream this committer knows is done
+                for stream, table_id in (*self._restored.items(), *self._open.items()):
                     seen = by_stream.get(stream)
                     by_stream[stream] = replace(
                         seen or StreamCommit(table_id, stream, -1), finalize=True
                     )
                 self._restored.clear()
-            if final:
                 by_stream = {s: replace(c, finalize=True) for s, c in by_stream.items()}
+        self._publish_all(by_stream.values(), checkpoint_id)
+
+    def writers_started(self) -> None:
+        """Finalize the restored streams: nothing of the failed attempt can name them now."""
+        restored, self._restored = self._restored, {}
+        self._publish_all(
+            (StreamCommit(table_id, stream, -1, True) for stream, table_id in restored.items()),
+            self._last_checkpoint,
+        )
+
+    def _publish_all(self, commits: Iterable[StreamCommit], checkpoint_id: int) -> None:
+        self._last_checkpoint = max(self._last_checkpoint, checkpoint_id)
         work: list[StreamCommit] = []
-        for commit in by_stream.values():
+        for commit in commits:
             if commit.offset <= self._flushed.get(commit.stream, -1):
                 commit = replace(commit, offset=-1)  # this committer flushed it that far
             if commit.offset >= 0 or commit.finalize:
@@ -498,6 +509,7 @@ class BufferedStreamCommitter(Committer):
                 self._flushed[commit.stream] = commit.offset
             if commit.finalize:
                 self._restored.pop(commit.stream, None)
+                self._open.pop(commit.stream, None)
                 self._finalized.append((checkpoint_id, commit.stream))
         self.flushes += len(work)
 
@@ -506,20 +518,6 @@ class BufferedStreamCommitter(Committer):
             self._restored.setdefault(commit.stream, commit.table_id)
             if commit.offset > self._named.get(commit.stream, -1):
                 self._named[commit.stream] = commit.offset
-        if checkpoint_id >= 0:
-            self._restored_checkpoint = max(checkpoint_id, self._restored_checkpoint or 0)
-
-    def _restored_due(self, checkpoint_id: int) -> bool:
-        """Whether the commit of ``checkpoint_id`` finalizes the restored streams."""
-        if not self._restored:
-            return False
-        if self._finalize_restored_at is None:
-            restored = self._restored_checkpoint
-            # Without R: this first commit after the restore is of R + 1 or later.
-            self._finalize_restored_at = (
-                checkpoint_id + 1 if restored is None else restored + _LATE_CHECKPOINTS
-            )
-        return checkpoint_id >= self._finalize_restored_at
 
     def _known(self, stream: str) -> int:
         return max(self._flushed.get(stream, -1), self._named.get(stream, -1))

@@ -197,6 +197,8 @@ class LoadJobCommitter(Committer):
         self._locations: dict[str, str | None] = {}
         #: Staged objects of failed attempts to delete (:mod:`pyflink_gcp.bigquery.orphans`).
         self.orphans: OrphanSweep | None = None
+        #: The files of what the last commit kept: named, so never orphans.
+        self._kept_uris: list[str] = []
         #: Load jobs inserted, and found started before (a 409, or a kept running job).
         self.jobs_run = 0
         self.jobs_found = 0
@@ -240,7 +242,7 @@ class LoadJobCommitter(Committer):
             result: LoadResult = future.result()
             if result.running is not None:
                 kept.append(result.running)
-        self._sweep_orphans(checkpoint_id, restored, final, kept)
+        self._kept_uris = [f.uri for item in kept for f in item.files]
         if kept:
             _LOG.debug(
                 "%s: checkpoint %d: %d load jobs, %d committables kept",
@@ -251,21 +253,14 @@ class LoadJobCommitter(Committer):
             )
         return kept
 
-    def _sweep_orphans(
-        self, checkpoint_id: int, restored: bool, final: bool, kept: list[Any]
-    ) -> None:
-        """Delete the failed attempts' unnamed objects once nothing of them can still come."""
+    def writers_started(self) -> None:
+        """Delete the failed attempts' staged objects that nothing names: none of their
+        committables can still come (see :mod:`pyflink_gcp.bigquery.orphans`)."""
         orphans = self.orphans
-        if orphans is None or self._staging is None:
+        if orphans is None or orphans.done or self._staging is None:
             return
-        if restored:
-            orphans.restored(checkpoint_id)
-            return
-        if not orphans.due(checkpoint_id, final):
-            return
-        live = [f.uri for item in kept for f in item.files]
         try:
-            orphans.sweep(self._staging, live)
+            orphans.sweep(self._staging, self._kept_uris)
         except WriteError as exc:  # only tidying: the job goes on, the objects stay
             _LOG.warning("%s: staged objects of failed attempts not deleted: %s", self._sink, exc)
 

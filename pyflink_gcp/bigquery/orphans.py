@@ -11,9 +11,10 @@ job together (the committer reads every writer), so all tasks of one attempt sha
 an object of an attempt below the committer's own was staged by a failed attempt. The committer
 deletes those that nothing it holds names, once nothing from the failed attempt can still
 arrive: a committable the barrier overtook under unaligned checkpoints comes back from the
-channel state in one of the first sets after the restore, so the sweep waits for the commit of
-the second checkpoint after the restored one (or the first two commits after a restart that
-restored nothing), or the final commit, whichever comes first. It runs once per attempt.
+channel state, before anything the new attempt's writers emit, so the sweep runs when every
+writer has started in the new attempt
+(:meth:`~pyflink_gcp.core.commit.Committer.writers_started`), or at the final commit,
+whichever comes first. It runs once per attempt.
 
 A job started anew from a savepoint starts again at attempt 0, so objects an earlier job left
 are not swept: a lifecycle rule on the staging prefix removes those.
@@ -28,8 +29,6 @@ from collections.abc import Iterable
 from pyflink_gcp.bigquery.staging import Staging
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
-#: Checkpoints after the restored one before nothing of the failed attempt can arrive.
-SETTLE_CHECKPOINTS = 2
 
 
 class OrphanSweep:
@@ -40,30 +39,9 @@ class OrphanSweep:
         self._name = re.compile(
             rf"(?:^|/){re.escape(part_prefix)}-{re.escape(sink_name)}-\d+-(\d+)-[0-9a-f]{{32}}\."
         )
-        self._restored: int | None = None
-        self._at: int | None = None
         self.done = attempt == 0  # a first attempt has nothing before it
         #: Objects deleted by the sweep (tests, logs).
         self.deleted: list[str] = []
-
-    def restored(self, checkpoint_id: int) -> None:
-        """A restored set of ``checkpoint_id`` was committed."""
-        if checkpoint_id >= 0:
-            self._restored = max(checkpoint_id, self._restored or 0)
-
-    def due(self, checkpoint_id: int, final: bool) -> bool:
-        """Whether the commit of ``checkpoint_id`` (not restored) is the one to sweep at."""
-        if self.done:
-            return False
-        if final:
-            return True
-        if self._at is None:
-            self._at = (
-                self._restored + SETTLE_CHECKPOINTS
-                if self._restored is not None
-                else checkpoint_id + SETTLE_CHECKPOINTS - 1
-            )
-        return checkpoint_id >= self._at
 
     def sweep(self, staging: Staging, live_uris: Iterable[str]) -> None:
         """Delete this sink's objects of earlier attempts that ``live_uris`` does not name."""

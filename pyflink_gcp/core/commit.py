@@ -15,7 +15,7 @@ but *invisible* at each checkpoint's marker and returns what must still be done 
 
 The Java bridge's ``CommitterProcessOperator`` between the writer and the discarding sink keeps
 the committables in Flink's list state and hands them to the Python committer
-(:class:`~pyflink_gcp.core.runtime.CommitterProcessFunction`) in **commit sets**:
+(:class:`~pyflink_gcp.core.commit_operator.CommitterProcessFunction`) in **commit sets**:
 
 - A set is what the committer operator received between two of its snapshots. It is fixed when
   the snapshot of checkpoint n is taken, is stored under n, and is never merged with another:
@@ -29,12 +29,23 @@ the committables in Flink's list state and hands them to the Python committer
 - After a restore, every restored set is committed when the committer opens, ``restored``
   True (whatever the new parallelism, each restored committable reaches one subtask).
 - At the end of input, the committables go with Flink's final checkpoint (or, without
-  checkpointing, are committed at the end of input), ``final`` True; so is the commit of a
-  stop-with-savepoint's savepoint, after which the job stops.
+  checkpointing, are committed at the end of input). After the sets of that checkpoint, or of
+  a stop-with-savepoint's savepoint, comes one more commit with ``final`` True: the
+  committables the sets' commits kept (possibly none), and the word that nothing follows, so
+  the committer ends what it has going (loads what waits, finalizes its streams) there, and
+  not in a set that a later one goes on with.
 - What :meth:`Committer.commit` returns is kept: it joins the next set, is stored in the
   operator's state with it, and is committed again after that checkpoint completed. A
   committer keeps work there that is not due yet (FILE_LOADS' files waiting out
   ``min_load_interval``), so it survives failovers without any writer carrying it.
+
+- **Writers started.** The runtime adds a :class:`WriterStarted` to the first committables
+  each writer subtask prepares. A writer's committables reach the committer in the order it
+  emitted them, and what an earlier attempt emitted (replayed from the channel state of an
+  unaligned checkpoint) comes before anything the new attempt emits. So once the committer
+  has seen a ``WriterStarted`` of its own attempt from every writer subtask that feeds it,
+  nothing of an earlier attempt can still arrive: :meth:`Committer.writers_started` is
+  called then, and a committer finalizes or removes what the failed attempt left behind.
 
 Writes prepared but never committed (the attempt failed before its checkpoint completed) stay
 invisible; the replayed records are written again, by the new attempt.
@@ -46,6 +57,7 @@ silently degrading to at least once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from pyflink_gcp.core.runtime_info import SubtaskInfo
@@ -62,6 +74,16 @@ MODE_COMPLETED = 0
 MODE_RESTORED = 1
 #: The last set: the end of input, or a stop-with-savepoint's savepoint; nothing may wait.
 MODE_FINAL = 2
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStarted:
+    """A writer subtask's first committable in an attempt (see the module docstring); the
+    runtime adds it and hands it to no :class:`Committer`."""
+
+    subtask_index: int
+    parallelism: int
+    attempt: int
 
 
 class Committer(ABC):
@@ -96,6 +118,10 @@ class Committer(ABC):
             SinkError: The commit failed after the sink's retries; the task fails and the
                 restored job commits the same set again.
         """
+
+    def writers_started(self) -> None:  # noqa: B027 - optional hook
+        """Every writer subtask feeding this committer started in this committer's attempt:
+        nothing an earlier attempt prepared can still arrive (called once, after a commit)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients."""

@@ -25,6 +25,7 @@ from pyflink_gcp.core.commit import (
     MODE_RESTORED,
     Committer,
     CommittingWriterFactory,
+    WriterStarted,
 )
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.metrics import SINK_GROUP
@@ -47,6 +48,7 @@ class CommitterProcessFunction(ProcessFunction):
         self._config = config
         self._sink = config.sink_name
         self._committer: Committer | None = None
+        self._writers: WriterFences | None = None
         self._received: list[Any] = []
         self.commits = 0
         self.committed = 0
@@ -62,6 +64,7 @@ class CommitterProcessFunction(ProcessFunction):
             mark_non_retriable(exc)
             raise
         self._committer = committer
+        self._writers = WriterFences(info.attempt_number, info.number_of_parallel_subtasks)
         group = runtime_context.get_metrics_group()
         if group is not None:
             sink_group = group.add_group(SINK_GROUP)
@@ -77,11 +80,17 @@ class CommitterProcessFunction(ProcessFunction):
     def _commit(self, checkpoint_id: int, mode: int) -> list[Any] | None:
         """Commit one set; what the committer keeps is the output (the Java side keeps it)."""
         assert self._committer is not None
-        committables, self._received = self._received, []
+        received, self._received = self._received, []
+        committables = [c for c in received if type(c) is not WriterStarted]
         restored, final = mode == MODE_RESTORED, mode == MODE_FINAL
         start = time.monotonic()
         try:
             kept = self._committer.commit(committables, checkpoint_id, restored, final)
+            fences = self._writers
+            assert fences is not None
+            if fences.saw(received, restored) or (final and not fences.announced):
+                fences.announced = True
+                self._committer.writers_started()
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
             raise
@@ -102,6 +111,33 @@ class CommitterProcessFunction(ProcessFunction):
         if self._committer is not None:
             self._committer.close()
             self._committer = None
+
+
+class WriterFences:
+    """Which writer subtasks of the committer's attempt have started (sent their
+    :class:`~pyflink_gcp.core.commit.WriterStarted`), so the committer learns once when
+    nothing of an earlier attempt can still arrive."""
+
+    def __init__(self, attempt: int, committer_parallelism: int) -> None:
+        self._attempt = attempt
+        self._committers = max(1, committer_parallelism)
+        self._started: set[int] = set()
+        self.announced = False
+
+    def saw(self, received: list[Any], restored: bool) -> bool:
+        """Note the fences in a committed set; whether every writer feeding this committer
+        has now started and that was not announced yet."""
+        if self.announced:
+            return False
+        needed = 0
+        for item in received:
+            if type(item) is WriterStarted and item.attempt >= self._attempt and not restored:
+                self._started.add(item.subtask_index)
+                # Each writer feeds one committer subtask when the parallelism is the same
+                # (forward); all of them feed a committer of parallelism 1.
+                writers = item.parallelism
+                needed = writers // self._committers if writers % self._committers == 0 else 1
+        return needed > 0 and len(self._started) >= needed
 
 
 def add_committer_operator(

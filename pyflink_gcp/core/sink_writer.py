@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyflink_gcp.core.commit import CommittingWriterFactory, commits
+from pyflink_gcp.core.commit import CommittingWriterFactory, WriterStarted, commits
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
 from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
@@ -97,6 +97,8 @@ class SinkWriter:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self.context = WriterContext()
+        #: Added to the first committables of the attempt (a committing factory only).
+        self._started: WriterStarted | None = None
         self._sink = config.sink_name
         self._factory = config.factory
         self._dest_type = config.factory.destination_type
@@ -150,6 +152,9 @@ class SinkWriter:
         self.context.subtask_index = info.subtask_index
         self.context.number_of_parallel_subtasks = info.number_of_parallel_subtasks
         self._subtask = info.subtask_index
+        self._started = WriterStarted(
+            info.subtask_index, info.number_of_parallel_subtasks, info.attempt_number
+        )
         self._factory.open(info)
         self._router.open(info)
         if self._per_destination:
@@ -296,14 +301,17 @@ class SinkWriter:
             self._leave()
 
     def prepare(self, checkpoint_id: int) -> list[Any]:
-        """The committables of a committing factory, right after the flush at a marker."""
+        """The committables of a committing factory, right after the flush at a marker; the
+        first call of an attempt adds its :class:`~pyflink_gcp.core.commit.WriterStarted`."""
         factory = self._factory
         assert isinstance(factory, CommittingWriterFactory)
         self._enter()
         try:
-            return factory.prepare_commit(checkpoint_id)
+            committables = factory.prepare_commit(checkpoint_id)
         finally:
             self._leave()
+        started, self._started = self._started, None
+        return committables if started is None else [*committables, started]
 
     def start_sends(self) -> list[DestinationWriter[Any]]:
         """Hand every destination's buffered records to its sender, without waiting.

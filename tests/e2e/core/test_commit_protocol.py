@@ -284,8 +284,10 @@ def test_checkpointing_enabled_after_the_sink_still_commits_with_the_final_check
 
     [end] = [p for p in steps(tmp_path, "prepare") if p["checkpoint"] == -1]
     committed = commit_of(tmp_path)[end["id"]]
-    # With the final checkpoint (a real id), not at the end of input (-1) before it.
-    assert committed["checkpoint"] > 0 and committed["final"], committed
+    # With the final checkpoint (a real id), not at the end of input (-1) before it; the last
+    # commit is the final one.
+    assert committed["checkpoint"] > 0, committed
+    assert steps(tmp_path, "commit")[-1]["final"]
     assert_exactly_once(tmp_path, count)
 
 

@@ -214,18 +214,20 @@ def test_a_commit_flushes_each_stream_once_to_its_highest_offset(monkeypatch: An
     c.close()
 
 
-def test_restored_streams_are_flushed_at_once_and_finalized_two_checkpoints_later(
+def test_restored_streams_are_flushed_at_once_and_finalized_once_the_writers_started(
     monkeypatch: Any,
 ) -> None:
     bq = service(A=10, B=3)
     c = committer(monkeypatch, bq)
     c.commit([StreamCommit("p.d.a", "A", 9), StreamCommit("p.d.b", "B", -1)], 3, restored=True)
     assert bq.made == [("flush", "A", 9)]
-    c.commit([], 4, restored=False)
+    for checkpoint in (4, 5, 9):  # however many checkpoints pass
+        c.commit([], checkpoint, restored=False)
     assert bq.made == [("flush", "A", 9)]
-    c.commit([], 5, restored=False)
+    c.writers_started()
     assert sorted(bq.made[1:]) == [("finalize", "A", -1), ("finalize", "B", -1)]
-    c.commit([], 6, restored=False)
+    c.commit([], 10, restored=False)
+    c.writers_started()
     assert len(bq.made) == 3  # once
     c.close()
 
@@ -234,28 +236,18 @@ def test_a_late_committable_of_a_restored_stream_is_flushed_before_the_stream_is
     monkeypatch: Any,
 ) -> None:
     # Unaligned checkpoints, restore from 7: the operator state held (S, 41), the channel state
-    # (S, 80); the latter arrives after the restore, in the set of checkpoint 8.
+    # (S, 80); the latter arrives after the restore, sets later (the checkpoints after the
+    # restore came before it), ahead of the new attempt's first committables.
     bq = service(S=100)
     c = committer(monkeypatch, bq)
     c.commit([StreamCommit("p.d.a", "S", 41)], 7, restored=True)
-    c.commit([StreamCommit("p.d.a", "S", 80)], 8, restored=False)
+    c.commit([], 9, restored=False)
+    c.commit([], 10, restored=False)
+    c.commit([StreamCommit("p.d.a", "S", 80)], 11, restored=False)
     assert bq.made == [("flush", "S", 41), ("flush", "S", 80)]
     assert not bq.streams["S"].finalized
-    c.commit([], 9, restored=False)
+    c.writers_started()  # the set with the writers' first committables of this attempt
     assert bq.made[-1] == ("finalize", "S", -1) and bq.streams["S"].flushed == 80
-    c.close()
-
-
-def test_without_a_restored_checkpoint_id_restored_streams_wait_one_more_commit(
-    monkeypatch: Any,
-) -> None:
-    bq = service(A=10)
-    c = committer(monkeypatch, bq)
-    c.commit([StreamCommit("p.d.a", "A", 9)], -2, restored=True)  # UNKNOWN_CHECKPOINT
-    c.commit([], 12, restored=False)  # R + 1 at the earliest
-    assert not bq.streams["A"].finalized
-    c.commit([], 13, restored=False)
-    assert bq.streams["A"].finalized
     c.close()
 
 
@@ -359,6 +351,22 @@ def test_a_final_commit_finalizes_every_stream_it_names_and_the_restored_ones(
     c.close()
 
 
+def test_an_empty_final_commit_finalizes_the_streams_earlier_sets_flushed(
+    monkeypatch: Any,
+) -> None:
+    """The last sets are committed before the final commit that says nothing follows: a
+    stream one set flushes is finalized only then, never before a later set flushes it."""
+    bq = service(A=10, B=3)
+    c = committer(monkeypatch, bq)
+    c.commit([StreamCommit("p.d.a", "A", 4), StreamCommit("p.d.b", "B", 2)], 6, False)
+    c.commit([StreamCommit("p.d.a", "A", 9)], 7, False)
+    assert not any(s.finalized for s in bq.streams.values())
+    c.commit([], 7, False, True)
+    assert all(s.finalized for s in bq.streams.values())
+    assert bq.streams["A"].flushed == 9 and bq.streams["B"].flushed == 2
+    c.close()
+
+
 class Calls:
     """Records the stream calls a commit makes (bookkeeping only)."""
 
@@ -380,10 +388,15 @@ def test_a_flush_knows_how_far_the_stream_was_flushed_and_is_not_repeated(
     c.commit([StreamCommit("p.d.a", "A", 9)], 3, restored=True)
     c.commit([StreamCommit("p.d.a", "A", 9), StreamCommit("p.d.b", "B", 4)], 4, False)
     c.commit([StreamCommit("p.d.b", "B", 7)], 5, False)
+    c.writers_started()
     # The restored set's own offset counts as known (for a finalized stream only); a flush
     # this committer made is not made again.
-    assert calls.made[:2] == [("flush", "A", 9, 9), ("flush", "B", 4, -1)]
-    assert sorted(calls.made[2:]) == [("finalize", "A", -1, -1), ("flush", "B", 7, 4)]
+    assert calls.made == [
+        ("flush", "A", 9, 9),
+        ("flush", "B", 4, -1),
+        ("flush", "B", 7, 4),
+        ("finalize", "A", -1, -1),
+    ]
     c.close()
 
 

@@ -38,17 +38,3 @@ def test_objects_of_earlier_attempts_named_by_nothing_are_deleted(tmp_path: Path
     left = {f"file://{p}" for p in root.rglob("*.pending")}
     assert left == {kept, current, other_sink, prefixed_sink}
     assert sweep.done
-
-
-def test_the_sweep_waits_until_nothing_of_the_failed_attempt_can_arrive() -> None:
-    sweep = OrphanSweep("s", "part", attempt=1)
-    sweep.restored(7)  # the restored checkpoint
-    assert not sweep.due(8, final=False)  # the channel state may still bring its committables
-    assert sweep.due(9, final=False)
-
-    no_restore = OrphanSweep("s", "part", attempt=1)  # a restart that restored nothing
-    assert not no_restore.due(3, final=False)
-    assert no_restore.due(4, final=False)
-
-    assert OrphanSweep("s", "part", attempt=1).due(1, final=True)  # the last commit: now
-    assert not OrphanSweep("s", "part", attempt=0).due(100, final=True)  # nothing before it

@@ -76,3 +76,51 @@ def test_two_sinks_with_their_own_uids_each_keep_theirs() -> None:
         if n.getOperatorName() == "s: Committer"
     }
     assert committers == {"a-committer", "b-committer"}
+
+
+def test_a_committer_of_parallelism_one_waits_for_every_writer_of_its_attempt() -> None:
+    from pyflink_gcp.core.commit import WriterStarted
+    from pyflink_gcp.core.commit_operator import WriterFences
+
+    fences = WriterFences(attempt=2, committer_parallelism=1)
+    assert not fences.saw([WriterStarted(0, 3, 1)], restored=False)  # an earlier attempt's
+    assert not fences.saw([WriterStarted(0, 3, 2)], restored=True)  # restored: not this one
+    assert not fences.saw(["x", WriterStarted(0, 3, 2)], restored=False)
+    assert not fences.saw([WriterStarted(2, 3, 2)], restored=False)
+    assert fences.saw([WriterStarted(1, 3, 2), "y"], restored=False)
+
+
+def test_a_committer_fed_by_one_writer_waits_for_that_one() -> None:
+    from pyflink_gcp.core.commit import WriterStarted
+    from pyflink_gcp.core.commit_operator import WriterFences
+
+    fences = WriterFences(attempt=0, committer_parallelism=4)
+    assert fences.saw([WriterStarted(3, 4, 0)], restored=False)
+
+
+def test_the_committer_gets_no_fence_and_hears_once_that_the_writers_started() -> None:
+    from pyflink_gcp.core.commit import MODE_COMPLETED, MODE_FINAL, WriterStarted
+    from pyflink_gcp.core.commit_operator import CommitterProcessFunction, WriterFences
+
+    class Recording:
+        def __init__(self) -> None:
+            self.sets: list[list[Any]] = []
+            self.started = 0
+
+        def commit(self, committables: list[Any], *args: Any) -> list[Any]:
+            self.sets.append(committables)
+            return []
+
+        def writers_started(self) -> None:
+            self.started += 1
+
+    function = CommitterProcessFunction(sink()._config)
+    committer = Recording()
+    function._committer = committer  # type: ignore[assignment]
+    function._writers = WriterFences(attempt=0, committer_parallelism=1)
+    for value in ("a", WriterStarted(0, 1, 0), "b"):
+        function.process_element(value, None)
+    function._commit(5, MODE_COMPLETED)
+    function._commit(6, MODE_FINAL)
+    assert committer.sets == [["a", "b"], []]
+    assert committer.started == 1

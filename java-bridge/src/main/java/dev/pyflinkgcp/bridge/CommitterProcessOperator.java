@@ -57,10 +57,12 @@ import org.slf4j.LoggerFactory;
  *       state, so each committable still reaches exactly one subtask, in a set of its own key.
  *   <li>What Python returns from a commit is kept: it joins the next set, so work that is not
  *       due yet (files waiting for their load) is in every later checkpoint until done.
- *   <li>At the end of input the committables go with Flink's final checkpoint, which a finished
- *       task waits for; a job without checkpointing (known when the task runs, not when the job
- *       was built) commits at the end of input instead. Those commits, and the commit of a
- *       stop-with-savepoint's savepoint, are final: Python may keep nothing.
+ *   <li>At the end of input the committables go with Flink's final checkpoint (the first
+ *       snapshotted after the end of input), which a finished task waits for; a job without
+ *       checkpointing (known when the task runs, not when the job was built) commits at the end
+ *       of input instead. After the sets of that checkpoint, or of a stop-with-savepoint's
+ *       savepoint, one more commit is final: it hands Python what the sets' commits kept, and
+ *       tells it that nothing follows, so Python ends what it has going there and keeps nothing.
  * </ul>
  *
  * <p>A commit sends the set to Python as the elements they were, then the pickle of {@code
@@ -116,6 +118,9 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     private transient boolean inputEnded;
 
+    /** The first checkpoint snapshotted after the end of input; -1 before. */
+    private transient long finalSnapshot;
+
     private transient ListState<Tuple2<Long, byte[]>> state;
 
     /**
@@ -161,6 +166,7 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         restored = new TreeMap<>();
         kept = new ArrayList<>();
         stopSavepoints = new HashSet<>();
+        finalSnapshot = -1L;
         state =
                 context.getOperatorStateStore()
                         .getListState(
@@ -212,6 +218,10 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     @Override
     public void snapshotState(StateSnapshotContext context) throws Exception {
         super.snapshotState(context);
+        if (inputEnded && finalSnapshot < 0) {
+            // Everything arrived before the end of input: this checkpoint holds all of it.
+            finalSnapshot = context.getCheckpointId();
+        }
         if (!received.isEmpty()) {
             pending.computeIfAbsent(context.getCheckpointId(), id -> new ArrayList<>())
                     .addAll(received);
@@ -229,13 +239,22 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     @Override
     public void notifyCheckpointComplete(long checkpointId) throws Exception {
         super.notifyCheckpointComplete(checkpointId);
-        boolean last = inputEnded || stopSavepoints.remove(checkpointId);
+        boolean last =
+                (finalSnapshot >= 0 && checkpointId >= finalSnapshot)
+                        | stopSavepoints.remove(checkpointId);
         stopSavepoints.removeIf(id -> id < checkpointId);
         NavigableMap<Long, List<byte[]>> due = pending.headMap(checkpointId, true);
         while (!due.isEmpty()) {
             Map.Entry<Long, List<byte[]>> set = due.firstEntry();
-            commit(set.getKey(), set.getValue(), last ? MODE_FINAL : MODE_COMPLETED);
+            commit(set.getKey(), set.getValue(), MODE_COMPLETED);
             due.remove(set.getKey());
+        }
+        if (last) {
+            // The last commit: what the sets' commits kept, and the word that nothing follows
+            // (a committer ends what it has going only then, not in a set a later one goes on).
+            List<byte[]> kept = received;
+            received = new ArrayList<>();
+            commit(checkpointId, kept, MODE_FINAL);
         }
     }
 
