@@ -380,10 +380,15 @@ class StreamCalls:
         except grpc.RpcError as exc:
             error = exc
         status = status_name(error)
-        if status in ("ALREADY_EXISTS", "FAILED_PRECONDITION"):
-            return  # finalized (or committed) before
         detail = call_storage_error(error)
-        if status == "NOT_FOUND" or (detail is not None and code_name(detail) in NOT_FOUND_CODES):
+        cause = None if detail is None else code_name(detail)
+        if status in ("ALREADY_EXISTS", "FAILED_PRECONDITION") or (
+            status == "INVALID_ARGUMENT" and cause in (None, "STREAM_FINALIZED")
+        ):
+            # Finalized (or committed) before: BigQuery documents no answer for a second
+            # finalize, so each status a finalized stream may give counts as done.
+            return
+        if status == "NOT_FOUND" or cause in NOT_FOUND_CODES:
             # Its rows were flushed (a flush comes first): nothing is left to publish or free.
             _LOG.warning(
                 "%s: %s stream %s to finalize is not found (the table was dropped or expired, "

@@ -121,6 +121,9 @@ class Service:
     streams: dict[str, Stream] = field(default_factory=dict)
     details: bool = False
     refuse_flush: tuple[grpc.StatusCode, Any] | None = None
+    #: What FinalizeWriteStream answers on a finalized stream (BigQuery documents none): None
+    #: for OK, else a status code.
+    finalize_again: grpc.StatusCode | None = None
     lost: set[str] = field(default_factory=set)
     made: list[tuple[str, str, int]] = field(default_factory=list)
     metadata: list[tuple[str, Any, float]] = field(default_factory=list)
@@ -159,6 +162,9 @@ class Service:
     def FinalizeWriteStream(self, request: Any) -> Any:
         self.made.append(("finalize", request.name, -1))
         stream = self._stream(request.name)
+        if stream.finalized and self.finalize_again is not None:
+            detail = Code.STREAM_FINALIZED if self.details else None
+            raise RpcError(self.finalize_again, "Stream is already finalized", detail)
         stream.finalized = True
         return types.FinalizeWriteStreamResponse.pb()(row_count=stream.rows)
 
@@ -365,6 +371,28 @@ def test_an_empty_final_commit_finalizes_the_streams_earlier_sets_flushed(
     assert all(s.finalized for s in bq.streams.values())
     assert bq.streams["A"].flushed == 9 and bq.streams["B"].flushed == 2
     c.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [None, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION],
+    ids=["ok", "invalid-argument", "failed-precondition"],
+)
+@pytest.mark.parametrize("details", [False, True], ids=["plain", "storage-error"])
+def test_finalizing_a_finalized_stream_again_is_done_whatever_it_answers(
+    monkeypatch: Any, answer: Any, details: bool
+) -> None:
+    """A restore of a set whose stream an earlier attempt finalized finalizes it again."""
+    bq = service(A=10)
+    bq.details, bq.finalize_again = details, answer
+    first = committer(monkeypatch, bq)
+    first.commit([StreamCommit("p.d.a", "A", 9, finalize=True)], 3, restored=False)
+    first.close()
+    again = committer(monkeypatch, bq)
+    again.commit([StreamCommit("p.d.a", "A", 9, finalize=True)], 3, restored=True)
+    again.commit([], 4, False, True)  # the final commit finalizes it again
+    again.close()
+    assert [call for call, *_ in bq.made].count("finalize") == 2
 
 
 class Calls:
