@@ -140,6 +140,8 @@ class TableSender:
         # Counters (read by tests, metrics and the benchmark).
         self.rows_appended = 0
         self.requests_sent = 0
+        #: Bytes of the rows encoded for this table (Arrow or protobuf), once per row.
+        self.bytes_encoded = 0
         self.arrow_requests_sent = 0
         self.arrow_rejections = 0
 
@@ -300,7 +302,12 @@ class TableSender:
                 ready: list[Batch] = []
                 for batch in to_send:
                     if batch.rows is None and batch.arrow is None:
-                        ready.extend(self._encode_batch(batch))
+                        encoded = self._encode_batch(batch)
+                        self.bytes_encoded += sum(
+                            len(b.arrow) if b.arrow is not None else sum(map(len, b.rows or ()))
+                            for b in encoded
+                        )
+                        ready.extend(encoded)
                     else:
                         ready.append(batch)
                 room = self._depth - len(in_flight)

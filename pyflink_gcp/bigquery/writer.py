@@ -110,6 +110,11 @@ class TableWriter(DestinationWriter[TableDestination]):
         return self.sender.rows_appended
 
     @property
+    def bytes_accepted(self) -> int:  # type: ignore[override]
+        """The bytes of the rows encoded so far: rows are encoded on the sender's thread."""
+        return self.sender.bytes_encoded
+
+    @property
     def requests_sent(self) -> int:
         return self.sender.requests_sent
 

@@ -96,7 +96,7 @@ class DestinationMetrics:
         return counters
 
     def written(self, destination: object, nbytes: int) -> None:
-        """Counts one record (and its bytes) handed to ``destination``'s writer."""
+        """Counts one record (and its bytes, if known now) handed to ``destination``'s writer."""
         if self._group is None:
             return
         counters = self._by_destination.get(destination)
@@ -105,6 +105,15 @@ class DestinationMetrics:
         counters["records"].inc()
         if nbytes:
             counters["bytes"].inc(nbytes)
+
+    def bytes(self, destination: object, nbytes: int) -> None:
+        """Counts ``nbytes`` more of ``destination``'s records, as its writer counted them."""
+        if self._group is None:
+            return
+        counters = self._by_destination.get(destination)
+        if counters is None:
+            counters = self._by_destination[destination] = self._counters(str(destination))
+        counters["bytes"].inc(nbytes)
 
     def error(self, destination: object) -> None:
         """Counts one failed record of ``destination`` (a resource name or ``"unresolved"``)."""

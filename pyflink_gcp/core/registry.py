@@ -62,6 +62,7 @@ class WriterRegistry(Generic[D]):
         idle_timeout_s: float | None = None,
         max_active: int | None = None,
         on_failures: Callable[[list[FailedRecord]], None] | None = None,
+        on_close: Callable[[DestinationWriter[D]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sink_name: str = "sink",
     ) -> None:
@@ -72,6 +73,7 @@ class WriterRegistry(Generic[D]):
         self._max_active = max_active
         self._batch = max(1, (max_active or 1) // RELEASE_BATCH_FRACTION)
         self._on_failures = on_failures
+        self._on_close = on_close
         self._clock = clock
         self._sink = sink_name
         self._writers: OrderedDict[D, DestinationWriter[D]] = OrderedDict()
@@ -148,6 +150,7 @@ class WriterRegistry(Generic[D]):
         failures = writer.flush()
         if failures and self._on_failures is not None:
             self._on_failures(failures)
+        self._closing(writer)
         writer.close()
         self.evicted += 1
         self.released += 1
@@ -178,6 +181,7 @@ class WriterRegistry(Generic[D]):
     def _drop(self, destination: D, why: str) -> None:
         writer = self._writers.pop(destination)
         self._last_used.pop(destination, None)
+        self._closing(writer)
         writer.close()
         self.evicted += 1
         _LOG.debug("%s: %s writer for %s", self._sink, why, destination)
@@ -197,6 +201,10 @@ class WriterRegistry(Generic[D]):
                 "%s: evicted %d idle writers (%d active)", self._sink, len(idle), len(self._writers)
             )
         return len(idle)
+
+    def _closing(self, writer: DestinationWriter[D]) -> None:
+        if self._on_close is not None:
+            self._on_close(writer)
 
     def __iter__(self) -> Iterator[DestinationWriter[D]]:
         return iter(list(self._writers.values()))
@@ -218,6 +226,7 @@ class WriterRegistry(Generic[D]):
             for destination in list(writers):
                 writer = writers.pop(destination)
                 try:
+                    self._closing(writer)
                     writer.close()
                 except Exception:  # noqa: BLE001 - teardown continues; the task is ending anyway
                     _LOG.exception("%s: closing writer for %s failed", self._sink, destination)

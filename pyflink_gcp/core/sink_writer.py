@@ -119,6 +119,7 @@ class SinkWriter:
             idle_timeout_s=config.idle_timeout_s,
             max_active=config.max_active,
             on_failures=self._handle_failures,
+            on_close=self._count_bytes,
             sink_name=self._sink,
         )
         self._per_destination = config.per_destination_metrics
@@ -126,6 +127,8 @@ class SinkWriter:
         self.records_in = 0
         self.records_written = 0
         self.skipped = 0
+        #: Bytes the writers accepted, as counted at full flushes and writer closes.
+        self.bytes_written = 0
         self.flushes = 0
         self.last_flush_s = 0.0
         #: ``time.monotonic()`` at the end of the last full flush (or at creation).
@@ -190,6 +193,20 @@ class SinkWriter:
             self._factory.close()
         finally:
             self._router.close()
+        if self._opened:
+            _LOG.info(
+                "%s: subtask %d closed: %d records written (%d bytes counted) through %d "
+                "destination writers opened, %d skipped by the serializer, %d dropped, "
+                "%d dead-lettered",
+                self._sink,
+                self._subtask,
+                self.records_written,
+                self.bytes_written,
+                self._registry.created,
+                self.skipped,
+                self._router.dropped,
+                self._router.dead_lettered,
+            )
 
     # -- hot path ----------------------------------------------------------------------------
 
@@ -232,12 +249,9 @@ class SinkWriter:
             self.skipped += 1
             return
         writer = self._registry.get(destination)
+        writer.write(element, record)
         if self._per_destination:
-            before = writer.bytes_accepted
-            writer.write(element, record)
-            self._destination_metrics.written(destination, writer.bytes_accepted - before)
-        else:
-            writer.write(element, record)
+            self._destination_metrics.written(destination, 0)
         self.records_written += 1
 
     def _check_destination(self, destination: Any, record: Any) -> Any:
@@ -293,12 +307,25 @@ class SinkWriter:
             failures.extend(self._factory.flush_shared())
             self._handle_failures(failures)
             self._router.flush()
+            for writer in self._registry:
+                self._count_bytes(writer)
             self._registry.evict_idle()
             self.flushes += 1
             self.flushed_at = time.monotonic()
             self.last_flush_s = self.flushed_at - start
         finally:
             self._leave()
+
+    def _count_bytes(self, writer: DestinationWriter[Any]) -> None:
+        """Count what ``writer`` accepted since it was last counted (at every full flush and
+        when it closes: a writer that encodes its requests on a sender thread knows its bytes
+        only then)."""
+        delta = writer.bytes_accepted - writer.bytes_reported
+        if delta:
+            writer.bytes_reported += delta
+            self.bytes_written += delta
+            if self._per_destination:
+                self._destination_metrics.bytes(writer.destination, delta)
 
     def prepare(self, checkpoint_id: int) -> list[Any]:
         """The committables of a committing factory, right after the flush at a marker; the

@@ -35,9 +35,13 @@ class DestinationWriter(ABC, Generic[D]):
     barrier, at the end of input and before evicting the writer.
     """
 
-    #: Serialized bytes accepted so far; writers that know their element sizes add to it (it
-    #: feeds the optional per-destination ``bytes`` metric).
+    #: Serialized bytes accepted so far, as the service counts them; writers add to it where
+    #: they know the size (at write time, or when they encode a request). It feeds the
+    #: per-destination ``bytes`` metric and the subtask's summary, at every full flush and
+    #: when the writer closes.
     bytes_accepted: int = 0
+    #: The part of ``bytes_accepted`` already counted in the metrics (the sink writer's).
+    bytes_reported: int = 0
 
     def __init__(self, destination: D) -> None:
         self.destination = destination

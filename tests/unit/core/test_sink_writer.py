@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from pyflink_gcp.core import (
     WriteError,
 )
 from pyflink_gcp.core.sink_writer import SinkWriter
+from pyflink_gcp.core.writer import DestinationWriter
 from tests.support.fakes import FileDestination, FileSink, FileWriter, FileWriterFactory
 
 
@@ -366,3 +369,51 @@ def test_a_marked_bundle_end_sends_due_batches_and_a_markerless_spell_flushes(tm
     function._on_bundle_end()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0]
     writer.close()
+
+
+class _LateBytes(DestinationWriter[FileDestination]):
+    """A writer that learns its bytes only when it sends (like BigQuery's, which encodes its
+    rows on a sender thread): nothing at write, everything at flush."""
+
+    def __init__(self, destination: FileDestination) -> None:
+        super().__init__(destination)
+        self._held = 0
+
+    def write(self, element: Any, record: Any) -> None:
+        self._held += 10
+
+    def flush(self) -> list[Any]:
+        self.bytes_accepted += self._held
+        self._held = 0
+        return []
+
+    @property
+    def is_clean(self) -> bool:
+        return not self._held
+
+
+def test_bytes_a_writer_learns_at_its_flush_reach_the_metrics_and_the_summary(
+    tmp_path, caplog
+) -> None:
+    from tests.support.fakes import FileSink
+
+    sink = FileSink(str(tmp_path), by_region, per_destination_metrics=True, idle_timeout_s=0.0)
+    config = sink._sink_config()
+    config.factory.create_writer = _LateBytes  # type: ignore[method-assign]
+    writer = SinkWriter(config)
+    group = _Group()
+    writer.open(SubtaskInfo("file-sink"), group)
+    for i in range(3):
+        writer.write({"region": "a", "i": i})
+    writer.flush()  # counted at the flush; then the idle writer is evicted
+    writer.write({"region": "a", "i": 3})
+    writer.flush()
+    metrics = group.groups[("destination", "files_a")]
+    assert metrics.counters["records"].value == 4
+    assert metrics.counters["bytes"].value == 40
+    with caplog.at_level(logging.INFO, logger="pyflink_gcp.writer"):
+        writer.close()
+    assert (
+        "file-sink: subtask 0 closed: 4 records written (40 bytes counted) through 2 "
+        "destination writers opened, 0 skipped by the serializer, 0 dropped, 0 dead-lettered"
+    ) in caplog.text
