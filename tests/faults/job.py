@@ -27,6 +27,13 @@ from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import MapFunction
 
+#: What ``--unaligned`` sets.
+UNALIGNED = {
+    "execution.checkpointing.unaligned.enabled": "true",
+    "execution.checkpointing.unaligned.forced": "true",
+    "execution.checkpointing.aligned-checkpoint-timeout": "0 s",
+}
+
 #: The destinations: a record goes to the one of its id's parity.
 PARITIES = ("even", "odd")
 
@@ -128,13 +135,14 @@ def bigquery_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
         .set_writer_options(BigQueryWriterOptions.builder().retry_deadline(deadline).build())
     )
     if args.method == "FILE_LOADS":
-        builder.set_file_loads_options(
+        options = (
             BigQueryFileLoadsOptions.builder()
             .staging_location(f"gs://{args.bucket}/{args.name}")
             .spool_directory(os.path.join(args.control, "spool"))
-            .min_load_interval(timedelta(0))
-            .build()
         )
+        if args.min_load_interval_s >= 0:  # negative: the option's default (90 s)
+            options.min_load_interval(timedelta(seconds=args.min_load_interval_s))
+        builder.set_file_loads_options(options.build())
     return builder.build()
 
 
@@ -257,6 +265,15 @@ def main() -> int:
     parser.add_argument("--target", default="", help="Cloud Tasks HTTP target")
     parser.add_argument("--instance", default="", help="Spanner instance")
     parser.add_argument("--database", default="", help="Spanner database")
+    parser.add_argument(
+        "--min-load-interval-s",
+        type=float,
+        default=0.0,
+        help="FILE_LOADS min_load_interval; negative leaves the option's default (90 s)",
+    )
+    parser.add_argument(
+        "--unaligned", action="store_true", help="forced unaligned checkpoints, no alignment"
+    )
     args = parser.parse_args()
 
     conf = Configuration()
@@ -265,6 +282,12 @@ def main() -> int:
     # checkpoint (and so the recovery time measured) for 40 s. A bundle of about one second
     # of paced records keeps the figures about the failover, not about the pace.
     conf.set_string("python.fn-execution.bundle.size", str(bundle_size(args.pace_ms)))
+    if args.unaligned:
+        # Every barrier overtakes the records and committables in flight (forced, and no
+        # aligned phase first): they reach the committer after its snapshot, or after a
+        # restore from the channel state.
+        for key, value in UNALIGNED.items():
+            conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.enable_checkpointing(args.checkpoint_ms)
     sink = SINKS[args.sink](args, timedelta(seconds=args.retry_deadline_s))

@@ -62,6 +62,77 @@ TARGETS: dict[str, list[Target]] = {
     "spanner": [Target("spanner", "-", "idempotent", ("spanner",))],
 }
 
+#: The write methods the configurations other than ``default`` apply to.
+EXACTLY_ONCE_METHODS = ("BUFFERED_STREAM", "FILE_LOADS")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A configuration users choose, applied to the exactly-once BigQuery methods.
+
+    Attributes:
+        name: What ``--config`` takes.
+        summary: One line for the table's reader.
+        unaligned: Forced unaligned checkpoints (job.py's ``--unaligned``).
+        min_load_interval_s: FILE_LOADS ``min_load_interval`` in seconds; None leaves the
+            option's default (90 s).
+        location: The run's dataset (and bucket) location; None: the emulator's default.
+        rescale_to: Stop the job with a savepoint once the faults are in and restore it at this
+            parallelism; None: the job runs to its end at parallelism 4.
+    """
+
+    name: str
+    summary: str
+    unaligned: bool = False
+    min_load_interval_s: float | None = 0.0
+    location: str | None = None
+    rescale_to: int | None = None
+
+    def applies(self, target: Target) -> bool:
+        return self.name == "default" or (
+            target.sink == "bigquery" and target.method in EXACTLY_ONCE_METHODS
+        )
+
+    def job_args(self, target: Target) -> list[str]:
+        """job.py's arguments for this configuration."""
+        args = ["--unaligned"] if self.unaligned else []
+        if target.method == "FILE_LOADS":
+            interval = -1.0 if self.min_load_interval_s is None else self.min_load_interval_s
+            args += ["--min-load-interval-s", f"{interval:g}"]
+        return args
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config("default", "aligned checkpoints, FILE_LOADS min_load_interval 0"),
+        Config(
+            "unaligned",
+            "forced unaligned checkpoints (aligned-checkpoint-timeout 0 s), "
+            "FILE_LOADS default min_load_interval (90 s)",
+            unaligned=True,
+            min_load_interval_s=None,
+        ),
+        Config(
+            "default-interval",
+            "aligned checkpoints, FILE_LOADS default min_load_interval (90 s)",
+            min_load_interval_s=None,
+        ),
+        Config(
+            "regional",
+            "dataset in europe-west3 (its load jobs found only with their location), "
+            "aligned, FILE_LOADS min_load_interval 0",
+            location="europe-west3",
+        ),
+        Config(
+            "rescale",
+            "after the faults, stop-with-savepoint and restore at parallelism 2 (from 4), "
+            "aligned, FILE_LOADS min_load_interval 0",
+            rescale_to=2,
+        ),
+    )
+}
+
 #: Every service a sink's job needs running (the Cloud Tasks emulator dispatches to the
 #: receiver, FILE_LOADS stages in GCS).
 STACK_SERVICES = {
@@ -131,8 +202,13 @@ def _spanner(project: str) -> Any:
 # -- before a run -------------------------------------------------------------------------
 
 
-def prepare(target: Target, project: str, name: str, stack: EmulatorStack) -> list[str]:
-    """Creates what the run's sink does not create itself; returns the job's extra arguments."""
+def prepare(
+    target: Target, project: str, name: str, stack: EmulatorStack, location: str | None = None
+) -> list[str]:
+    """Creates what the run's sink does not create itself; returns the job's extra arguments.
+
+    ``location`` places a BigQuery run's dataset (and FILE_LOADS's bucket) in that location.
+    """
     if target.sink == "pubsub":
         make_topics(project, [f"{name}-{p}" for p in PARITIES])
         return []
@@ -140,7 +216,12 @@ def prepare(target: Target, project: str, name: str, stack: EmulatorStack) -> li
         from google.cloud import bigquery
 
         client = _bigquery(project)
-        client.create_dataset(f"{project}.{name}")
+        dataset = bigquery.Dataset(f"{project}.{name}")
+        if location is not None:
+            dataset.location = location
+        created = client.create_dataset(dataset)
+        if location is not None and str(created.location).lower() != location.lower():
+            raise RuntimeError(f"dataset {name} created in {created.location}, not {location}")
         for p in PARITIES:
             schema = [bigquery.SchemaField("id", "INT64", mode="REQUIRED")]
             client.create_table(bigquery.Table(f"{project}.{name}.{p}", schema=schema))
@@ -148,7 +229,7 @@ def prepare(target: Target, project: str, name: str, stack: EmulatorStack) -> li
         if target.method != "FILE_LOADS":
             return []
         gcs = _storage(project)
-        gcs.create_bucket(name)
+        gcs.create_bucket(name, location=location)
         gcs.close()
         return ["--bucket", name]
     if target.sink == "cloudtasks":
@@ -216,8 +297,10 @@ def read_back(
         client = _bigquery(project)
         try:
             ids = []
+            location = client.get_dataset(f"{project}.{name}").location
             for p in PARITIES:
-                rows = client.query(f"SELECT id FROM `{project}.{name}.{p}`").result()
+                sql = f"SELECT id FROM `{project}.{name}.{p}`"
+                rows = client.query(sql, location=location).result()
                 ids += [row["id"] for row in rows]
             return ids
         finally:
@@ -228,6 +311,18 @@ def read_back(
         return _bigtable_cells(project, name)
     with _spanner(project).snapshot() as snapshot:
         return [row[0] for row in snapshot.execute_sql(f"SELECT id FROM {name}")]
+
+
+def staged_left(target: Target, project: str, name: str) -> list[str] | None:
+    """The objects left in a FILE_LOADS run's bucket (every one should have been loaded and
+    deleted, or swept as an orphan, by the job's end); None for any other target."""
+    if target.method != "FILE_LOADS":
+        return None
+    gcs = _storage(project)
+    try:
+        return [blob.name for blob in gcs.list_blobs(name)]
+    finally:
+        gcs.close()
 
 
 def _dispatched(stack: EmulatorStack, path: str, count: int, timeout: float = 180.0) -> list[int]:
