@@ -62,7 +62,8 @@ class BigQuerySinkBuilder(CreatingSinkBuilder):
     :class:`~pyflink_gcp.bigquery.serialization.BigQuerySerializer`, or a callable
     ``(record, context) -> row dict`` (or ``(record) -> row dict``). ``set_create_disposition
     (CreateDisposition.CREATE_IF_NEEDED)`` creates missing tables from the serializer's
-    ``schema(destination)``, at most ``max_created_destinations`` per subtask.
+    ``schema(destination)``, at most ``max_created_destinations`` per subtask and window
+    (:mod:`pyflink_gcp.core.creation`).
     """
 
     default_name = "bigquery-sink"

@@ -30,9 +30,9 @@ from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, RowFormat
 from pyflink_gcp.bigquery.rows import RowEncoder, SchemaNotSupportedError
 from pyflink_gcp.bigquery.serialization import TableSchema, as_table_schema, has_schema
+from pyflink_gcp.core.creation import CreationBudget
 from pyflink_gcp.core.errors import (
     ConfigurationError,
-    CreationLimitExceededError,
     DestinationNotFoundError,
     SerializerError,
     WriteError,
@@ -161,8 +161,10 @@ class TableCatalog:
     """Looks tables up and creates them for the writers of one sink subtask.
 
     Thread-safe: metadata threads call :meth:`layout` concurrently. The REST client is created
-    on first use, and the creation count is kept under a lock, counted when a creation is
-    attempted so that concurrent creations cannot overshoot ``max_created_destinations``.
+    on first use. A creation takes its token of the subtask's creation budget
+    (:class:`~pyflink_gcp.core.creation.CreationBudget`, ``max_created_destinations`` per
+    ``max_created_destinations_per``) when it is attempted, so that concurrent creations cannot
+    overshoot the bound, and gives it back if it created nothing.
     """
 
     def __init__(
@@ -182,7 +184,9 @@ class TableCatalog:
         self.options = options
         self.create_disposition = create_disposition
         self.retry = retry
-        self.tables_created = 0
+        self.budget = CreationBudget(
+            options.max_created_destinations, options.max_created_destinations_per
+        )
         self._endpoint = resolve_rest_endpoint(rest_endpoint)
         #: Where the REST calls go, for error messages.
         self.endpoint_name = (
@@ -195,6 +199,11 @@ class TableCatalog:
         self._rest: Any = None
         #: The encoders of the schemas met, shared by the tables of one schema.
         self.encoders = EncoderCache()
+
+    @property
+    def tables_created(self) -> int:
+        """Tables this subtask created."""
+        return self.budget.created
 
     def close(self) -> None:
         """Close the REST client, if one was opened."""
@@ -275,25 +284,21 @@ class TableCatalog:
         return self._create(destination)
 
     def _create(self, destination: TableDestination) -> Any:
-        table_id = destination.table_id
-        limit = self.options.max_created_destinations
-        with self._lock:
-            # Counted when attempted (metadata threads create concurrently); given back below
-            # when another subtask created the table first.
-            if self.tables_created >= limit:
-                raise CreationLimitExceededError(
-                    f"sink '{self.sink_name}': creating table {table_id} would exceed "
-                    f"max_created_destinations={limit} for this subtask ({self.tables_created} "
-                    f"tables created so far). The destination resolver {self.resolver_name} "
-                    "names more new tables than expected; raise "
-                    "BigQueryWriterOptions.max_created_destinations if that is intended."
-                )
-            self.tables_created += 1
+        budget = self.budget
+        # Taken when attempted (metadata threads create concurrently); given back when the
+        # creation fails, or another subtask created the table first.
+        if not budget.take():
+            raise budget.exceeded(
+                sink=self.sink_name,
+                what=f"creating table {destination.table_id}",
+                noun="tables",
+                resolver=self.resolver_name,
+                owner=type(self.options).__name__,
+            )
         try:
             return self._create_counted(destination)
         except BaseException:
-            with self._lock:
-                self.tables_created -= 1
+            budget.give_back()
             raise
 
     def _create_counted(self, destination: TableDestination) -> Any:
@@ -330,8 +335,7 @@ class TableCatalog:
                 existing = self.retry.call(
                     lambda: client.get_table(table_id, retry=None, timeout=self._timeout_s), what
                 )
-                with self._lock:
-                    self.tables_created -= 1
+                self.budget.give_back()
                 return existing
             except gexc.NotFound:
                 raise self._no_dataset(destination) from None

@@ -52,7 +52,9 @@ class BigtableWriterOptions(CreatingWriterOptions):
         retry_deadline: Total time spent retrying transient failures of one request (of the
             whole RPC or of single entries) before the job fails.
         max_created_destinations: Tables one subtask may create under
-            ``CreateDisposition.CREATE_IF_NEEDED``.
+            ``CreateDisposition.CREATE_IF_NEEDED`` at once, and then per
+            ``max_created_destinations_per`` (the shared creation budget).
+        max_created_destinations_per: The window of the creation budget (default 1 hour).
         batch_max_entries: Entries (rows) per MutateRows request.
         batch_max_bytes: Encoded bytes per request (an entry larger than this goes alone).
         batch_max_mutations: Mutations (cells) per request; Bigtable's limit, 100,000, is the

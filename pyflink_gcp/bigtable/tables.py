@@ -2,7 +2,8 @@
 
 A missing table must fail the job with an error naming it, and under
 ``CreateDisposition.CREATE_IF_NEEDED`` be created with the declared column families, at most
-``max_created_destinations`` per subtask. Checking when a batcher is first built (instead of
+``max_created_destinations`` per subtask and ``max_created_destinations_per`` window
+(:class:`~pyflink_gcp.core.creation.CreationBudget`). Checking when a batcher is first built (instead of
 reacting to a NOT_FOUND of MutateRows) keeps the hot path free of admin calls and gives every
 error a table name.
 
@@ -16,6 +17,7 @@ the creation stay on the processing thread, so the creation bound is met in reco
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -24,8 +26,8 @@ from pyflink_gcp.bigtable.destinations import TableDestination
 from pyflink_gcp.bigtable.options import TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
+from pyflink_gcp.core.creation import DEFAULT_WINDOW, CreationBudget
 from pyflink_gcp.core.errors import (
-    CreationLimitExceededError,
     DestinationNotFoundError,
     SinkError,
     WriteError,
@@ -33,6 +35,9 @@ from pyflink_gcp.core.errors import (
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 
 _LOG = logging.getLogger("pyflink_gcp.bigtable")
+
+#: The last tables created that a subtask remembers, for the creation bound's error.
+_RECENT_CREATED = 5
 
 
 class BigtableTables:
@@ -48,7 +53,9 @@ class BigtableTables:
         policy: Retries transient admin failures.
         timeout_s: Timeout of one admin call.
         create_options: The column families of created tables; None: never create.
-        max_created: How many tables this subtask may create.
+        max_created: How many tables this subtask may create at once, and then per
+            ``max_created_per``.
+        max_created_per: The window of the creation budget.
         resolver_name: Named by the creation-bound error.
         subtask_index: Named by the creation-bound error.
         stats: Counts ``tables_created``.
@@ -67,6 +74,7 @@ class BigtableTables:
         timeout_s: float,
         create_options: TableCreateOptions | None,
         max_created: int,
+        max_created_per: timedelta = DEFAULT_WINDOW,
         resolver_name: str = "",
         subtask_index: int = 0,
         stats: BigtableWriterStats | None = None,
@@ -79,7 +87,7 @@ class BigtableTables:
         self._policy = policy
         self._timeout_s = timeout_s
         self._create_options = create_options
-        self._max_created = max_created
+        self.budget = CreationBudget(max_created, max_created_per)
         self._resolver_name = resolver_name
         self._subtask = subtask_index
         self._stats = stats if stats is not None else BigtableWriterStats()
@@ -87,7 +95,8 @@ class BigtableTables:
         # Tables found to exist, so re-created batchers do not ask again; bounded, so a job
         # naming ever new tables does not grow it without end.
         self._known = CheckedNames(CHECKED_NAMES_LIMIT)
-        self.created: list[str] = []
+        #: The last tables this subtask created (a few: a long-lived job creates without end).
+        self.created: deque[str] = deque(maxlen=_RECENT_CREATED)
 
     def start(self, destination: TableDestination) -> PendingCheck | None:
         """Check ``destination`` without blocking where the sink creates no tables.
@@ -167,23 +176,35 @@ class BigtableTables:
 
     def create(self, destination: TableDestination) -> None:
         """Create ``destination`` with the declared column families; a table that appeared
-        meanwhile (another subtask created it first) is not an error."""
-        from google.cloud.bigtable_admin_v2.types import table as admin_table
+        meanwhile (another subtask created it first) is not an error.
 
+        Raises:
+            CreationLimitExceededError: The subtask's creation budget is spent.
+        """
         options = self._create_options
         assert options is not None
         name = str(destination)
-        if len(self.created) >= self._max_created:
-            shown = ", ".join(t.rsplit("/", 1)[1] for t in self.created[:5])
-            more = ", ..." if len(self.created) > 5 else ""
-            raise CreationLimitExceededError(
-                f"sink '{self._sink}': creating table '{name}' would exceed "
-                f"BigtableWriterOptions.max_created_destinations={self._max_created}: subtask "
-                f"{self._subtask} already created {len(self.created)} tables ({shown}{more}). "
-                f"The destination resolver {self._resolver_name or '(unknown)'} names more "
-                "tables than the bound allows; fix the resolver or raise "
-                "max_created_destinations."
+        budget = self.budget
+        if not budget.take():
+            shown = ", ".join(t.rsplit("/", 1)[1] for t in self.created)
+            raise budget.exceeded(
+                sink=self._sink,
+                what=f"creating table '{name}' (subtask {self._subtask})",
+                noun="tables",
+                resolver=self._resolver_name or "(unknown)",
+                owner="BigtableWriterOptions",
+                detail=f"the last: {shown}" if shown else "",
             )
+        try:
+            self._create(destination, options)
+        except BaseException:
+            budget.give_back()
+            raise
+
+    def _create(self, destination: TableDestination, options: TableCreateOptions) -> None:
+        from google.cloud.bigtable_admin_v2.types import table as admin_table
+
+        name = str(destination)
         families = {
             family: admin_table.ColumnFamily(gc_rule=gc_rule(rule))
             for family, rule in options.column_families.items()
@@ -208,7 +229,9 @@ class BigtableTables:
         except Exception as exc:
             status = status_name(exc)
             if status == "ALREADY_EXISTS":
-                # Another subtask (or a retried attempt of this call) created it first.
+                # Another subtask (or a retried attempt of this call) created it first: not
+                # counted against this subtask.
+                self.budget.give_back()
                 return
             if status == "NOT_FOUND":
                 raise DestinationNotFoundError(

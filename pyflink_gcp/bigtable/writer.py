@@ -114,6 +114,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             timeout_s=self.retry_policy.attempt_timeout(self.options.rpc_timeout_s),
             create_options=self.create_options,
             max_created=self.options.max_created_destinations,
+            max_created_per=self.options.max_created_destinations_per,
             resolver_name=self.resolver_name,
             subtask_index=subtask_index,
             stats=self.stats,

@@ -11,7 +11,7 @@ settings of its own service (batch shapes, ordering, commit limits):
 - :class:`DestinationWriterOptions`: sinks that keep a writer per destination (Pub/Sub,
   BigQuery, Bigtable, Cloud Tasks) add ``idle_timeout`` and ``max_active_destinations``.
 - :class:`CreatingWriterOptions`: sinks that may create their destinations (Pub/Sub, BigQuery,
-  Bigtable) add ``max_created_destinations``.
+  Bigtable) add ``max_created_destinations`` per ``max_created_destinations_per``.
 
 The sink builder base reads these fields directly, so no service remaps a name. Options are
 frozen values: a builder collects settings and validates them all at ``build()``.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from pyflink_gcp.core.creation import DEFAULT_MAX_CREATED, DEFAULT_WINDOW
 from pyflink_gcp.core.errors import ConfigurationError
 
 
@@ -32,7 +33,8 @@ class CreateDisposition(enum.Enum):
 
     ``CREATE_NEVER`` (every sink's default) fails the job with an error naming a missing
     destination. ``CREATE_IF_NEEDED`` creates it on first use, at most
-    ``max_created_destinations`` per subtask.
+    ``max_created_destinations`` per subtask and ``max_created_destinations_per`` window
+    (:mod:`pyflink_gcp.core.creation`).
     """
 
     CREATE_NEVER = "CREATE_NEVER"
@@ -165,12 +167,21 @@ class CreatingWriterOptions(DestinationWriterOptions):
 
     Attributes:
         max_created_destinations: How many destinations one sink subtask may create under
-            ``CreateDisposition.CREATE_IF_NEEDED``. A resolver bug (a table per user id instead
-            of per day) must fail fast, not create a million resources: one more fails the job
-            with an error naming the resolver and the count.
+            ``CreateDisposition.CREATE_IF_NEEDED`` at once, and then per
+            ``max_created_destinations_per`` (default 500: a year of daily tables at once). A
+            resolver bug (a table per user id instead of per day) must fail fast, not create a
+            million resources: one more fails the job with
+            :class:`~pyflink_gcp.core.errors.CreationLimitExceededError` naming the bound, the
+            resolver and the count. 0: the sink creates nothing.
+        max_created_destinations_per: The window of the budget (default 1 hour): a token
+            bucket of ``max_created_destinations`` tokens refilled at that many per window, so
+            a job creating a destination per day or per hour runs forever
+            (:class:`~pyflink_gcp.core.creation.CreationBudget`). Counted per subtask from its
+            start; a restarted subtask starts with a full budget.
     """
 
-    max_created_destinations: int = 100
+    max_created_destinations: int = DEFAULT_MAX_CREATED
+    max_created_destinations_per: timedelta = DEFAULT_WINDOW
 
     def _validate(self) -> None:
         super()._validate()
@@ -179,6 +190,9 @@ class CreatingWriterOptions(DestinationWriterOptions):
             "max_created_destinations",
             self.max_created_destinations,
             minimum=0,
+        )
+        check_duration(
+            type(self).__name__, "max_created_destinations_per", self.max_created_destinations_per
         )
 
 
@@ -245,9 +259,12 @@ class DestinationOptionsBuilder(OptionsBuilder[O]):
 class CreatingOptionsBuilder(DestinationOptionsBuilder[O]):
     """Adds the creation bound of sinks that may create destinations."""
 
-    def max_created_destinations(self, count: int) -> Self:
-        """How many destinations one subtask may create (default 100)."""
-        return self._set("max_created_destinations", count)
+    def max_created_destinations(self, count: int, per: timedelta = DEFAULT_WINDOW) -> Self:
+        """How many destinations one subtask may create at once, and then ``per`` window
+        (default 500 per hour; ``count`` alone means ``count`` per hour). One more fails the
+        job with ``CreationLimitExceededError``."""
+        self._set("max_created_destinations", count)
+        return self._set("max_created_destinations_per", per)
 
 
 def option_names(options_type: type[WriterOptions]) -> list[str]:

@@ -47,7 +47,8 @@ class PubSubWriterOptions(CreatingWriterOptions):
     - ``max_in_flight_requests`` (default 4) counts concurrent Publish requests *per topic*;
       with message ordering a topic's requests are chained, so it bounds the chain instead.
     - ``max_active_destinations`` caps open topic publishers per subtask.
-    - ``max_created_destinations`` bounds the topics one subtask may create.
+    - ``max_created_destinations`` (per ``max_created_destinations_per``) bounds the topics one
+      subtask may create.
 
     Attributes:
         shutdown_budget: How long closing a publisher may wait for its in-flight requests

@@ -31,11 +31,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import grpc
 from google.api_core import exceptions as gexc
 
 from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames
+from pyflink_gcp.core.creation import CreationBudget
 from pyflink_gcp.core.errors import (
-    CreationLimitExceededError,
     DestinationNotFoundError,
     SerializerError,
     WriteError,
@@ -122,9 +123,16 @@ def publish_batch(
     replay = [] if first_error is None else [first_error]
 
     def attempt(part: Sequence[Any]) -> Any:
-        if replay:  # the whole request's first attempt, made before this call
-            raise replay.pop()
-        return rpc.publish(topic, part)
+        try:
+            if replay:  # the whole request's first attempt, made before this call
+                raise replay.pop()
+            return rpc.publish(topic, part)
+        except grpc.RpcError as exc:
+            if not isinstance(exc, grpc.Call) or not retry.is_transient(exc):
+                raise  # classified below, where error_text() words it
+            # Retried, then logged and named by the deadline's error: in one line, as GetTopic's
+            # (a raw gRPC error's str is a multi-line debug dump).
+            raise gexc.from_grpc_error(exc) from exc
 
     def send(part: Sequence[Any]) -> None:
         what = f"sink '{sink}': publishing {len(part)} messages to {topic} at {rpc.endpoint}"
@@ -363,7 +371,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self._known = CheckedNames(CHECKED_NAMES_LIMIT)  # under CREATE_IF_NEEDED only
         self._create_never = self.create_disposition is CreateDisposition.CREATE_NEVER
         self._create_lock = threading.Lock()
-        self.created_topics = 0
+        self.budget = CreationBudget(
+            self.writer_options.max_created_destinations,
+            self.writer_options.max_created_destinations_per,
+        )
         # The outcomes of the requests started as futures, oldest first (MAX_IN_FLIGHT_PER_SUBTASK).
         self._window: deque[Future[list[FailedRecord]]] = deque()
         self._window_size = MAX_IN_FLIGHT_PER_SUBTASK
@@ -494,14 +505,20 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         with self._create_lock:  # the bound counts creations of every publish thread
             self._create_locked(name)
 
+    @property
+    def created_topics(self) -> int:
+        """Topics this subtask created."""
+        return self.budget.created
+
     def _create_locked(self, name: str) -> None:
-        bound = self.writer_options.max_created_destinations
-        if self.created_topics >= bound:
-            raise CreationLimitExceededError(
-                f"sink '{self.sink}': resolver {self.resolver_name} named topic {name}, which "
-                f"does not exist, but this subtask already created {self.created_topics} topics "
-                f"(max_created_destinations={bound}). Check the resolver, or raise the bound "
-                "with PubSubWriterOptions.builder().max_created_destinations(...)."
+        budget = self.budget
+        if not budget.take():
+            raise budget.exceeded(
+                sink=self.sink,
+                what=f"creating topic {name}",
+                noun="topics",
+                resolver=self.resolver_name,
+                owner=type(self.writer_options).__name__,
             )
         request: dict[str, Any] = {"name": name, "labels": dict(self.create_options.labels)}
         retention = self.create_options.message_retention_duration
@@ -512,15 +529,15 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
                 lambda: self.rpc.create_topic(request),
                 f"sink '{self.sink}': create topic {name} at {self.rpc.endpoint}",
             )
-            self.created_topics += 1
-            _LOG.info(
-                "%s: created topic %s (%d created by this subtask)",
-                self.sink,
-                name,
-                self.created_topics,
-            )
         except gexc.AlreadyExists:
-            pass  # another subtask created it first
+            budget.give_back()  # another subtask created it first
+            return
+        except BaseException:
+            budget.give_back()
+            raise
+        _LOG.info(
+            "%s: created topic %s (%d created by this subtask)", self.sink, name, budget.created
+        )
 
     def close(self) -> None:
         self._window.clear()

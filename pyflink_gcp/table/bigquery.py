@@ -2,9 +2,10 @@
 
 Each column goes to the table column of the same name. Under ``create-disposition =
 create-if-needed`` (the default) a missing table is created with a schema derived from the
-DDL's columns (:func:`table_schema`), at most ``sink.max-created-destinations`` per subtask (the
-DataStream sinks' creation bound, 100 by default): a template over a column with unbounded
-values fails the job at that bound instead of creating tables without end.
+DDL's columns (:func:`table_schema`), at most ``sink.max-created-destinations`` per subtask and
+``sink.max-created-destinations.per`` (the DataStream sinks' creation budget, 500 per hour by
+default): a template over a column with unbounded values fails the job at that bound instead of
+creating tables without end.
 
 Types: CHAR/VARCHAR → STRING, BOOLEAN → BOOL, BINARY/VARBINARY → BYTES, TINYINT to BIGINT →
 INT64, FLOAT/DOUBLE → FLOAT64, DECIMAL(p, s) → NUMERIC when it fits (s ≤ 9, p - s ≤ 29) else

@@ -246,10 +246,20 @@ def _writer_options(
         TableOption(
             "sink.max-created-destinations",
             "int",
-            "How many destinations one subtask may create; one more fails the job.",
-            default="100",
+            "How many destinations one subtask may create at once, and then per "
+            "sink.max-created-destinations.per (a token bucket); one more fails the job.",
+            default="500",
             maps_to="writer.max_created_destinations",
             minimum=0,
+        ),
+        TableOption(
+            "sink.max-created-destinations.per",
+            "duration",
+            "The window over which a subtask's creation budget refills; a restarted subtask "
+            "starts with a full budget.",
+            default="1h",
+            maps_to="writer.max_created_destinations_per",
+            minimum=1,
         ),
     )
 

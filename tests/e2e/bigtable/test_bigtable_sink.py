@@ -232,9 +232,9 @@ def test_bad_input_fails_the_job_with_a_clear_error(stack: Any, case: str) -> No
         ).set_writer_options(BigtableWriterOptions.builder().max_created_destinations(3).build())
         expected = [
             "CreationLimitExceededError: sink 'bad-input': creating table",
-            "would exceed BigtableWriterOptions.max_created_destinations=3",
-            "already created 3 tables",
-            "test_bad_input_fails_the_job_with_a_clear_error.<locals>.<lambda> names more tables",
+            "would exceed max_created_destinations=3 per 1h",
+            "this subtask created 3 tables in the last",
+            "test_bad_input_fails_the_job_with_a_clear_error.<locals>.<lambda> names new tables",
         ]
     env = make_env(parallelism=1, checkpoint_ms=None, restarts=0)
     record_stream(env, 10, lambda i: i).sink_to(builder.build())

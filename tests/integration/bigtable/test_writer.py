@@ -170,7 +170,8 @@ def test_creates_tables_with_exactly_the_declared_families_up_to_the_bound(insta
     with pytest.raises(CreationLimitExceededError) as err:
         writer.write({"table": "new_c", "entry": cell(2)})
     message = str(err.value)
-    assert "max_created_destinations=2" in message and "already created 2 tables" in message
+    assert "max_created_destinations=2 per 1h" in message
+    assert "this subtask created 2 tables in the last" in message
     assert "new_c" in message and "<lambda>" in message, message
     assert "new_c" not in list_tables(instance)
     writer.close()
@@ -188,7 +189,7 @@ def test_a_table_another_subtask_created_first_is_not_an_error(instance: str) ->
     factory.open(SubtaskInfo("bt-it"))
     assert factory.tables is not None
     factory.tables.create(TableDestination.of(PROJECT, instance, "shared"))
-    assert factory.stats.tables_created == 0 and factory.tables.created == []
+    assert factory.stats.tables_created == 0 and list(factory.tables.created) == []
     factory.close()
 
 

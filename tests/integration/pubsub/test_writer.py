@@ -145,12 +145,16 @@ def test_create_if_needed_creates_topics_with_options_and_the_bound_trips(projec
         writer.flush()
     finally:
         writer.close()
-    assert str(err.value) == (
-        f"sink 'pubsub-sink': resolver {by_name.__module__}.by_name.<locals>.<lambda> named topic "
-        f"projects/{project}/topics/{names[2]}, which does not exist, but this subtask already "
-        "created 2 topics (max_created_destinations=2). Check the resolver, or raise the bound "
-        "with PubSubWriterOptions.builder().max_created_destinations(...)."
+    message = str(err.value)
+    assert message.startswith(
+        f"sink 'pubsub-sink': creating topic projects/{project}/topics/{names[2]} would exceed "
+        "max_created_destinations=2 per 1h: this subtask created 2 topics in the last "
     )
+    assert (
+        f"The destination resolver {by_name.__module__}.by_name.<locals>.<lambda> names new "
+        "topics faster than the bound allows; fix the resolver, or raise the bound with "
+        "PubSubWriterOptions.builder().max_created_destinations(n, per=timedelta(...))"
+    ) in message
     admin = pubsub_v1.PublisherClient()
     topic = admin.get_topic(topic=f"projects/{project}/topics/{names[0]}")
     assert dict(topic.labels) == {"team": "streaming"}

@@ -24,6 +24,7 @@ NON_DEFAULTS: dict[str, Any] = {
     "idle_timeout": None,
     "max_active_destinations": 50,
     "max_created_destinations": 7,
+    "max_created_destinations_per": timedelta(minutes=5),
     "max_request_bytes": 2_000,
     "max_request_rows": 10,
     "sender_threads": 3,
@@ -49,7 +50,10 @@ def test_every_builder_setter_reaches_the_options(name: str) -> None:
     assert value != default
     builder = BigQueryWriterOptions.builder()
     assert isinstance(builder, BigQueryWriterOptionsBuilder)
-    assert getattr(builder, name)(value) is builder
+    if name == "max_created_destinations_per":  # the window of max_created_destinations(n, per=)
+        assert builder.max_created_destinations(7, per=value) is builder
+    else:
+        assert getattr(builder, name)(value) is builder
     assert getattr(builder.build(), name) == value
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from pyflink_gcp.bigquery import (
     TableSchema,
 )
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
-from pyflink_gcp.core import CreationLimitExceededError, SerializerError
+from pyflink_gcp.core import CreationLimitExceededError, SerializerError, WriteError
+from pyflink_gcp.core.creation import CreationBudget
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.retry import RetryPolicy
 
@@ -78,10 +80,41 @@ def test_the_creation_bound_fails_before_any_request() -> None:
     tables = catalog(BigQuerySerializer.of(schema=NESTED), max_created_destinations=0)
     with pytest.raises(
         CreationLimitExceededError,
-        match=r"p\.d\.t would exceed max_created_destinations=0 .*Resolver",
+        match=r"p\.d\.t would exceed max_created_destinations=0 per 1h: .*Resolver",
     ):
         tables._create(DEST)
     assert tables.tables_created == 0
+    tables.close()
+
+
+def test_the_creation_budget_counts_tables_created_and_refills_over_its_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    tables = catalog(BigQuerySerializer.of(schema=NESTED))
+    tables.budget = CreationBudget(2, timedelta(hours=1), clock=lambda: now[0])
+    failing = {"p.d.broken"}
+
+    def create(destination: TableDestination) -> str:
+        if destination.table_id in failing:
+            raise WriteError("create table failed")
+        return destination.table_id
+
+    monkeypatch.setattr(tables, "_create_counted", create)
+    assert tables._create(TableDestination.of("p", "d", "day1")) == "p.d.day1"
+    with pytest.raises(WriteError):  # created nothing: its token comes back
+        tables._create(TableDestination.of("p", "d", "broken"))
+    assert tables._create(TableDestination.of("p", "d", "day2")) == "p.d.day2"
+    with pytest.raises(CreationLimitExceededError) as err:
+        tables._create(TableDestination.of("p", "d", "day3"))
+    assert str(err.value).startswith(
+        "sink 's': creating table p.d.day3 would exceed max_created_destinations=2 per 1h: "
+        "this subtask created 2 tables in the last 0.0s. The destination resolver Resolver "
+    )
+    assert "BigQueryWriterOptions.builder().max_created_destinations(n, per=" in str(err.value)
+    now[0] += 1_800
+    assert tables._create(TableDestination.of("p", "d", "day3")) == "p.d.day3"
+    assert tables.tables_created == 3
     tables.close()
 
 

@@ -22,7 +22,8 @@ def test_defaults() -> None:
     assert options.retry_deadline == timedelta(minutes=2)
     assert options.idle_timeout == timedelta(minutes=15)
     assert options.max_active_destinations is None
-    assert options.max_created_destinations == 100
+    assert options.max_created_destinations == 500
+    assert options.max_created_destinations_per == timedelta(hours=1)
     assert options.per_destination_metrics is False
     assert options.batch_max_entries == 1_000
     assert options.batch_max_mutations == 100_000
@@ -41,6 +42,7 @@ def test_every_option_has_a_builder_setter_that_reaches_the_value() -> None:
         "idle_timeout": None,
         "max_active_destinations": 5,
         "max_created_destinations": 7,
+        "max_created_destinations_per": timedelta(days=1),
         "batch_max_entries": 500,
         "batch_max_bytes": 1 << 20,
         "batch_max_mutations": 1_000,
@@ -53,7 +55,10 @@ def test_every_option_has_a_builder_setter_that_reaches_the_value() -> None:
     builder = BigtableWriterOptions.builder()
     assert isinstance(builder, BigtableWriterOptionsBuilder)
     for name, value in values.items():
-        builder = getattr(builder, name)(value)
+        if name == "max_created_destinations_per":  # max_created_destinations(n, per=...)
+            builder = builder.max_created_destinations(values["max_created_destinations"], value)
+        elif name != "max_created_destinations":
+            builder = getattr(builder, name)(value)
     built = builder.build()
     for name, value in values.items():
         assert getattr(built, name) == value, name

@@ -19,6 +19,7 @@ from pyflink_gcp.core import (
     RetryPolicy,
     WriteError,
 )
+from pyflink_gcp.core.creation import CreationBudget
 
 TABLE = TableDestination.of("p", "inst", "t")
 
@@ -114,9 +115,42 @@ def test_missing_tables_are_created_with_their_families_up_to_the_bound() -> Non
     with pytest.raises(CreationLimitExceededError) as err:
         known.ensure(TableDestination.of("p", "inst", "c"))
     message = str(err.value)
-    assert "BigtableWriterOptions.max_created_destinations=2" in message
-    assert "subtask 1 already created 2 tables (a, b)" in message
-    assert "my.resolver" in message
+    assert "creating table 'projects/p/instances/inst/tables/c' (subtask 1) would exceed " in (
+        message
+    )
+    assert "max_created_destinations=2 per 1h: this subtask created 2 tables in the last" in (
+        message
+    )
+    assert "(the last: a, b)" in message and "my.resolver" in message
+    assert "BigtableWriterOptions.builder().max_created_destinations(n, per=" in message
+    assert [r["table_id"] for r in admin.created] == ["a", "b"]
+
+
+def test_the_creation_budget_refills_over_its_window() -> None:
+    now = [0.0]
+    admin = FakeAdmin(api_exceptions.NotFound("no table"))
+    known = tables(admin, TableCreateOptions(column_families={"cf": 1}))
+    known.budget = CreationBudget(2, timedelta(days=1), clock=lambda: now[0])
+    for table in ("d1", "d2"):
+        known.ensure(TableDestination.of("p", "inst", table))
+    with pytest.raises(CreationLimitExceededError, match="max_created_destinations=2 per 1d"):
+        known.ensure(TableDestination.of("p", "inst", "d3"))
+    now[0] += 43_200  # half a day: one creation more
+    known.ensure(TableDestination.of("p", "inst", "d3"))
+    assert [r["table_id"] for r in admin.created] == ["d1", "d2", "d3"]
+    assert known._stats.tables_created == 3 and known.budget.created == 3
+
+
+def test_a_failed_creation_gives_its_budget_back() -> None:
+    admin = FakeAdmin(api_exceptions.NotFound("no table"), api_exceptions.PermissionDenied("no"))
+    known = tables(admin, TableCreateOptions(column_families={"cf": 1}), max_created=1)
+    for _ in range(2):
+        with pytest.raises(WriteError, match="creating it failed with PERMISSION_DENIED"):
+            known.ensure(TABLE)
+    assert known.budget.created == 0
+    admin.create_error = None
+    known.ensure(TABLE)
+    assert known.budget.created == 1
 
 
 def test_a_table_created_meanwhile_is_not_an_error() -> None:
@@ -125,7 +159,9 @@ def test_a_table_created_meanwhile_is_not_an_error() -> None:
     )
     known = tables(admin, TableCreateOptions(column_families={"cf": 1}), max_created=1)
     known.ensure(TABLE)
-    assert known.created == [] and known._stats.tables_created == 0
+    assert list(known.created) == [] and known._stats.tables_created == 0
+    assert known.budget.created == 0
+    known.ensure(TableDestination.of("p", "inst", "other"))  # the budget of one is still there
 
 
 def test_admin_failures() -> None:

@@ -50,7 +50,10 @@ def test_the_three_bases_declare_the_shared_names_in_order():
         "idle_timeout",
         "max_active_destinations",
     ]
-    assert option_names(CreatingWriterOptions)[-1] == "max_created_destinations"
+    assert option_names(CreatingWriterOptions)[-2:] == [
+        "max_created_destinations",
+        "max_created_destinations_per",
+    ]
 
 
 def test_a_service_changes_a_default_and_adds_its_own_settings():
@@ -84,6 +87,24 @@ def test_every_bad_value_is_a_configuration_error_naming_option_and_value(setter
     with pytest.raises(ConfigurationError) as err:
         builder.build()
     assert message in str(err.value)
+
+
+def test_the_creation_bound_is_a_count_per_window_and_a_count_alone_is_per_hour():
+    assert CreatingWriterOptions().max_created_destinations == 500
+    assert CreatingWriterOptions().max_created_destinations_per == timedelta(hours=1)
+    alone = _ServiceOptionsBuilder().max_created_destinations(20).build()
+    assert (alone.max_created_destinations, alone.max_created_destinations_per) == (
+        20,
+        timedelta(hours=1),
+    )
+    daily = _ServiceOptionsBuilder().max_created_destinations(40, per=timedelta(days=1)).build()
+    assert daily.max_created_destinations_per == timedelta(days=1)
+    for per, message in (
+        (timedelta(0), "_ServiceOptions.max_created_destinations_per must be positive"),
+        (3600, "_ServiceOptions.max_created_destinations_per must be a datetime.timedelta"),
+    ):
+        with pytest.raises(ConfigurationError, match=message):
+            _ServiceOptionsBuilder().max_created_destinations(5, per=per).build()  # type: ignore[arg-type]
 
 
 def test_optional_lifetimes_accept_none_and_zero_retry_deadline():

@@ -27,7 +27,8 @@ def test_writer_options_hold_the_shared_names_plus_the_shutdown_budget():
     assert defaults.max_buffer_time == timedelta(seconds=1)
     assert defaults.idle_timeout == timedelta(minutes=15)
     assert defaults.max_active_destinations is None
-    assert defaults.max_created_destinations == 100
+    assert defaults.max_created_destinations == 500
+    assert defaults.max_created_destinations_per == timedelta(hours=1)
     assert defaults.shutdown_budget == timedelta(seconds=30)
 
 
@@ -41,12 +42,16 @@ def test_every_writer_setter_reaches_its_field():
         "idle_timeout": timedelta(minutes=1),
         "max_active_destinations": 8,
         "max_created_destinations": 3,
+        "max_created_destinations_per": timedelta(minutes=10),
         "shutdown_budget": timedelta(seconds=5),
     }
     assert sorted(values) == sorted(option_names(PubSubWriterOptions))
     builder = PubSubWriterOptions.builder()
     for name, value in values.items():
-        builder = getattr(builder, name)(value)
+        if name == "max_created_destinations_per":  # max_created_destinations(n, per=...)
+            builder = builder.max_created_destinations(3, per=value)
+        elif name != "max_created_destinations":
+            builder = getattr(builder, name)(value)
     options = builder.build()
     assert {name: getattr(options, name) for name in values} == values
 

@@ -18,7 +18,13 @@ import cloudpickle
 import grpc
 import pytest
 
-from pyflink_gcp.core import DestinationNotFoundError, SubtaskInfo, WriteError
+from pyflink_gcp.core import (
+    CreationLimitExceededError,
+    DestinationNotFoundError,
+    SubtaskInfo,
+    WriteError,
+)
+from pyflink_gcp.core.creation import CreationBudget
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.pubsub import (
@@ -128,6 +134,52 @@ def test_a_non_content_error_fails_the_job_and_is_not_halved():
         "PERMISSION_DENIED: no access"
     )
     assert rpc.calls == 1
+
+
+def test_a_transient_error_past_the_deadline_is_one_line_as_get_topic_s():
+    """A raw gRPC error's str is a multi-line debug dump; the Publish path words the error
+    that ends its retries as GetTopic's does (google.api_core's ``<code> <details>``)."""
+    from google.api_core import exceptions as gexc
+
+    from pyflink_gcp.core.endpoints import Endpoint
+    from pyflink_gcp.pubsub.client import PubSubRpc
+    from tests.support.endpoints import refusing_endpoint
+
+    retry = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.01, deadline_s=0.2)
+    rpc = PubSubRpc(Endpoint(refusing_endpoint(), True), request_timeout_s=2.0)
+    try:
+        with pytest.raises(WriteError) as published:
+            publish_batch(rpc, TOPIC, messages([b"a"]), retry, "s")
+        with pytest.raises(WriteError) as got:
+            retry.call(lambda: rpc.get_topic(TOPIC), "get topic")
+    finally:
+        rpc.close()
+    publish, get_topic = str(published.value), str(got.value)
+    assert "\n" not in publish and "\n" not in get_topic
+    assert f"sink 's': publishing 1 messages to {TOPIC} at {rpc.endpoint}: still failing" in publish
+    assert "UNAVAILABLE: 503 " in publish and "UNAVAILABLE: 503 " in get_topic
+    assert "debug_error_string" not in publish
+    cause = published.value.__cause__
+    assert isinstance(cause, gexc.ServiceUnavailable) and isinstance(cause.__cause__, grpc.RpcError)
+
+
+def test_a_transient_first_attempt_of_a_future_is_retried_and_worded_in_one_line():
+    """The first attempt of a Publish started as a future fails with the future's own error
+    (a grpc.Call): it is retried like any attempt, and words the deadline's error in one line."""
+    from pyflink_gcp.core.endpoints import Endpoint
+    from pyflink_gcp.pubsub.client import PubSubRpc
+    from tests.support.endpoints import refusing_endpoint
+
+    retry = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.01, deadline_s=0.2)
+    rpc = PubSubRpc(Endpoint(refusing_endpoint(), True), request_timeout_s=2.0)
+    try:
+        first = rpc.publish_future(TOPIC, messages([b"a"])).exception()
+        assert isinstance(first, grpc.Call)
+        with pytest.raises(WriteError) as err:
+            publish_batch(rpc, TOPIC, messages([b"a"]), retry, "s", first_error=first)
+    finally:
+        rpc.close()
+    assert "\n" not in str(err.value) and "UNAVAILABLE: 503 " in str(err.value)
 
 
 def test_an_error_inside_a_half_fails_the_job():
@@ -471,10 +523,12 @@ def test_a_first_attempt_failing_after_close_settles_the_request_instead_of_hang
 def test_the_factory_pickles_as_its_configuration_only():
     factory = make_factory(FakeRpc())
     factory._known.add(TOPIC)
-    factory.created_topics = 5
+    for _ in range(5):
+        factory.budget.take()
+    assert factory.created_topics == 5
     copy = pickle.loads(cloudpickle.dumps(factory))
     assert copy.rpc is None and copy.pool is None
-    assert len(copy._known) == 0 and copy.created_topics == 0
+    assert len(copy._known) == 0 and copy.created_topics == 0  # a full budget on the worker
     assert copy.sink == "s" and copy.writer_options == factory.writer_options
     assert copy.publisher_options == factory.publisher_options
     assert copy.retry == FAST_RETRY
@@ -558,6 +612,58 @@ def test_under_create_if_needed_a_topic_is_checked_and_created_on_the_processing
         ("CreateTopic", made, "MainThread"),
     ]
     assert factory.created_topics == 1 and rpc.published == [b"x"] * 4
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_creation_budget_refuses_a_topic_past_the_bound_and_refills_over_its_window():
+    rpc = TopicRpc(existing={TOPIC})
+    writer = PubSubWriterOptions.builder().max_created_destinations(2, per=timedelta(hours=1))
+    factory = make_factory(
+        rpc, writer=writer.build(), disposition=CreateDisposition.CREATE_IF_NEEDED
+    )
+    clock = FakeClock()
+    factory.budget = CreationBudget(2, timedelta(hours=1), clock=clock)
+    for name in ("new-a", "new-b", "new-a"):
+        factory.create_writer(TopicDestination.of("p", name))
+    with pytest.raises(CreationLimitExceededError) as err:
+        factory.create_writer(TopicDestination.of("p", "new-c"))
+    assert str(err.value) == (
+        "sink 's': creating topic projects/p/topics/new-c would exceed max_created_destinations=2 "
+        "per 1h: this subtask created 2 topics in the last 0.0s. The destination resolver "
+        "resolver names new topics faster than the bound allows; fix the resolver, or raise the "
+        "bound with PubSubWriterOptions.builder().max_created_destinations(n, "
+        "per=timedelta(...)) (in SQL: 'sink.max-created-destinations' and "
+        "'sink.max-created-destinations.per')."
+    )
+    assert "projects/p/topics/new-c" not in rpc.existing
+    clock.now += 1_800  # half the window: one token back
+    factory.create_writer(TopicDestination.of("p", "new-c"))
+    with pytest.raises(CreationLimitExceededError):
+        factory.create_writer(TopicDestination.of("p", "new-d"))
+    assert factory.created_topics == 3
+
+
+def test_a_topic_another_subtask_created_first_costs_no_creation():
+    from google.api_core import exceptions as gexc
+
+    class Raced(TopicRpc):
+        def create_topic(self, request):
+            super().create_topic(request)
+            raise gexc.AlreadyExists("created by another subtask")
+
+    rpc = Raced(existing={TOPIC})
+    writer = PubSubWriterOptions.builder().max_created_destinations(1).build()
+    factory = make_factory(rpc, writer=writer, disposition=CreateDisposition.CREATE_IF_NEEDED)
+    for name in ("new-a", "new-b", "new-c"):
+        factory.create_writer(TopicDestination.of("p", name))
+    assert factory.created_topics == 0
 
 
 def test_the_known_topics_are_an_lru_of_bounded_size():

@@ -72,12 +72,42 @@ def test_defaults_are_the_datastream_defaults(identifier, writer_type):
     mapped = {(o.maps_to or "").removeprefix("writer.") for o in CONNECTORS[identifier].options}
     shared = {"max_buffer_time", "max_buffered_records", "retry_deadline"}
     shared |= {"max_in_flight_requests", "per_destination_metrics"}
-    for field in ("idle_timeout", "max_active_destinations", "max_created_destinations"):
-        if field in defaults and (
-            field != "max_created_destinations" or "create-disposition" in values
-        ):
+    creation = ("max_created_destinations", "max_created_destinations_per")
+    for field in ("idle_timeout", "max_active_destinations", *creation):
+        if field in defaults and (field not in creation or "create-disposition" in values):
             shared.add(field)
     assert shared <= mapped, shared - mapped
+
+
+@pytest.mark.parametrize("identifier", ["gcp-pubsub", "gcp-bigquery", "gcp-bigtable"])
+def test_the_creation_bound_is_a_count_per_window_as_in_the_datastream_sinks(identifier):
+    from pyflink_gcp.table.adapter import writer_options
+
+    required = {o.key: "x" for o in CONNECTORS[identifier].options if o.required}
+    defaults = parse(identifier, required, ("x",))
+    assert defaults["sink.max-created-destinations"] == 500
+    assert defaults["sink.max-created-destinations.per"] == timedelta(hours=1)
+    values = parse(
+        identifier,
+        {
+            **required,
+            "sink.max-created-destinations": "40",
+            "sink.max-created-destinations.per": "1d",
+        },
+        ("x",),
+    )
+    writer_type = {
+        "gcp-pubsub": PubSubWriterOptions,
+        "gcp-bigquery": BigQueryWriterOptions,
+        "gcp-bigtable": BigtableWriterOptions,
+    }[identifier]
+    built = writer_options(identifier, values, writer_type)
+    assert (built.max_created_destinations, built.max_created_destinations_per) == (
+        40,
+        timedelta(days=1),
+    )
+    with pytest.raises(OptionError, match="sink.max-created-destinations.per"):
+        parse(identifier, {**required, "sink.max-created-destinations.per": "0ms"}, ("x",))
 
 
 def test_publisher_defaults_are_the_datastream_defaults():
