@@ -4,19 +4,31 @@ Given a built sink (or a resolver, or a function returning one) and a sample of 
 lines), it runs the resolver and the serializer on every record, as the sink would, without
 writing anything, and reports: the destinations with their counts; the records that would be
 unroutable, whose resolver or serializer raises, or that the serializer skips; the projected
-number of distinct destinations per day at a given rate; and what that implies per sink —
-destination writers per subtask, connections, auto-created resources against the creation
-bound, and, for BigQuery FILE_LOADS, load jobs per table per day against BigQuery's quota.
+number of distinct destinations per day, and how it was computed; and what that implies per
+sink — destination writers per subtask, connections, auto-created resources against the
+creation budget, and, for BigQuery FILE_LOADS, load jobs per table per day against BigQuery's
+quota.
 
-The projection is deliberately conservative: if the second half of the sample still found new
-destinations, it assumes the job keeps finding them at that rate all day
-(``distinct + new-in-second-half / records-in-second-half × (records per day − sample)``), capped
-at one destination per record; a sample whose second half found none projects its own count.
-A template over event time (a table per day) should be planned with a sample that spans the
-days it routes to, or the projection per day counts one day's destinations.
+The projection depends on the resolver:
 
-Exit status 1 when a bound would be exceeded (creations past ``max_created_destinations``,
-load jobs past 1,500 per table per day), 2 for a target or sample that cannot be read.
+- A name template with a time part (``orders_{region}_{ts:%Y%m%d}``) names a new destination
+  per time bucket (a UTC day for ``%Y%m%d``, an hour with ``%H``, a month for ``%Y%m``) per
+  combination of its other placeholders. The sample's records are grouped by the text their
+  time part renders (from the field it names, or from the event timestamp that
+  ``--timestamp-field`` sets for ``event_time``); the figure is the most names one bucket
+  holds, times the buckets a day has. The record rate does not enter it.
+- Any other resolver: if the second half of the sample still found new destinations, it
+  assumes the job keeps finding them at that rate all day
+  (``distinct + new-in-second-half / records-in-second-half × (records per day − sample)``),
+  capped at one destination per record; a sample whose second half found none projects its own
+  count.
+
+Under CREATE_IF_NEEDED the creations a subtask makes in the budget's window
+(``max_created_destinations_per``, one day for options without one) are compared with the
+budget: at most ``max_created_destinations`` per window.
+
+Exit status 1 when a bound would be exceeded (creations past the budget, load jobs past 1,500
+per table per day), 2 for a target or sample that cannot be read.
 """
 
 from __future__ import annotations
@@ -26,18 +38,31 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import as_resolver, short_repr
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
+from pyflink_gcp.routing._helpers import MISSING, field_of
+from pyflink_gcp.routing._plan_times import (
+    DAY_MS,
+    ONE_DAY,
+    TimeBuckets,
+    TimeProjection,
+    as_millis,
+    number,
+    template_of,
+    window_text,
+)
 
 
 @dataclass
@@ -53,9 +78,20 @@ class Plan:
     skipped: int = 0
     #: Records into the sample at which each new destination was first seen.
     first_seen: list[int] = field(default_factory=list)
-    projected_per_day: int = 0
+    #: Distinct destinations per day; for a template with a time part, the new ones
+    #: (fractional for a unit longer than a day: 4 a month is 0.13 a day).
+    projected_per_day: float = 0
+    #: How ``projected_per_day`` was computed, a line each.
+    projection: list[str] = field(default_factory=list)
+    #: What the sample shows of a template's time part (None: no time part).
+    time: TimeProjection | None = None
+    records_per_second: float = 1_000.0
+    #: The module of the destinations' type (``pyflink_gcp.bigquery...``).
+    destination_module: str | None = None
     #: (what, figure, bound or None, exceeded)
     resources: list[tuple[str, str, str | None, bool]] = field(default_factory=list)
+    #: Warnings that are no bound: a BigQuery table per day, a sample that may miss keys.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def exceeded(self) -> list[str]:
@@ -63,6 +99,8 @@ class Plan:
 
 
 def _project(plan: Plan, per_day: float) -> int:
+    """Distinct destinations over ``per_day`` records, from the sample's growth (a resolver
+    without a time part)."""
     n = plan.records
     distinct = len(plan.destinations)
     if n == 0:
@@ -73,6 +111,27 @@ def _project(plan: Plan, per_day: float) -> int:
         return distinct
     rate = late / (n - half)
     return int(min(per_day, distinct + rate * max(0.0, per_day - n)))
+
+
+def _explain_growth(plan: Plan, per_day: float) -> list[str]:
+    """How :func:`_project` got its figure, in words."""
+    n = plan.records
+    distinct = len(plan.destinations)
+    what = "the resolver shows no time part" if plan.time is None else "no time bucket rendered"
+    if n == 0:
+        return [f"{what}; the sample has no records"]
+    half = n // 2
+    late = sum(1 for at in plan.first_seen if at >= half)
+    if late == 0:
+        return [
+            f"{what}: the sample's own {distinct:,}, as its second half found no new "
+            "destination; the record rate does not change it"
+        ]
+    return [
+        f"{what}: the sample's {distinct:,}, plus new ones at the rate of its second half "
+        f"({late:,} in {n - half:,} records) over the rest of the {per_day:,.0f} records a day "
+        f"at {number(plan.records_per_second)}/s, at most one per record"
+    ]
 
 
 def run_plan(
@@ -96,14 +155,15 @@ def run_plan(
     method = getattr(serializer, "serialize", None)
     serialize = method if callable(method) else serializer
     unwrap = getattr(resolver, "record_of", None)
-    plan = Plan(sink=name, records=0)
+    plan = Plan(sink=name, records=0, records_per_second=records_per_second)
     ctx = WriterContext(number_of_parallel_subtasks=parallelism)
+    buckets = _time_buckets(resolver if fixed is None else None)
     for record in records:
         at = plan.records
         plan.records += 1
-        if timestamp_field is not None and isinstance(record, dict):
-            stamp = record.get(timestamp_field)
-            ctx.timestamp = int(stamp) if isinstance(stamp, int | float) else None
+        if timestamp_field is not None:
+            stamp = as_millis(_field(record, timestamp_field))
+            ctx.timestamp = int(stamp) if stamp is not None else None
         if resolve is None:
             destination: Any = fixed
         else:
@@ -120,11 +180,15 @@ def run_plan(
                     f"returned {short_repr(destination)}, not a destination ({short_repr(record)})"
                 )
                 continue
-            if callable(unwrap):
-                record = unwrap(record)
         key = str(destination)
+        if buckets is not None:
+            buckets.observe(at, record, ctx, key)
+        if resolve is not None and callable(unwrap):
+            record = unwrap(record)
         if key not in plan.destinations:
             plan.first_seen.append(at)
+            if plan.destination_module is None:
+                plan.destination_module = type(destination).__module__
         plan.destinations[key] += 1
         if callable(serialize):
             try:
@@ -132,10 +196,84 @@ def run_plan(
                     plan.skipped += 1
             except Exception as exc:  # noqa: BLE001 - reported, as the sink would fail on it
                 plan.serializer_errors.append(f"{type(exc).__name__}: {exc} ({short_repr(record)})")
-    plan.projected_per_day = _project(plan, records_per_second * 86_400)
+    if buckets is not None:
+        plan.time = buckets.projection
+    _project_per_day(plan, timestamp_field)
     if config is not None:
         _resources(plan, config, parallelism, checkpoint_interval_s)
     return plan
+
+
+def _time_buckets(resolver: Any) -> TimeBuckets | None:
+    """A collector of time buckets, for a resolver rendering a template with a time part."""
+    template = template_of(resolver)
+    if template is None:
+        return None
+    try:
+        return TimeBuckets(template, datetime.now(UTC))
+    except ValueError:  # no time part
+        return None
+
+
+def _field(record: Any, name: str) -> Any:
+    value = field_of(record, name)
+    return None if value is MISSING else value
+
+
+def _project_per_day(plan: Plan, timestamp_field: str | None) -> None:
+    """Set the projection per day and say how it was computed."""
+    per_day_records = plan.records_per_second * 86_400
+    time = plan.time
+    if time is not None and timestamp_field is not None and not time.reads_event_time:
+        plan.warnings.append(
+            f"--timestamp-field {timestamp_field} sets the records' event timestamps; the "
+            f"template reads its time from {' '.join(time.time_parts)}"
+        )
+    if time is None or not time.buckets:
+        if time is not None and time.reads_event_time and timestamp_field is None:
+            plan.warnings.append(
+                "the template reads event_time: give --timestamp-field, the field holding each "
+                "record's event time"
+            )
+        plan.projected_per_day = _project(plan, per_day_records)
+        plan.projection = _explain_growth(plan, per_day_records)
+        return
+    plan.projected_per_day = time.per_day
+    plan.projection = time.explain(plan.records)
+    module = plan.destination_module or ""
+    if module.startswith("pyflink_gcp.bigquery") and time.unit.shortest <= DAY_MS:
+        plan.warnings.append(time.partition_hint())
+
+
+def _budget(options: Any) -> tuple[int, timedelta] | None:
+    """The creation budget: at most n per window (a day for options without a window)."""
+    count = getattr(options, "max_created_destinations", None)
+    if not isinstance(count, int):
+        return None
+    window = getattr(options, "max_created_destinations_per", ONE_DAY)
+    return count, window if isinstance(window, timedelta) else ONE_DAY
+
+
+def _creations(
+    plan: Plan, time: TimeProjection | None, bound: int, window: timedelta
+) -> tuple[str, str, str | None, bool]:
+    """Creations per subtask per ``window`` against the budget of ``bound`` per window."""
+    if time is not None:
+        created = time.per_window(window)
+        if len(plan.destinations) > bound:
+            plan.warnings.append(
+                f"a replay of the sample's {len(time.buckets):,} {time.unit.name} buckets at once "
+                f"(a backfill) creates {len(plan.destinations):,} destinations in one burst, more "
+                f"than max_created_destinations={bound:,}: raise it for the backfill"
+            )
+    else:
+        created = _project(plan, plan.records_per_second * window.total_seconds())
+    return (
+        f"destinations created per subtask per {window_text(window)}",
+        f"{created:,}",
+        f"max_created_destinations, at most {bound:,} per {window_text(window)}",
+        created > bound,
+    )
 
 
 def _resources(
@@ -143,9 +281,11 @@ def _resources(
 ) -> None:
     factory = config.factory
     options = getattr(factory, "options", None) or getattr(factory, "writer_options", None)
-    projected = plan.projected_per_day
+    time = plan.time if plan.time is not None and plan.time.buckets else None
+    projected = math.ceil(plan.projected_per_day)
     cap = config.max_active
-    writers = projected if cap is None else min(projected, cap)
+    held = time.writers(getattr(config, "idle_timeout_s", None)) if time else projected
+    writers = held if cap is None else min(held, cap)
     plan.resources.append(
         (
             "destination writers per subtask",
@@ -155,21 +295,19 @@ def _resources(
         )
     )
     disposition = getattr(factory, "create_disposition", None)
-    bound = getattr(options, "max_created_destinations", None)
-    if disposition is CreateDisposition.CREATE_IF_NEEDED and bound is not None:
+    budget = _budget(options)
+    if disposition is CreateDisposition.CREATE_IF_NEEDED and budget is not None:
         # Any subtask may meet every destination (records are not routed to subtasks by
         # destination), so each one may have to create all of them.
-        plan.resources.append(
-            (
-                "destinations created per subtask (at most, a day)",
-                f"{projected:,}",
-                f"max_created_destinations={bound}",
-                projected > bound,
-            )
-        )
+        plan.resources.append(_creations(plan, time, *budget))
     elif disposition is CreateDisposition.CREATE_NEVER:
         plan.resources.append(
-            ("destinations that must exist before the job", f"{projected:,}", None, False)
+            (
+                "destinations that must exist before their first record",
+                time.rate() if time else f"{projected:,}",
+                None,
+                False,
+            )
         )
     kind = type(factory).__name__
     if kind == "FileLoadsWriterFactory" and checkpoint_interval_s:
@@ -224,10 +362,21 @@ def format_plan(plan: Plan, top: int = 20) -> str:
         lines.append(f"  unroutable {count:,}x: {reason}")
     for error in plan.resolver_errors[:3] + plan.serializer_errors[:3]:
         lines.append(f"  error: {error}")
-    lines.append(f"projected distinct destinations per day: {plan.projected_per_day:,}")
+    time = plan.time if plan.time is not None and plan.time.buckets else None
+    if time is not None and time.unit.per_day < 1:
+        lines.append(
+            f"projected distinct destinations per {time.unit.name}: {time.per_bucket:,} "
+            f"({number(plan.projected_per_day)} new a day)"
+        )
+    else:
+        lines.append(f"projected distinct destinations per day: {number(plan.projected_per_day)}")
+    lines.extend(f"  {line}" for line in plan.projection)
+    if plan.resources:
+        lines.append("what it implies:")
     for what, figure, bound, over in plan.resources:
         limit = f" (bound: {bound})" if bound else ""
         lines.append(f"  {what}: {figure}{limit}{'  EXCEEDED' if over else ''}")
+    lines.extend(f"warning: {warning}" for warning in plan.warnings)
     if plan.resolver_errors or plan.serializer_errors:
         lines.append("the sink would fail the job on the errors above")
     lines.append(
@@ -328,7 +477,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records-per-second", type=float, default=1_000.0)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--checkpoint-interval", type=float, default=None, help="seconds")
-    parser.add_argument("--timestamp-field", help="a record field holding its event time (ms)")
+    parser.add_argument(
+        "--timestamp-field", help="a record field holding its event time (epoch ms or ISO-8601)"
+    )
     parser.add_argument("--top", type=int, default=20, help="destinations listed")
 
 
