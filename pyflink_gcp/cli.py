@@ -6,7 +6,8 @@ runs the whole local stack in the foreground and prints the ``export`` lines tha
 another terminal's clients and jobs at it; ``pyflink-gcp emulators restart SERVICE`` asks that
 running ``up`` to restart one emulator on the same port. ``pyflink-gcp cluster up`` runs a
 standalone Flink cluster from the apache-flink wheel in the foreground and ``pyflink-gcp cluster
-down`` stops it from another shell (:mod:`pyflink_gcp.cluster.commands`).
+down`` stops it from another shell (:mod:`pyflink_gcp.cluster.commands`). ``pyflink-gcp
+--version`` prints the installed version.
 """
 
 from __future__ import annotations
@@ -47,9 +48,25 @@ def _services(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def version() -> str:
+    """The installed distribution's version, or the package's own ``__version__`` when it runs
+    from a source tree that is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pyflink-gcp")
+    except metadata.PackageNotFoundError:
+        from pyflink_gcp import __version__
+
+        return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyflink-gcp", description="Tools for pyflink-gcp development."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"pyflink-gcp {version()}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     emulators = commands.add_parser("emulators", help="the local Google Cloud emulator stack")

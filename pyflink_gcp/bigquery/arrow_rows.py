@@ -14,7 +14,9 @@ exactly the Python type the column's Arrow type stores without conversion, whose
 columns in their exact spelling, and whose REQUIRED columns have no nulls. Anything else (a
 TIMESTAMP as text, a NUMERIC as a string, a column name in another case, an unknown key) returns
 None, and the writer encodes that batch as protobuf rows, whose lenient per-row conversion and
-per-row errors decide. So Arrow changes how valid rows travel, never which rows are valid.
+per-row errors decide. So Arrow changes how valid rows travel, never which rows are valid. The
+same holds for a TIMESTAMP in a range where an int is another unit than microseconds
+(:func:`~pyflink_gcp.bigquery.rows.epoch_micros`): the protobuf rows refuse those ints.
 
 Tables with a column Arrow is not used for (RECORD, REPEATED, JSON, DATETIME, TIME, GEOGRAPHY,
 BIGNUMERIC, INTERVAL, RANGE) are written as protobuf rows throughout.
@@ -28,6 +30,14 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from pyflink_gcp.bigquery.rows import (
+    MICROS_FROM,
+    SECONDS_FROM,
+    TIMESTAMP_MAX_MICROS,
+    TIMESTAMP_MIN_MICROS,
+)
 
 #: BigQuery type -> (Arrow type, the exact Python types Arrow stores without a lossy conversion).
 _TYPES: dict[str, tuple[pa.DataType, frozenset[type]]] = {
@@ -36,7 +46,8 @@ _TYPES: dict[str, tuple[pa.DataType, frozenset[type]]] = {
     "BOOL": (pa.bool_(), frozenset({bool})),
     "STRING": (pa.string(), frozenset({str})),
     "BYTES": (pa.binary(), frozenset({bytes})),
-    # Ints are epoch microseconds and naive datetimes UTC, as in the protobuf encoding.
+    # Ints are epoch microseconds and naive datetimes UTC, as in the protobuf encoding; a batch
+    # with an int that can only be another unit is left to the protobuf rows (_other_unit).
     "TIMESTAMP": (pa.timestamp("us", tz="UTC"), frozenset({int, datetime})),
     "DATE": (pa.date32(), frozenset({date})),
     # NUMERIC is precision 38, scale 9; a value with more digits fails the batch (ArrowInvalid).
@@ -49,6 +60,18 @@ _ALIASES = {
     "DECIMAL": "NUMERIC",
 }
 _NONE = type(None)
+
+
+def _other_unit(array: pa.Array) -> bool:
+    """Whether a TIMESTAMP column holds a value in the ranges where
+    :func:`~pyflink_gcp.bigquery.rows.epoch_micros` refuses an int (seconds, milliseconds,
+    nanoseconds). A ``datetime`` in those years goes as protobuf rows too, which take it."""
+    micros = array.cast(pa.int64())
+    suspect = pc.or_(
+        pc.and_(pc.greater_equal(micros, SECONDS_FROM), pc.less(micros, MICROS_FROM)),
+        pc.or_(pc.greater(micros, TIMESTAMP_MAX_MICROS), pc.less(micros, TIMESTAMP_MIN_MICROS)),
+    )
+    return bool(pc.any(suspect).as_py())
 
 
 class ArrowEncoder:
@@ -67,6 +90,7 @@ class ArrowEncoder:
         arrow_fields = []
         columns = []
         required = []
+        timestamps = []
         for field in fields:
             bq_type = str(field.field_type).upper()
             mode = (field.mode or "NULLABLE").upper()
@@ -78,9 +102,12 @@ class ArrowEncoder:
             columns.append((field.name, arrow_type, python_types | {_NONE}))
             if mode == "REQUIRED":
                 required.append(len(columns) - 1)
+            if arrow_type == pa.timestamp("us", tz="UTC"):
+                timestamps.append(len(columns) - 1)
         self._schema = pa.schema(arrow_fields)
         self._columns = tuple(columns)
         self._required = tuple(required)
+        self._timestamps = tuple(timestamps)
         self._names = frozenset(name for name, _, _ in columns)
         self._lower_names = frozenset(name.lower() for name in self._names)
         self._ignore_unknown = ignore_unknown_values
@@ -120,6 +147,9 @@ class ArrowEncoder:
             return None
         for index in self._required:
             if arrays[index].null_count:
+                return None
+        for index in self._timestamps:
+            if _other_unit(arrays[index]):
                 return None
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
         return batch.serialize().to_pybytes()  # type: ignore[no-any-return]

@@ -9,9 +9,10 @@ extension. Values whose wire form differs from their natural Python form (TIMEST
 NUMERIC, JSON...) are converted first; any other value that the message rejects is retried once
 through a lenient, column-by-column conversion that also produces the error message naming it.
 
-Wire types (as the Storage Write API documents them): TIMESTAMP → int64 epoch microseconds,
-DATE → int32 days since the epoch, DATETIME/TIME → canonical strings, NUMERIC/BIGNUMERIC →
-decimal strings, JSON → JSON text, RECORD → a nested message, REPEATED → a repeated field.
+Wire types (as the Storage Write API documents them): TIMESTAMP → int64 epoch microseconds
+(an int in another unit is refused: :func:`epoch_micros`), DATE → int32 days since the epoch,
+DATETIME/TIME → canonical strings, NUMERIC/BIGNUMERIC → decimal strings, JSON → JSON text,
+RECORD → a nested message, REPEATED → a repeated field.
 """
 
 from __future__ import annotations
@@ -124,10 +125,85 @@ def _parse_datetime(text: str) -> datetime:
     return datetime.fromisoformat(cleaned)
 
 
-def to_timestamp(value: Any) -> int:
-    """Epoch microseconds. Ints are taken as microseconds; naive datetimes as UTC."""
-    if isinstance(value, int) and not isinstance(value, bool):
+#: BigQuery's TIMESTAMP range, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z, in epoch
+#: microseconds.
+TIMESTAMP_MIN_MICROS = -62_135_596_800_000_000
+TIMESTAMP_MAX_MICROS = 253_402_300_799_999_999
+#: Ints from here to :data:`MILLIS_FROM` are epoch seconds (see :func:`epoch_micros`).
+SECONDS_FROM = 10**8
+#: Ints from here to :data:`MICROS_FROM` are epoch milliseconds.
+MILLIS_FROM = 10**11
+#: Ints from here up are epoch microseconds (1973-03-03T09:46:40Z onwards).
+MICROS_FROM = 10**14
+
+
+def _instant(micros: int) -> str:
+    return (_EPOCH + timedelta(microseconds=micros)).isoformat().replace("+00:00", "Z")
+
+
+def is_epoch_micros(value: int) -> bool:
+    """Whether :func:`epoch_micros` takes the int ``value`` as it is."""
+    return (
+        MICROS_FROM <= value <= TIMESTAMP_MAX_MICROS or TIMESTAMP_MIN_MICROS <= value < SECONDS_FROM
+    )
+
+
+def epoch_micros(value: int) -> int:
+    """``value``, an int TIMESTAMP, as epoch microseconds; RowError for an int in another unit.
+
+    Ints are epoch microseconds, BigQuery's unit. An event time in seconds, milliseconds or
+    nanoseconds is an int too, and taken as microseconds it would land in the first days or
+    years of 1970, or past year 9999. Each range below holds values that are no plausible
+    microsecond instant, and exactly the event times of one other unit, so such a value is
+    refused with a message naming that unit and the value read both ways:
+
+    - ``10**8 <= value < 10**11``: 1970-01-01T00:01:40Z to 1970-01-02T03:46:40Z as
+      microseconds; as epoch **seconds**, 1973-03-03 to 5138-11-16.
+    - ``10**11 <= value < 10**14``: 1970-01-02T03:46:40Z to 1973-03-03T09:46:40Z as
+      microseconds; as epoch **milliseconds**, 1973-03-03 to 5138-11-16.
+    - above 253,402,300,799,999,999 or below -62,135,596,800,000,000: past 9999-12-31 or
+      before 0001-01-01 as microseconds (outside the TIMESTAMP range); as epoch
+      **nanoseconds**, 1978-01-11 onwards or before 1968-01-12. An int that is not even
+      nanoseconds in range is refused as outside the range.
+
+    Kept as microseconds: ``10**14`` up to the end of 9999 (1973-03-03T09:46:40Z onwards, so
+    every present-day microsecond value, about ``1.7 * 10**15``); 0 to ``10**8`` (the first
+    100 seconds of 1970: 0 and other small placeholders, which as seconds or milliseconds
+    would be before 1973-03-03 or 1970-01-02, no plausible event time either); negative
+    values back to 0001-01-01 (instants before 1970, where a microsecond value of the 1960s
+    is as likely as another unit's).
+
+    Every encoder takes TIMESTAMP ints through here: the protobuf rows, the Arrow batches
+    (:mod:`pyflink_gcp.bigquery.arrow_rows` leaves a batch with such a value to the protobuf
+    rows) and the staged JSON, Avro and Parquet files of ``FILE_LOADS``.
+    """
+    if is_epoch_micros(value):
         return value
+    if SECONDS_FROM <= value < MICROS_FROM:
+        unit, per = ("seconds", 1_000_000) if value < MILLIS_FROM else ("milliseconds", 1_000)
+        raise RowError(
+            f"TIMESTAMP {value} looks like epoch {unit} ({_instant(value * per)}); ints are "
+            f"taken as epoch microseconds, which would put it at {_instant(value)}. Give "
+            f"microseconds ({unit} * {per:,}) or a datetime"
+        )
+    if TIMESTAMP_MIN_MICROS <= value // 1000 <= TIMESTAMP_MAX_MICROS:
+        raise RowError(
+            f"TIMESTAMP {value} looks like epoch nanoseconds ({_instant(value // 1000)}); "
+            "ints are taken as epoch microseconds, which would put it outside BigQuery's "
+            "TIMESTAMP range (years 1 to 9999). Give microseconds (nanoseconds // 1,000) "
+            "or a datetime"
+        )
+    raise RowError(
+        f"TIMESTAMP {value} is outside BigQuery's TIMESTAMP range (years 1 to 9999) as "
+        "epoch microseconds"
+    )
+
+
+def to_timestamp(value: Any) -> int:
+    """Epoch microseconds. Ints are taken as microseconds (:func:`epoch_micros` refuses those
+    in another unit); naive datetimes as UTC."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return epoch_micros(int(value))
     if isinstance(value, str):
         try:
             value = _parse_datetime(value)
@@ -263,7 +339,8 @@ _ALIASES = {
     "DECIMAL": "NUMERIC",
     "STRUCT": "RECORD",
 }
-#: Types whose ints are already the wire value (skipped by the always-convert pass).
+#: Types whose ints are already the wire value (skipped by the always-convert pass; a
+#: TIMESTAMP int is still checked for its unit, :func:`is_epoch_micros`).
 _INT_WIRE = frozenset({"TIMESTAMP", "DATE"})
 
 
@@ -351,7 +428,7 @@ class _Column:
         if self.scalar is not None:
             if self.repeated:
                 return [self.scalar(v) for v in _as_list_or_list(value)]
-            if self.bq_type in _INT_WIRE and type(value) is int:
+            if self.bq_type == "DATE" and type(value) is int:
                 return value
             return self.scalar(value)
         if self.repeated:
@@ -504,7 +581,8 @@ class RowEncoder:
         )
 
         # (column, converter, a type whose values are already wire values) of every column that
-        # needs converting; ints of a TIMESTAMP or DATE column go through untouched.
+        # needs converting; ints of a TIMESTAMP or DATE column go through untouched (those of
+        # a TIMESTAMP once checked for their unit, below).
         specials: list[tuple[str, Callable[[Any], Any], type | None]] = [
             (
                 c.name,
@@ -521,6 +599,9 @@ class RowEncoder:
             (CHANGE_SEQUENCE_NUMBER, to_sequence_number, None),
         ]
         self._specials = tuple(specials)
+        self._timestamps = tuple(
+            c.name for c in columns if c.bq_type == "TIMESTAMP" and not c.repeated
+        )
         pseudo_columns = _PseudoColumns().columns
         self._all_columns: dict[str, Any] = {**self._columns, **pseudo_columns}
         self._all_by_lower: dict[str, Any] = {**self._by_lower, **pseudo_columns}
@@ -553,6 +634,14 @@ class RowEncoder:
                     converted[name] = convert(value)
                 except RowError:
                     return self._encode_lenient(row)
+        for name in self._timestamps:
+            value = row.get(name)
+            # is_epoch_micros, inlined: this runs for every row.
+            if type(value) is int and not (
+                MICROS_FROM <= value <= TIMESTAMP_MAX_MICROS
+                or TIMESTAMP_MIN_MICROS <= value < SECONDS_FROM
+            ):
+                return self._encode_lenient(row)  # raises the RowError naming the unit
         try:
             return self._message(
                 **(converted if converted is not None else row)

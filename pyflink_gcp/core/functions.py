@@ -148,41 +148,178 @@ def ensure_picklable(obj: Any, what: str, sink: str) -> None:
     """Fail at ``build()`` if ``obj`` cannot travel to the Python workers.
 
     PyFlink ships functions with cloudpickle; a lambda that closes over a client, a lock or an open
-    file only fails on the cluster, late and far from its cause. Checking here names the part.
+    file only fails on the cluster, late and far from its cause. Checking here names the captured
+    variable that does not pickle and its type (:func:`find_unpicklable`).
     """
     import cloudpickle
 
     try:
         cloudpickle.dumps(obj)
     except Exception as exc:  # report whatever pickling raised
-        culprit = _find_unpicklable(obj, cloudpickle)
-        where = f" (cannot pickle {culprit})" if culprit else ""
+        culprit = find_unpicklable(obj, cloudpickle.dumps)
+        where = f": it captures {culprit}, which cannot be pickled" if culprit else ""
         raise ConfigurationError(
-            f"sink '{sink}': the {what} {describe_callable(obj)} is not picklable{where}: "
-            f"{type(exc).__name__}: {exc}. Resolvers and serializers run on the Flink workers; "
+            f"sink '{sink}': the {what} {describe_callable(obj)} is not picklable{where} "
+            f"({type(exc).__name__}: {exc}). Resolvers and serializers run on the Flink workers; "
             "create clients and connections inside them lazily instead of capturing them."
         ) from exc
 
 
-def _find_unpicklable(obj: Any, cloudpickle: Any, depth: int = 0) -> str | None:
-    """Best-effort search for the captured value that does not pickle (closure cells, attributes)."""
-    if depth > 3:
-        return None
-    candidates: list[tuple[str, Any]] = []
-    closure = getattr(obj, "__closure__", None)
-    code = getattr(obj, "__code__", None)
-    if closure and code is not None:
-        candidates += list(zip(code.co_freevars, (c.cell_contents for c in closure), strict=False))
-    if code is not None:
-        globs = getattr(obj, "__globals__", {})
-        candidates += [(n, globs[n]) for n in code.co_names if n in globs]
-    elif hasattr(obj, "__dict__"):
-        candidates += list(vars(obj).items())
-    for name, value in candidates:
+#: How deep :func:`find_unpicklable` follows captured values, and how many items of a container
+#: it tries.
+_SEARCH_DEPTH = 8
+_SEARCH_ITEMS = 100
+
+
+def find_unpicklable(obj: Any, dumps: Callable[[Any], Any]) -> str | None:
+    """The captured value of ``obj`` that ``dumps`` fails on, described for a user, or None.
+
+    Follows what pickling a function by value takes along: the globals its code (nested
+    functions and lambdas included) reads, its closure variables and its default values; the
+    function of a bound method, a ``functools.partial`` or a :class:`RecordOnly`; an object's
+    attributes (``__dict__`` and ``__slots__``) and its class's methods; the items of a list,
+    tuple, set or dict. The package's own wrappers are looked through. Each step of the path to
+    the value names the variable and its type, e.g. ``global variable 'sock' (socket.socket)
+    used by __main__.to_row``; steps are joined by ``->``.
+    """
+    path = _unpicklable_path(obj, dumps, 0, set())
+    return " -> ".join(path) if path else None
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", None)
+    name = getattr(kind, "__qualname__", kind.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
+def _pickles(value: Any, dumps: Callable[[Any], Any]) -> bool:
+    try:
+        dumps(value)
+    except Exception:  # noqa: BLE001 - any failure is the one being looked for
+        return False
+    return True
+
+
+def _unpicklable_path(
+    obj: Any, dumps: Callable[[Any], Any], depth: int, seen: set[int]
+) -> list[str]:
+    if depth > _SEARCH_DEPTH or id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    for label, where, value in _captured(obj):
+        if _pickles(value, dumps):
+            continue
+        inner = _unpicklable_path(value, dumps, depth + 1, seen)
+        if label is None:  # looked through: the path goes on inside it
+            if inner:
+                return inner
+            continue
+        step = f"{label} ({_type_name(value)})" + (f" {where}" if where else "")
+        return [step, *inner]
+    return []
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names ``code`` and the functions defined inside it may read as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+#: What :func:`_captured` yields: a label (None: looked through), where it is, the value.
+_Captured = tuple[str | None, str | None, Any]
+
+
+def _captured(obj: Any) -> list[_Captured]:
+    """The values pickling ``obj`` takes along, each with how a user would name it."""
+    if isinstance(obj, RecordOnly):
+        return [(None, None, obj.fn)]
+    if isinstance(obj, functools.partial):
+        return [
+            (None, None, obj.func),
+            *((f"argument {i}", "of a functools.partial", v) for i, v in enumerate(obj.args)),
+            *((f"argument {k!r}", "of a functools.partial", v) for k, v in obj.keywords.items()),
+        ]
+    if isinstance(obj, types.MethodType):
+        return [(None, None, obj.__self__), (None, None, obj.__func__)]
+    if isinstance(obj, types.FunctionType):
+        return _function_captures(obj)
+    if isinstance(obj, dict):
+        return [(f"item {k!r}", None, v) for k, v in list(obj.items())[:_SEARCH_ITEMS]]
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [(f"item {i}", None, v) for i, v in enumerate(list(obj)[:_SEARCH_ITEMS])]
+    if isinstance(obj, type):
+        return _class_captures(obj)
+    return _object_captures(obj)
+
+
+def _function_captures(fn: types.FunctionType) -> list[_Captured]:
+    code = fn.__code__
+    owner = describe_callable(fn)
+    out: list[_Captured] = []
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
         try:
-            cloudpickle.dumps(value)
-        except Exception:  # noqa: BLE001
-            deeper = _find_unpicklable(value, cloudpickle, depth + 1)
-            label = f"'{name}' ({type(value).__name__})"
-            return f"{label} -> {deeper}" if deeper else label
-    return None
+            out.append((f"closure variable {name!r}", f"of {owner}", cell.cell_contents))
+        except ValueError:  # a cell not filled yet
+            continue
+    scope = fn.__globals__
+    out += [
+        (f"global variable {name!r}", f"used by {owner}", scope[name])
+        for name in sorted(_global_names(code))
+        if name in scope
+    ]
+    defaults = fn.__defaults__ or ()
+    if defaults:
+        positional = code.co_varnames[: code.co_argcount]
+        names = positional[len(positional) - len(defaults) :]
+        out += [
+            (f"default of parameter {n!r}", f"of {owner}", v)
+            for n, v in zip(names, defaults, strict=False)
+        ]
+    out += [
+        (f"default of parameter {n!r}", f"of {owner}", v)
+        for n, v in (fn.__kwdefaults__ or {}).items()
+    ]
+    return out
+
+
+def _class_captures(cls: type) -> list[_Captured]:
+    """A class pickled by value (defined in ``__main__``) takes its methods and attributes."""
+    out: list[_Captured] = []
+    for name, member in vars(cls).items():
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if isinstance(member, staticmethod | classmethod):
+            out.append((None, None, member.__func__))
+        elif isinstance(member, property):
+            out += [(None, None, f) for f in (member.fget, member.fset, member.fdel) if f]
+        elif isinstance(member, types.FunctionType):
+            out.append((None, None, member))
+        else:
+            out.append((f"class attribute {name!r}", f"of {describe_callable(cls)}", member))
+    return out
+
+
+def _object_captures(obj: Any) -> list[_Captured]:
+    kind = type(obj)
+    # The package's own wrappers (a serializer built by of(), say) are looked through: their
+    # attributes are no names the user wrote.
+    own = kind.__module__.split(".")[0] == __name__.split(".")[0]
+    attributes: dict[str, Any] = dict(getattr(obj, "__dict__", None) or {})
+    for klass in kind.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and slot not in attributes:
+                try:
+                    attributes[slot] = getattr(obj, slot)
+                except AttributeError:
+                    continue
+    owner = f"of {_type_name(obj)}"
+    out: list[_Captured] = [
+        (None if own else f"attribute {name!r}", owner, value) for name, value in attributes.items()
+    ]
+    out.append((None, None, kind))
+    return out

@@ -499,4 +499,39 @@ class DynamicSink(Sink, SupportsPreprocessing):
         return _WriterTransformer(self)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r})"
+        """One line: the sink type and name, how it writes as far as its configuration says
+        (write method, create disposition, ordering, endpoints) and its destination (the fixed
+        one, or the type the resolver returns), e.g. ``BigQuerySink(name='orders',
+        write_method=FILE_LOADS, create_disposition=CREATE_IF_NEEDED,
+        destination=TableDestination)``."""
+        config = self._config
+        factory = config.factory
+        parts = [f"name={self.name!r}"]
+        # The exactly-once methods are what the sink needs the bridge for; BigQuery's
+        # default-stream factory is the at-least-once one.
+        method = getattr(factory, "write_method", None) or config.requires_bridge
+        if method is None and type(factory).__name__ == "BigQueryWriterFactory":
+            method = "STORAGE_API_AT_LEAST_ONCE"
+        if method is not None:
+            parts.append(f"write_method={getattr(method, 'name', str(method).rpartition('.')[2])}")
+        disposition = getattr(factory, "create_disposition", None)
+        if disposition is None and "create_options" in vars(factory):
+            # Bigtable creates tables exactly when it has the column families to create them with.
+            creates = vars(factory)["create_options"] is not None
+            disposition = "CREATE_IF_NEEDED" if creates else "CREATE_NEVER"
+        if disposition is not None:
+            parts.append(f"create_disposition={getattr(disposition, 'name', disposition)}")
+        ordering = getattr(factory, "ordering", None)
+        if ordering is not None and getattr(ordering, "name", "NONE") != "NONE":
+            parts.append(f"ordering={ordering.name}")
+        for endpoint in ("endpoint", "storage_endpoint", "rest_endpoint", "admin_endpoint"):
+            value = getattr(factory, endpoint, None)
+            if value:
+                parts.append(f"{endpoint}={value!r}")
+        fixed = config.fixed_destination
+        parts.append(
+            f"destination={fixed!r}"
+            if fixed is not None
+            else f"destination={factory.destination_type.__name__}"
+        )
+        return f"{type(self).__name__}({', '.join(parts)})"

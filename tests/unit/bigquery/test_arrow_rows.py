@@ -12,7 +12,7 @@ import pytest
 from google.cloud.bigquery import SchemaField
 
 from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
-from pyflink_gcp.bigquery.rows import RowEncoder
+from pyflink_gcp.bigquery.rows import RowEncoder, RowError
 from tests.unit.bigquery.test_rows import MICROS, SCHEMA, decode
 
 #: The columns Arrow is used for, from the encoder tests' schema.
@@ -92,6 +92,9 @@ def test_arrow_sends_the_values_the_protobuf_encoding_sends() -> None:
         {"id": 1, "name": 5},
         {"id": 1, "raw": "not bytes"},  # Arrow would take the UTF-8
         {"id": 1, "ts": "2024-01-01T00:00:00Z"},
+        {"id": 1, "ts": MICROS // 1_000},  # epoch milliseconds: the protobuf rows refuse them
+        {"id": 1, "ts": MICROS // 1_000_000},  # epoch seconds
+        {"id": 1, "ts": MICROS * 1_000},  # epoch nanoseconds
         {"id": 1, "day": datetime(2024, 1, 1, 5)},  # a datetime is no DATE
         {"id": 1, "amount": Decimal("1.1234567891")},  # more than 9 decimals
         {"id": 1, "amount": "1.5"},
@@ -119,3 +122,20 @@ def test_unknown_keys_are_ignored_when_the_writer_ignores_unknown_values() -> No
     assert arrow_rows(arrow, data)[0]["id"] == 1
     # A column spelt in another case is no unknown key: the protobuf encoder takes it.
     assert arrow.encode([{"id": 1, "Name": "x"}]) is None
+
+
+def test_arrow_takes_microsecond_timestamps_and_leaves_other_units_to_the_protobuf_rows() -> None:
+    arrow = ArrowEncoder.for_schema(SCALARS)
+    assert arrow is not None
+    kept = [0, 1, 99_999_999, 10**14, MICROS, -MICROS, 253_402_300_799_999_999]
+    data = arrow.encode([{"id": i, "ts": ts} for i, ts in enumerate(kept)] + [{"id": 9}])
+    assert data is not None
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert [r["ts"] for r in arrow_rows(arrow, data)] == [
+        *(epoch + timedelta(microseconds=ts) for ts in kept),
+        None,
+    ]
+    millis = [{"id": 1, "ts": MICROS}, {"id": 2, "ts": MICROS // 1_000}]
+    assert arrow.encode(millis) is None
+    with pytest.raises(RowError, match="column ts: TIMESTAMP 1704067200000 looks like epoch milli"):
+        RowEncoder(SCALARS).encode(millis[1])

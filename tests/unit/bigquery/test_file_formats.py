@@ -60,6 +60,8 @@ FULL = {
     "address": {"city": "Lyon", "zip": "69001"},
 }
 SPARSE = {"id": 2}
+AT_MICROS = 1_796_121_015_123_456  # AT in epoch microseconds
+AT_MILLIS = AT_MICROS // 1_000
 WRITERS = [JsonPartWriter, AvroPartWriter, ParquetPartWriter]
 
 
@@ -128,6 +130,12 @@ def test_json_lines_use_the_loader_forms(tmp_path: Path) -> None:
         ({"id": "three"}, "expected an INT64"),
         ({"id": 3, "amount": 10**30}, "more than 29 digits before the point"),
         ({"id": 3, "nope": 1}, "no column nope"),
+        ({"id": 3, "at": AT_MILLIS}, f"column at: TIMESTAMP {AT_MILLIS} looks like epoch milli"),
+        (
+            {"id": 3, "at": AT_MILLIS // 1_000},
+            "column at: TIMESTAMP 1796121015 looks like epoch sec",
+        ),
+        ({"id": 3, "at": AT_MICROS * 1_000}, "column at: TIMESTAMP .* looks like epoch nanosec"),
     ],
 )
 def test_a_row_that_does_not_fit_is_rejected_and_the_file_stays_readable(
@@ -145,6 +153,19 @@ def test_a_row_that_does_not_fit_is_rejected_and_the_file_stays_readable(
     writer.finish()
     written = [2, 3, 4] if writer.rows == 3 else [2, 4]
     assert [r["id"] for r in read(kind, path)] == written
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_an_int_timestamp_is_epoch_microseconds_in_every_format(
+    kind: type[PartWriter], tmp_path: Path
+) -> None:
+    path = tmp_path / f"f{kind.extension}"
+    write(kind, path, [{"id": 1, "at": AT_MICROS}, {"id": 2, "at": 0}])
+    at = [r["at"] for r in read(kind, path)]
+    if kind is JsonPartWriter:
+        assert at == ["2026-12-01T10:30:15.123456Z", "1970-01-01T00:00:00.000000Z"]
+    else:
+        assert at == [AT, datetime(1970, 1, 1, tzinfo=UTC)]
 
 
 def test_a_value_fastavro_refuses_leaves_nothing_of_its_row_in_the_block(tmp_path: Path) -> None:

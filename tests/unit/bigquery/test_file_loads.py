@@ -230,6 +230,21 @@ def test_a_row_that_does_not_fit_goes_to_the_failure_handler(
     assert "expected an INT64" in failed.reason and failed.record_repr == "'the record'"
 
 
+def test_a_millisecond_timestamp_goes_to_the_failure_handler_naming_table_column_and_unit(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    writer, _ = open_writer(tmp_path, monkeypatch)
+    writer.write({"id": 1, "at": 1_704_067_200_000}, "the record")
+    writer.write({"id": 2, "at": 1_704_067_200_000_000}, 2)
+    [failed] = writer.flush()
+    assert failed.describe() == (
+        "sink 's': destination 'projects/p/datasets/d/tables/t' rejected record "
+        "'the record': column at: TIMESTAMP 1704067200000 looks like epoch milliseconds "
+        "(2024-01-01T00:00:00Z); ints are taken as epoch microseconds, which would put it at "
+        "1970-01-20T17:21:07.200000Z. Give microseconds (milliseconds * 1,000) or a datetime"
+    )
+
+
 def test_a_change_data_capture_row_ends_the_job_naming_the_method_to_use(
     tmp_path: Any, monkeypatch: Any
 ) -> None:

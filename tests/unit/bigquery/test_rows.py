@@ -11,9 +11,15 @@ from google.cloud.bigquery import SchemaField
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from pyflink_gcp.bigquery.rows import (
+    MICROS_FROM,
+    MILLIS_FROM,
+    SECONDS_FROM,
+    TIMESTAMP_MAX_MICROS,
+    TIMESTAMP_MIN_MICROS,
     RowEncoder,
     RowError,
     SchemaNotSupportedError,
+    epoch_micros,
     to_date,
     to_datetime,
     to_json,
@@ -224,6 +230,80 @@ def test_converters_are_canonical() -> None:
     assert to_numeric(digits) == digits
     assert to_json('{"a": 1}') == '{"a": 1}'
     assert to_sequence_number("ff/1") == "FF/1"
+
+
+SECONDS = 1_704_067_200  # 2024-01-01T00:00:00Z in epoch seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "instant"),
+    [
+        (SECONDS, "seconds", "2024-01-01T00:00:00Z"),
+        (SECONDS * 1_000 + 250, "milliseconds", "2024-01-01T00:00:00.250000Z"),
+        (SECONDS * 1_000_000_000 + 7_000, "nanoseconds", "2024-01-01T00:00:00.000007Z"),
+        (SECONDS_FROM, "seconds", "1973-03-03T09:46:40Z"),
+        (MICROS_FROM - 1, "milliseconds", "5138-11-16T09:46:39.999000Z"),
+        (MILLIS_FROM, "milliseconds", "1973-03-03T09:46:40Z"),
+        (TIMESTAMP_MAX_MICROS + 1, "nanoseconds", "1978-01-11T21:31:40.800000Z"),
+        (-MICROS * 1_000, "nanoseconds", "1916-01-02T00:00:00Z"),
+    ],
+)
+def test_an_int_timestamp_in_another_unit_is_refused_naming_the_unit(
+    value: int, unit: str, instant: str
+) -> None:
+    with pytest.raises(RowError) as err:
+        RowEncoder(SCHEMA).encode({"id": 1, "ts": value})
+    message = str(err.value)
+    assert message.startswith(f"column ts: TIMESTAMP {value} looks like epoch {unit} ({instant})")
+    assert "ints are taken as epoch microseconds" in message
+    # The same value nested in a RECORD, in a REPEATED column, and as a primary key column.
+    for row in ({"id": 1, "address": {"since": value}}, {"id": 1, "visits": [{"at": value}]}):
+        with pytest.raises(RowError, match=f"looks like epoch {unit}"):
+            RowEncoder(SCHEMA).encode(row)
+    with pytest.raises(RowError, match=f"looks like epoch {unit}"):
+        to_timestamp(value)
+
+
+def test_the_millisecond_value_of_a_plausible_event_time_names_where_it_would_land() -> None:
+    with pytest.raises(RowError) as err:
+        to_timestamp(SECONDS * 1_000)
+    assert str(err.value) == (
+        "TIMESTAMP 1704067200000 looks like epoch milliseconds (2024-01-01T00:00:00Z); ints are "
+        "taken as epoch microseconds, which would put it at 1970-01-20T17:21:07.200000Z. Give "
+        "microseconds (milliseconds * 1,000) or a datetime"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        1,
+        SECONDS_FROM - 1,  # the first 100 seconds of 1970
+        MICROS_FROM,  # 1973-03-03T09:46:40Z
+        MICROS,
+        MICROS + 1,
+        TIMESTAMP_MAX_MICROS,  # 9999-12-31T23:59:59.999999Z
+        -1,
+        -MICROS,  # 1916-01-02
+        TIMESTAMP_MIN_MICROS,  # 0001-01-01T00:00:00Z
+    ],
+)
+def test_microsecond_timestamps_are_written_as_they_are(value: int) -> None:
+    assert epoch_micros(value) == to_timestamp(value) == value
+    encoder = RowEncoder(SCHEMA)
+    data = encoder.encode({"id": 1, "ts": value, "address": {"since": value}})
+    assert decode(encoder.descriptor, data) == {
+        "id": 1,
+        "ts": value,
+        "address": {"since": value},
+    }
+
+
+def test_an_int_outside_the_timestamp_range_in_any_unit_is_refused() -> None:
+    for value in (10**30, -(10**30)):
+        with pytest.raises(RowError, match=f"TIMESTAMP {value} is outside BigQuery's TIMESTAMP"):
+            to_timestamp(value)
 
 
 def test_schemas_the_sink_cannot_write_are_refused() -> None:

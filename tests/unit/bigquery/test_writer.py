@@ -17,13 +17,21 @@ from pyflink_gcp.bigquery import (
     BigQuerySink,
     BigQueryWriterOptions,
     OrderingMode,
+    RowFormat,
     TableDestination,
 )
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
 from pyflink_gcp.core import SerializerError, SubtaskInfo, WriteError
 from pyflink_gcp.core.sink_writer import SinkWriter
-from tests.unit.bigquery.test_sender import DEST, ENCODER_SCHEMA, FakeService, factory, writer
+from tests.unit.bigquery.test_sender import (
+    DEST,
+    ENCODER_SCHEMA,
+    FORMATS,
+    FakeService,
+    factory,
+    writer,
+)
 
 
 def test_a_serializer_returning_something_else_than_a_row_is_a_clear_error() -> None:
@@ -49,6 +57,32 @@ def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
     assert w.flush() == []
     assert service.committed == [1]
     assert w2.requests_sent == 0
+
+
+@FORMATS
+def test_a_millisecond_timestamp_is_refused_naming_table_column_value_and_unit(
+    row_format: RowFormat,
+) -> None:
+    service = FakeService()
+    w = TableWriter(
+        DEST,
+        factory(service),
+        TableLayout.of(
+            [SchemaField("id", "INT64"), SchemaField("ts", "TIMESTAMP")], row_format=row_format
+        ),
+    )
+    micros = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
+    w.write({"id": 1, "ts": micros}, "micros")
+    w.write({"id": 2, "ts": micros // 1_000}, "millis")
+    w.write({"id": 3, "ts": 0}, "zero")
+    [failed] = w.flush()
+    assert failed.describe() == (
+        "sink 'test-sink': destination 'projects/p/datasets/d/tables/t' rejected record "
+        "'millis': column ts: TIMESTAMP 1704067200000 looks like epoch milliseconds "
+        "(2024-01-01T00:00:00Z); ints are taken as epoch microseconds, which would put it at "
+        "1970-01-20T17:21:07.200000Z. Give microseconds (milliseconds * 1,000) or a datetime"
+    )
+    assert service.committed == [1, 3] and service.formats == ["proto"]
 
 
 def test_rows_are_handed_to_the_sender_a_request_at_a_time_while_records_arrive() -> None:

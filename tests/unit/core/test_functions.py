@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import pickle
+import re
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -33,7 +36,115 @@ def test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value():
         "sink 'file-sink': the destination resolver "
         "tests.unit.core.test_functions."
         "test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value.<locals>.resolver "
-        "is not picklable (cannot pickle 'lock' (lock)): TypeError: cannot pickle '_thread.lock' object."
+        "is not picklable: it captures closure variable 'lock' (_thread.lock) of "
+        "tests.unit.core.test_functions."
+        "test_unpicklable_resolver_is_refused_at_build_naming_the_captured_value.<locals>.resolver"
+        ", which cannot be pickled (TypeError: cannot pickle '_thread.lock' object)."
+    )
+
+
+#: A job's main module: its functions are pickled by value, with the globals they read.
+JOB = """
+import functools
+import socket
+
+sock = socket.socket()
+clients = {"orders": sock}
+
+def to_row(record):
+    sock.sendall(b"x")
+    return {"id": record}
+
+def to_row_nested(record, context):
+    return (lambda r: sock.sendall(r))(record)
+
+def via_dict(record):
+    return clients["orders"]
+
+def with_default(record, out=sock):
+    return out
+
+class Serializer:
+    def serialize(self, record, context):
+        sock.sendall(b"x")
+        return {}
+
+class Holder:
+    def __init__(self):
+        self.client = sock
+
+    def serialize(self, record, context):
+        return {}
+
+def send(target, record):
+    return target
+
+partial = functools.partial(send, sock)
+"""
+
+
+@pytest.fixture
+def job() -> Iterator[dict[str, Any]]:
+    scope: dict[str, Any] = {"__name__": "__main__"}
+    exec(JOB, scope)  # a stand-in for a job script run as __main__
+    yield scope
+    scope["sock"].close()
+
+
+@pytest.mark.parametrize(
+    ("name", "culprit"),
+    [
+        ("to_row", "global variable 'sock' (socket.socket) used by __main__.to_row"),
+        ("to_row_nested", "global variable 'sock' (socket.socket) used by __main__.to_row_nested"),
+        (
+            "via_dict",
+            "global variable 'clients' (dict) used by __main__.via_dict -> item 'orders' "
+            "(socket.socket)",
+        ),
+        ("with_default", "default of parameter 'out' (socket.socket) of __main__.with_default"),
+        ("partial", "argument 0 (socket.socket) of a functools.partial"),
+    ],
+)
+def test_a_captured_module_level_socket_is_named_with_its_type(
+    job: dict[str, Any], name: str, culprit: str
+) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        ensure_picklable(job[name], "serializer", "s")
+    message = str(err.value)
+    assert f"is not picklable: it captures {culprit}, which cannot be pickled (TypeError: " in (
+        message
+    )
+
+
+def test_the_captured_variable_is_found_through_objects_wrappers_and_methods(
+    job: dict[str, Any],
+) -> None:
+    from pyflink_gcp.bigquery import BigQuerySerializer
+
+    used_by = "global variable 'sock' (socket.socket) used by __main__"
+    cases = [
+        (job["Serializer"](), f"{used_by}.Serializer.serialize"),
+        (job["Serializer"]().serialize, f"{used_by}.Serializer.serialize"),
+        (job["Holder"](), "attribute 'client' (socket.socket) of __main__.Holder"),
+        (BigQuerySerializer.of(job["to_row"]), f"{used_by}.to_row"),
+        (with_context(job["to_row"], "serializer"), f"{used_by}.to_row"),
+    ]
+    for obj, culprit in cases:
+        with pytest.raises(ConfigurationError, match=f"it captures {re.escape(culprit)}, which"):
+            ensure_picklable(obj, "serializer", "s")
+
+
+def test_a_sink_names_the_captured_global_of_its_resolver(job: dict[str, Any]) -> None:
+    scope = job
+    exec("def resolver(record, ctx):\n    sock.sendall(b'x')\n    return None\n", scope)
+    with pytest.raises(ConfigurationError) as err:
+        FileSinkBuilder().set_destination_resolver(scope["resolver"]).set_serializer(
+            lambda r: b""
+        ).build()
+    assert str(err.value).startswith(
+        "sink 'file-sink': the destination resolver __main__.resolver is not picklable: it "
+        "captures global variable 'sock' (socket.socket) used by __main__.resolver, which cannot "
+        "be pickled (TypeError: cannot pickle 'socket' object)."
     )
 
 

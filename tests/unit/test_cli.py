@@ -1,0 +1,30 @@
+"""``pyflink-gcp --version``."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+
+import pyflink_gcp
+from pyflink_gcp import cli
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"pyflink-gcp {metadata.version('pyflink-gcp')}\n"
+
+
+def test_version_falls_back_to_the_package_version_when_not_installed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert cli.version() == pyflink_gcp.__version__
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out == f"pyflink-gcp {pyflink_gcp.__version__}\n"
