@@ -311,31 +311,51 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
 
 
 def _warn_python_executable(j_env_conf: Any, config: SinkConfig) -> None:
-    """Warn when a job from a virtualenv that is not activated leaves ``python.executable`` unset.
+    """Make sure the Python workers run an interpreter with pyflink and this package.
 
-    Flink then starts the workers with the ``python`` on the PATH, which lacks pyflink and the
-    sink's client libraries, and the job fails far from its cause ("No module named 'pyflink'").
-    Silent outside a virtualenv and when the PATH's ``python`` is this environment's.
+    Without ``python.executable`` Flink starts the workers with the ``python`` on the PATH.
+    From a virtualenv that is not activated that interpreter lacks pyflink and the sink's client
+    libraries, and the job fails far from its cause ("No module named 'pyflink'"). A local job
+    (the MiniCluster, ``execution.target`` unset or ``local``) runs its workers on this machine,
+    so the interpreter that runs the driver is the right one: it is set as
+    ``python.executable`` (and ``python.client.executable``) on the job's configuration, and an
+    INFO line says so. On a cluster the workers' interpreter is the cluster's to give: a warning
+    names the setting, and a worker that cannot import pyflink ends the job at once with that
+    message (the bridge's operators, ``NonRetriableErrors``) instead of restarting it forever.
+    Nothing is done when ``python.executable`` is set, or outside a virtualenv when the PATH's
+    ``python`` is this interpreter's.
     """
     import shutil
     import sys
     from pathlib import Path
 
-    if sys.prefix == sys.base_prefix or str(j_env_conf.toMap().get("python.executable")) not in (
-        "None",
-        "",
-    ):
+    if str(j_env_conf.toMap().get("python.executable")) not in ("None", ""):
         return
     on_path = shutil.which("python")
-    if on_path is not None and Path(on_path).parent == Path(sys.executable).parent:
+    if on_path is not None and Path(on_path).resolve() == Path(sys.executable).resolve():
+        return
+    target = str(j_env_conf.toMap().get("execution.target"))
+    if target in ("None", "", "local"):
+        j_env_conf.setString("python.executable", sys.executable)
+        if str(j_env_conf.toMap().get("python.client.executable")) in ("None", ""):
+            j_env_conf.setString("python.client.executable", sys.executable)
+        _LOG.info(
+            "%s: python.executable was not set; the local job's Python workers run the "
+            "driver's interpreter, %s (the `python` on the PATH is %s)",
+            config.sink_name,
+            sys.executable,
+            on_path,
+        )
+        return
+    if sys.prefix == sys.base_prefix:
         return
     _LOG.warning(
         "%s: python.executable is not set and the `python` on the PATH (%s) is not this "
-        "environment's, so the Python workers may fail with \"No module named 'pyflink'\". "
-        "Set python.executable (and python.client.executable) to %s; see docs/production.md",
+        "environment's, so the Python workers may fail with \"No module named 'pyflink'\" (the "
+        "job then ends with that error). Set python.executable (and python.client.executable) "
+        "to the cluster's interpreter with pyflink and pyflink-gcp; see docs/production.md",
         config.sink_name,
         on_path,
-        sys.executable,
     )
 
 

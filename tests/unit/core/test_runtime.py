@@ -10,6 +10,7 @@ Building the graph starts PyFlink's JVM but no cluster and no Python worker.
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -347,3 +348,44 @@ def test_a_committing_writer_fused_with_its_upstream_keeps_markers_and_its_commi
         if n.getOperatorName() == "Map, staging-sink: Writer"
     ]
     assert node.getOperator().getClass().getName() == bridge.MARKER_OPERATOR
+
+
+@pytest.mark.parametrize(
+    ("target", "chosen"), [(None, True), ("local", True), ("remote", False)], ids=str
+)
+def test_a_job_without_python_executable_gets_the_drivers_interpreter_when_local(
+    monkeypatch, caplog, target, chosen
+):
+    import shutil
+    import sys
+
+    from pyflink.java_gateway import get_gateway
+
+    from tests.support.committing import StagingSink
+
+    conf = get_gateway().jvm.org.apache.flink.configuration.Configuration()
+    if target is not None:
+        conf.setString("execution.target", target)
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/python-without-pyflink")
+    monkeypatch.setattr(sys, "prefix", "/venv")  # a virtualenv, not activated
+    with caplog.at_level(logging.INFO, logger="pyflink_gcp.runtime"):
+        runtime._warn_python_executable(conf, StagingSink("/nonexistent")._config)
+    got = conf.toMap().get("python.executable")
+    if chosen:
+        assert got == sys.executable and "driver's interpreter" in caplog.text
+    else:
+        assert got is None and "python.executable is not set" in caplog.text
+
+
+def test_a_python_executable_set_by_the_user_is_kept(monkeypatch):
+    import shutil
+
+    from pyflink.java_gateway import get_gateway
+
+    from tests.support.committing import StagingSink
+
+    conf = get_gateway().jvm.org.apache.flink.configuration.Configuration()
+    conf.setString("python.executable", "/opt/py/bin/python")
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/python")
+    runtime._warn_python_executable(conf, StagingSink("/nonexistent")._config)
+    assert conf.toMap().get("python.executable") == "/opt/py/bin/python"

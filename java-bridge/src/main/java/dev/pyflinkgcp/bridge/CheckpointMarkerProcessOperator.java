@@ -63,7 +63,11 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
     @Override
     public void open() throws Exception {
         bundle.restore(config);
-        super.open();
+        try {
+            super.open();
+        } catch (Exception e) {
+            throw errors.classify(e);
+        }
     }
 
     @Override

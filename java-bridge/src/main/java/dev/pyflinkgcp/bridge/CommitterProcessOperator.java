@@ -186,7 +186,11 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     @Override
     public void open() throws Exception {
         bundle.restore(config);
-        super.open();
+        try {
+            super.open();
+        } catch (Exception e) {
+            throw errors.classify(e);
+        }
         // No checkpoint can be taken before this returns: a failure here restores them again.
         for (List<byte[]> set : restored.values()) {
             commit(restoredCheckpointId, set, MODE_RESTORED);

@@ -67,7 +67,11 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
     @Override
     public void open() throws Exception {
         bundle.restore(config);
-        super.open();
+        try {
+            super.open();
+        } catch (Exception e) {
+            throw errors.classify(e);
+        }
     }
 
     @Override

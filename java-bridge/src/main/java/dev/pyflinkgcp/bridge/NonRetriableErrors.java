@@ -20,6 +20,10 @@ import org.apache.flink.util.ExceptionUtils;
  * message unchanged, is its cause. An unmarked failure (transient, or a record rejected under
  * fail_job) is rethrown as it is and keeps the restart strategy.
  *
+ * <p>A Python worker that cannot import pyflink or pyflink_gcp (the job's {@code
+ * python.executable} is an interpreter without them) fails the same way on every restart too: it
+ * ends the job at once, with a message that names the setting.
+ *
  * <p>Every Python failure of the operator surfaces where a bundle ends ({@code invokeFinishBundle}:
  * by count from {@code processElement}, by time from a timer, before a barrier, at the end of
  * input, at the final watermark); handing an element to the runner ({@code processElement}) is
@@ -28,6 +32,12 @@ import org.apache.flink.util.ExceptionUtils;
 public final class NonRetriableErrors implements Serializable {
 
     private static final long serialVersionUID = 1L;
+
+    /**
+     * What a Python worker started with an interpreter lacking pyflink (or pyflink_gcp) reports:
+     * the same on every restart, so it ends the job like a marked error.
+     */
+    static final String MISSING_PYFLINK = "No module named 'pyflink";
 
     private final String marker;
 
@@ -49,6 +59,16 @@ public final class NonRetriableErrors implements Serializable {
         }
         if (ExceptionUtils.findThrowableWithMessage(failure, marker).isPresent()) {
             return new SuppressRestartsException(failure);
+        }
+        if (ExceptionUtils.findThrowableWithMessage(failure, MISSING_PYFLINK).isPresent()) {
+            return new SuppressRestartsException(
+                    new IllegalStateException(
+                            "The Python workers cannot import pyflink or pyflink_gcp: they run"
+                                    + " an interpreter without them (python.executable unset, or"
+                                    + " set to another one). Set python.executable to the"
+                                    + " interpreter of the environment that has pyflink and"
+                                    + " pyflink-gcp installed; a restart cannot change that",
+                            failure));
         }
         return failure;
     }
