@@ -95,25 +95,25 @@ class DestinationMetrics:
             self._by_name[key] = counters
         return counters
 
+    def _of(self, destination: object) -> dict[str, Any]:
+        counters = self._by_destination.get(destination)
+        if counters is None:
+            counters = self._by_destination[destination] = self._counters(str(destination))
+        return counters
+
     def written(self, destination: object, nbytes: int) -> None:
         """Counts one record (and its bytes, if known now) handed to ``destination``'s writer."""
         if self._group is None:
             return
-        counters = self._by_destination.get(destination)
-        if counters is None:
-            counters = self._by_destination[destination] = self._counters(str(destination))
+        counters = self._of(destination)
         counters["records"].inc()
         if nbytes:
             counters["bytes"].inc(nbytes)
 
     def bytes(self, destination: object, nbytes: int) -> None:
         """Counts ``nbytes`` more of ``destination``'s records, as its writer counted them."""
-        if self._group is None:
-            return
-        counters = self._by_destination.get(destination)
-        if counters is None:
-            counters = self._by_destination[destination] = self._counters(str(destination))
-        counters["bytes"].inc(nbytes)
+        if self._group is not None:
+            self._of(destination)["bytes"].inc(nbytes)
 
     def error(self, destination: object) -> None:
         """Counts one failed record of ``destination`` (a resource name or ``"unresolved"``)."""
