@@ -1,0 +1,92 @@
+"""BigQuery's sink metrics read back through Flink's REST API from a running job: the names
+``docs/metrics.md`` documents, and the per-destination ``bytes`` counter, which a BigQuery
+writer knows only once its sender encoded the rows (counted at each checkpoint's flush)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from google.cloud.bigquery import SchemaField
+
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQuerySink,
+    BigQueryWriterOptions,
+    TableDestination,
+)
+from pyflink_gcp.core.metrics import metric_identifier
+from tests.e2e.metrics.test_rest_metrics import free_port, per_destination, writer_metrics
+from tests.integration.bigquery.support import make_dataset, make_table
+from tests.support.jobs import make_env, record_stream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
+
+WRITTEN = 300
+WAIT_S = 90.0
+
+
+class Halves:
+    def __init__(self, project: str, dataset: str) -> None:
+        self.project = project
+        self.dataset = dataset
+
+    def __call__(self, i: int, ctx: Any) -> TableDestination:
+        return TableDestination.of(self.project, self.dataset, "ab"[i % 2])
+
+
+def row(i: int, ctx: Any) -> dict[str, Any] | None:
+    if i >= WRITTEN:
+        time.sleep(0.02)  # keeps the job alive and cheap after the records that count
+        return None
+    return {"id": i}
+
+
+def test_bigquery_sink_metrics_and_per_destination_bytes(project: str) -> None:
+    dataset = make_dataset(project, "metrics")
+    for table in "ab":
+        make_table(project, dataset, table, [("id", "INT64")])
+    port = free_port()
+    env = make_env(parallelism=1, checkpoint_ms=500, extra={"rest.port": str(port)})
+    sink = (
+        BigQuerySink.builder()
+        .set_destination_resolver(Halves(project, dataset))
+        .set_serializer(BigQuerySerializer.of(row, schema=[SchemaField("id", "INT64")]))
+        .set_writer_options(
+            BigQueryWriterOptions.builder()
+            .per_destination_metrics(True)
+            .max_buffered_records(50)
+            .build()
+        )
+        .build()
+    )
+    record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
+    client = env.execute_async("bigquery sink metrics")
+    job_id = str(client.get_job_id())
+    got: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                _, got = writer_metrics(port, job_id)
+            except OSError:
+                continue
+            # Every counted row is in, and a checkpoint's flush counted their bytes.
+            if (
+                got.get("pyflink_gcp.recordsWritten", 0) >= WRITTEN
+                and len(per_destination(got, "bytes")) == 2
+                and all(v > 0 for v in per_destination(got, "bytes").values())
+            ):
+                break
+    finally:
+        client.cancel().result()
+    assert got["pyflink_gcp.recordsWritten"] == WRITTEN, got
+    assert got["pyflink_gcp.recordsSkipped"] > 0, got
+    assert {"pyflink_gcp.lastFlushMillis", "pyflink_gcp.checkpointMarkers"} <= set(got), got
+    ids = {metric_identifier(f"projects/{project}/datasets/{dataset}/tables/{t}") for t in "ab"}
+    assert set(per_destination(got, "records")) == ids, got
+    assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got
+    # Each table's 150 INT64 rows, as encoded for AppendRows: a few bytes a row.
+    assert all(150 <= v <= 150 * 12 for v in per_destination(got, "bytes").values()), got
