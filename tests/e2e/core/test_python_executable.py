@@ -57,7 +57,13 @@ def run_driver(tmp_path: Path, *args: str) -> str:
     out = tmp_path / "out"
     out.mkdir()
     # Neither the virtualenv's bin nor its PYTHONPATH: as a user who did not activate it.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Nor what PyFlink left in this test process's environment (PYFLINK_GATEWAY_DISABLED,
+    # which a thread-mode job's embedded interpreter sets, would stop the driver's gateway).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("PYFLINK_")
+    }
     env["PATH"] = os.pathsep.join(
         p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent
     )
@@ -85,7 +91,8 @@ def test_workers_that_cannot_import_pyflink_end_the_job_naming_python_executable
     tmp_path: Path,
 ) -> None:
     base = Path(sys.base_prefix) / "bin" / "python3"
-    probe = subprocess.run([str(base), "-c", "import pyflink"], capture_output=True)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests' own paths
+    probe = subprocess.run([str(base), "-c", "import pyflink"], capture_output=True, env=clean)
     if not base.exists() or probe.returncode == 0:
         pytest.skip(f"no interpreter without pyflink at {base}")
     stdout = run_driver(tmp_path, str(base))

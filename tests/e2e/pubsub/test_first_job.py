@@ -28,8 +28,11 @@ def test_the_readme_prints_the_example_file() -> None:
 def test_the_first_job_runs_as_printed_and_reads_back_every_order(
     stack: EmulatorStack, tmp_path: Path
 ) -> None:
-    env = {**os.environ, **stack.env}
-    env.pop("PYTHONPATH", None)  # as a reader runs it: the installed package only
+    # As a reader runs it: the installed package only, and nothing PyFlink left in this test
+    # process's environment (PYFLINK_GATEWAY_DISABLED would stop the driver's gateway).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
+    env.update(stack.env)
+    env.pop("PYTHONPATH", None)
     done = subprocess.run(
         [sys.executable, str(EXAMPLE)],
         cwd=tmp_path,
