@@ -472,7 +472,7 @@ class BufferedStreamCommitter(Committer):
         if restored:
             # Their writers are gone, but a committable of a restored stream may still come
             # from the channel state: flush now, finalize later.
-            self._note_restored(by_stream.values(), checkpoint_id)
+            self._note_restored(by_stream.values())
             by_stream = {s: replace(c, finalize=False) for s, c in by_stream.items()}
         else:
             self._forget_finalized(checkpoint_id)
@@ -518,7 +518,7 @@ class BufferedStreamCommitter(Committer):
                 self._finalized.append((checkpoint_id, commit.stream))
         self.flushes += len(work)
 
-    def _note_restored(self, commits: Iterable[StreamCommit], checkpoint_id: int) -> None:
+    def _note_restored(self, commits: Iterable[StreamCommit]) -> None:
         for commit in commits:
             self._restored.setdefault(commit.stream, commit.table_id)
             if commit.offset > self._named.get(commit.stream, -1):

@@ -86,10 +86,8 @@ class CommitterProcessFunction(ProcessFunction):
         start = time.monotonic()
         try:
             kept = self._committer.commit(committables, checkpoint_id, restored, final)
-            fences = self._writers
-            assert fences is not None
-            if fences.saw(received, restored) or (final and not fences.announced):
-                fences.announced = True
+            assert self._writers is not None
+            if self._writers.announce(received, restored, final):
                 self._committer.writers_started()
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
@@ -122,22 +120,28 @@ class WriterFences:
         self._attempt = attempt
         self._committers = max(1, committer_parallelism)
         self._started: set[int] = set()
+        #: Writer subtasks that feed this committer; known from the first fence.
+        self._needed = 0
         self.announced = False
 
-    def saw(self, received: list[Any], restored: bool) -> bool:
-        """Note the fences in a committed set; whether every writer feeding this committer
-        has now started and that was not announced yet."""
+    def announce(self, received: list[Any], restored: bool, final: bool) -> bool:
+        """Note the fences of a committed set; whether the committer is to hear now that the
+        writers started: every writer feeding it has, or the set is the final one (once)."""
         if self.announced:
             return False
-        needed = 0
-        for item in received:
-            if type(item) is WriterStarted and item.attempt >= self._attempt and not restored:
-                self._started.add(item.subtask_index)
-                # Each writer feeds one committer subtask when the parallelism is the same
-                # (forward); all of them feed a committer of parallelism 1.
-                writers = item.parallelism
-                needed = writers // self._committers if writers % self._committers == 0 else 1
-        return needed > 0 and len(self._started) >= needed
+        if not restored:
+            for item in received:
+                if type(item) is WriterStarted and item.attempt >= self._attempt:
+                    self._started.add(item.subtask_index)
+                    # Each writer feeds one committer subtask when the parallelism is the
+                    # same (forward); all of them feed a committer of parallelism 1.
+                    writers = item.parallelism
+                    self._needed = (
+                        writers // self._committers if writers % self._committers == 0 else 1
+                    )
+        started = self._needed > 0 and len(self._started) >= self._needed
+        self.announced = started or final
+        return self.announced
 
 
 def add_committer_operator(

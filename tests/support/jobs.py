@@ -159,3 +159,14 @@ class FailAt(MapFunction):
                     os._exit(23)
                 raise RuntimeError(f"injected failure at {i} (test)")
         return value
+
+
+def child_environ(**overrides: str) -> dict[str, str]:
+    """This process's environment for a driver run as a subprocess, the way a user starts one:
+    without the tests' PYTHONPATH, and without what PyFlink left here (``PYFLINK_GATEWAY_DISABLED``,
+    which a thread-mode job's embedded interpreter sets, would stop the child's gateway)."""
+    env = {
+        k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PYFLINK_")
+    }
+    env.update(overrides)
+    return env

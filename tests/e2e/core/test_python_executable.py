@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.jobs import REPO_ROOT
+from tests.support.jobs import REPO_ROOT, child_environ
 
 pytestmark = pytest.mark.e2e
 
@@ -57,17 +57,12 @@ def run_driver(tmp_path: Path, *args: str) -> str:
     out = tmp_path / "out"
     out.mkdir()
     # Neither the virtualenv's bin nor its PYTHONPATH: as a user who did not activate it.
-    # Nor what PyFlink left in this test process's environment (PYFLINK_GATEWAY_DISABLED,
-    # which a thread-mode job's embedded interpreter sets, would stop the driver's gateway).
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("PYFLINK_")
-    }
-    env["PATH"] = os.pathsep.join(
+    path = os.pathsep.join(
         p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent
     )
-    env["PYTHONPATH"] = str(REPO_ROOT)  # the test sink's module, not the workers' packages
+    # The test sink's module, not the workers' packages, on the PYTHONPATH.
+    env = child_environ(PATH=path, PYTHONPATH=str(REPO_ROOT))
+    env.pop("VIRTUAL_ENV", None)
     done = subprocess.run(
         [sys.executable, str(script), str(out), *args],
         env=env,
@@ -91,8 +86,9 @@ def test_workers_that_cannot_import_pyflink_end_the_job_naming_python_executable
     tmp_path: Path,
 ) -> None:
     base = Path(sys.base_prefix) / "bin" / "python3"
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests' own paths
-    probe = subprocess.run([str(base), "-c", "import pyflink"], capture_output=True, env=clean)
+    probe = subprocess.run(
+        [str(base), "-c", "import pyflink"], capture_output=True, env=child_environ()
+    )
     if not base.exists() or probe.returncode == 0:
         pytest.skip(f"no interpreter without pyflink at {base}")
     stdout = run_driver(tmp_path, str(base))

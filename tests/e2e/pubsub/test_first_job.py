@@ -3,7 +3,6 @@ as printed against the emulator stack, reading back what it wrote."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyflink_gcp.emulators import EmulatorStack
-from tests.support.jobs import REPO_ROOT
+from tests.support.jobs import REPO_ROOT, child_environ
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +27,7 @@ def test_the_readme_prints_the_example_file() -> None:
 def test_the_first_job_runs_as_printed_and_reads_back_every_order(
     stack: EmulatorStack, tmp_path: Path
 ) -> None:
-    # As a reader runs it: the installed package only, and nothing PyFlink left in this test
-    # process's environment (PYFLINK_GATEWAY_DISABLED would stop the driver's gateway).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
-    env.update(stack.env)
-    env.pop("PYTHONPATH", None)
+    env = child_environ(**stack.env)  # as a reader runs it: the installed package only
     done = subprocess.run(
         [sys.executable, str(EXAMPLE)],
         cwd=tmp_path,

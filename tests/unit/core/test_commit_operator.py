@@ -83,11 +83,15 @@ def test_a_committer_of_parallelism_one_waits_for_every_writer_of_its_attempt() 
     from pyflink_gcp.core.commit_operator import WriterFences
 
     fences = WriterFences(attempt=2, committer_parallelism=1)
-    assert not fences.saw([WriterStarted(0, 3, 1)], restored=False)  # an earlier attempt's
-    assert not fences.saw([WriterStarted(0, 3, 2)], restored=True)  # restored: not this one
-    assert not fences.saw(["x", WriterStarted(0, 3, 2)], restored=False)
-    assert not fences.saw([WriterStarted(2, 3, 2)], restored=False)
-    assert fences.saw([WriterStarted(1, 3, 2), "y"], restored=False)
+    assert not fences.announce(
+        [WriterStarted(0, 3, 1)], restored=False, final=False
+    )  # an earlier attempt's
+    assert not fences.announce(
+        [WriterStarted(0, 3, 2)], restored=True, final=False
+    )  # restored: not this one
+    assert not fences.announce(["x", WriterStarted(0, 3, 2)], restored=False, final=False)
+    assert not fences.announce([WriterStarted(2, 3, 2)], restored=False, final=False)
+    assert fences.announce([WriterStarted(1, 3, 2), "y"], restored=False, final=False)
 
 
 def test_a_committer_fed_by_one_writer_waits_for_that_one() -> None:
@@ -95,7 +99,7 @@ def test_a_committer_fed_by_one_writer_waits_for_that_one() -> None:
     from pyflink_gcp.core.commit_operator import WriterFences
 
     fences = WriterFences(attempt=0, committer_parallelism=4)
-    assert fences.saw([WriterStarted(3, 4, 0)], restored=False)
+    assert fences.announce([WriterStarted(3, 4, 0)], restored=False, final=False)
 
 
 def test_the_committer_gets_no_fence_and_hears_once_that_the_writers_started() -> None:
