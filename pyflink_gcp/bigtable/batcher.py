@@ -115,7 +115,9 @@ class TableBatcher(DestinationWriter[TableDestination]):
         batch.records.append(record)
         batch.entries += 1
         batch.mutations += count
-        batch.size += entry.ByteSize()
+        size = entry.ByteSize()
+        batch.size += size
+        self.bytes_accepted += size
         if (
             batch.entries >= self._max_entries
             or batch.size >= self._max_bytes

@@ -32,7 +32,7 @@ SINK_GAUGES: dict[str, str] = {
 }
 #: Gauges of an exactly-once sink's committer operator, per subtask: name → meaning.
 COMMITTER_GAUGES: dict[str, str] = {
-    "commits": "commits run (per completed checkpoint with committables, and after a restore)",
+    "commits": "commits run (a commit set per completed checkpoint, restored sets, the final commit)",
     "committablesCommitted": "committables those commits published",
 }
 #: Per-destination counters (with ``per_destination_metrics``): name → meaning.

@@ -240,6 +240,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         entries.append((element, record))
         batch.mutations += cost
         batch.bytes += size
+        self.bytes_accepted += size
         if batch.mutations >= self._eager_mutations and not len(entries) & 31:
             self._seal_if_idle()
 

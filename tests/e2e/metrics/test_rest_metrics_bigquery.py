@@ -1,6 +1,7 @@
 """BigQuery's sink metrics read back through Flink's REST API from a running job: the names
-``docs/metrics.md`` documents, and the per-destination ``bytes`` counter, which a BigQuery
-writer knows only once its sender encoded the rows (counted at each checkpoint's flush)."""
+``docs/metrics.md`` documents, the per-destination ``bytes`` counter, which a BigQuery writer
+knows only once its sender encoded the rows (counted at each checkpoint's flush), and with
+``BUFFERED_STREAM`` the committer's gauges."""
 
 from __future__ import annotations
 
@@ -15,16 +16,21 @@ from pyflink_gcp.bigquery import (
     BigQuerySink,
     BigQueryWriterOptions,
     TableDestination,
+    WriteMethod,
 )
 from pyflink_gcp.core.metrics import metric_identifier
-from tests.e2e.metrics.test_rest_metrics import free_port, per_destination, writer_metrics
+from tests.e2e.metrics.test_rest_metrics import (
+    committer_metrics,
+    free_port,
+    per_destination,
+    poll_writer_metrics,
+)
 from tests.integration.bigquery.support import make_dataset, make_table
 from tests.support.jobs import make_env, record_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
 
 WRITTEN = 300
-WAIT_S = 90.0
 
 
 class Halves:
@@ -38,20 +44,34 @@ class Halves:
 
 def row(i: int, ctx: Any) -> dict[str, Any] | None:
     if i >= WRITTEN:
-        time.sleep(0.02)  # keeps the job alive and cheap after the records that count
+        time.sleep(0.002)  # keeps the job alive and cheap after the rows that count
         return None
     return {"id": i}
 
 
-def test_bigquery_sink_metrics_and_per_destination_bytes(project: str) -> None:
+@pytest.mark.parametrize("method", [None, WriteMethod.BUFFERED_STREAM], ids=["default", "buffered"])
+def test_bigquery_sink_metrics_and_per_destination_bytes(
+    project: str, method: WriteMethod | None
+) -> None:
     dataset = make_dataset(project, "metrics")
     for table in "ab":
         make_table(project, dataset, table, [("id", "INT64")])
     port = free_port()
-    env = make_env(parallelism=1, checkpoint_ms=500, extra={"rest.port": str(port)})
-    sink = (
+    # Past the counted rows the writer is slow on purpose, and the records queued before it
+    # would hold an aligned barrier for tens of seconds: unaligned barriers overtake them, so
+    # the committer commits (and its gauges move) every second or two.
+    env = make_env(
+        parallelism=1,
+        checkpoint_ms=500,
+        extra={"rest.port": str(port), "execution.checkpointing.unaligned.enabled": "true"},
+    )
+    builder = (
         BigQuerySink.builder()
-        .set_destination_resolver(Halves(project, dataset))
+        if method is None
+        else BigQuerySink.builder().set_write_method(method)
+    )
+    sink = (
+        builder.set_destination_resolver(Halves(project, dataset))
         .set_serializer(BigQuerySerializer.of(row, schema=[SchemaField("id", "INT64")]))
         .set_writer_options(
             BigQueryWriterOptions.builder()
@@ -64,22 +84,25 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(project: str) -> None:
     record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
     client = env.execute_async("bigquery sink metrics")
     job_id = str(client.get_job_id())
-    got: dict[str, float] = {}
     try:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            time.sleep(1)
-            try:
-                _, got = writer_metrics(port, job_id)
-            except OSError:
-                continue
-            # Every counted row is in, and a checkpoint's flush counted their bytes.
-            if (
+        # Every counted row is in, and a checkpoint's flush counted their bytes.
+        _, got = poll_writer_metrics(
+            port,
+            job_id,
+            lambda got: (
                 got.get("pyflink_gcp.recordsWritten", 0) >= WRITTEN
                 and len(per_destination(got, "bytes")) == 2
                 and all(v > 0 for v in per_destination(got, "bytes").values())
-            ):
+            ),
+        )
+        committer: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while method is not None and time.monotonic() < deadline:
+            # Its gauges reach Flink at its own bundle ends: after a commit or two.
+            committer = committer_metrics(port, job_id)
+            if committer.get("pyflink_gcp.committablesCommitted", 0) >= 2:
                 break
+            time.sleep(1)
     finally:
         client.cancel().result()
     assert got["pyflink_gcp.recordsWritten"] == WRITTEN, got
@@ -90,3 +113,7 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(project: str) -> None:
     assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got
     # Each table's 150 INT64 rows, as encoded for AppendRows: a few bytes a row.
     assert all(150 <= v <= 150 * 12 for v in per_destination(got, "bytes").values()), got
+    if method is not None:
+        # A commit per completed checkpoint; each flushed the stream of both tables.
+        assert committer["pyflink_gcp.commits"] > 0, committer
+        assert committer["pyflink_gcp.committablesCommitted"] >= 2, committer

@@ -159,3 +159,14 @@ def test_the_first_requests_wait_for_the_table_check_on_a_sender_thread() -> Non
     with pytest.raises(DestinationNotFoundError, match="does not exist"):
         batcher.flush()
     assert client.requests == [] and checked_on and checked_on[0] != "MainThread"
+
+
+def test_bytes_accepted_counts_the_encoded_entries_of_accepted_rows() -> None:
+    client = FakeDataClient()
+    batcher = make_batcher(client, batch_max_entries=3)
+    for i in range(7):
+        batcher.write(entry(i), i)
+    batcher.write(RowMutationEntry(b"", SetCell("cf", b"q", b"v", 1000)), "empty key")
+    assert batcher.flush() != []  # the empty key is a record failure, not bytes
+    sent = sum(e.ByteSize() for r in client.requests for e in r.entries)
+    assert batcher.bytes_accepted == sent > 0

@@ -270,3 +270,16 @@ def test_the_factory_travels_without_clients() -> None:
     assert copy.session is None and copy.committer is None
     assert copy.options == factory.options
     assert (copy.sink_name, copy.endpoint, copy.fail_fast) == ("unit", None, False)
+
+
+def test_bytes_accepted_counts_the_encoded_rows_of_accepted_records() -> None:
+    _, writer, api = make(max_mutations_per_commit=50)
+    for i in range(20):
+        writer.write(event(i), i)
+    accepted = writer.bytes_accepted
+    writer.write(event(99, n=2.5), "float in INT64")  # refused at encoding: no bytes
+    assert writer.bytes_accepted == accepted
+    writer.flush()
+    # Each commit's rows plus its request framing: the rows alone are a little less.
+    committed = sum(c.ByteSize() for c in api.commits)
+    assert 0.5 * committed < writer.bytes_accepted <= committed
