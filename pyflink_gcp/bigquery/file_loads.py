@@ -416,13 +416,13 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             threads=self.options.sender_threads,
         )
 
-    def check_job(self, parallelism: int, checkpoint_interval_ms: int) -> str | None:
+    def check_job(self, checkpoint_interval_ms: int) -> str | None:
         """A warning when the job's checkpoints would start more load jobs per table per day
         than BigQuery allows.
 
         The sink's one committer loads a table at most once per commit (one per checkpoint)
         and at most once per ``min_load_interval``, on one clock per table whatever the
-        parallelism, which is therefore not counted: 86,400 / max(checkpoint interval,
+        writers' parallelism: 86,400 / max(checkpoint interval,
         ``min_load_interval``) a day. A load cut past BigQuery's per-job limits (10,000 files,
         15 TB), a retried failed job and the loads of a restored committer come on top.
         """

@@ -139,7 +139,7 @@ class CommittingWriterFactory(WriterFactory[Any]):
     #: committables in one committer, which can then group them (one load job per table).
     committer_parallelism: int | None = None
 
-    def check_job(self, parallelism: int, checkpoint_interval_ms: int) -> str | None:
+    def check_job(self, checkpoint_interval_ms: int) -> str | None:
         """A warning about the job this sink is built into (quotas the configuration would
         exceed), logged when the job is built; None for none. ``checkpoint_interval_ms`` is 0
         without checkpointing."""

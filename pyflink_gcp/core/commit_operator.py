@@ -152,7 +152,7 @@ def add_committer_operator(
     The writer's parallelism unless the factory names its own (``committer_parallelism``), in a
     chain of its own (PyFlink would otherwise fuse the two Python operators, and the committer's
     Java state and checkpoint hooks with them), with a stable uid (:func:`committer_uid`).
-    The factory's ``check_job`` sees the job's parallelism and checkpoint interval here, when
+    The factory's ``check_job`` sees the job's checkpoint interval here, when
     the job is built, and may warn.
     """
     from pyflink.common.typeinfo import Types
@@ -183,8 +183,7 @@ def add_committer_operator(
         committer._j_data_stream.setParallelism(parallelism)
     j_env = j_writer.getExecutionEnvironment()
     warning = factory.check_job(
-        j_writer.getParallelism() if j_writer.getParallelism() > 0 else j_env.getParallelism(),
-        int(j_env.getCheckpointConfig().getCheckpointInterval()) if checkpointing else 0,
+        int(j_env.getCheckpointConfig().getCheckpointInterval()) if checkpointing else 0
     )
     if warning:
         _LOG.warning("%s", warning)

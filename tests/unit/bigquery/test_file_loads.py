@@ -127,10 +127,8 @@ def test_the_job_is_warned_when_checkpoints_would_exceed_the_load_quota(
     checkpoint_ms: int, interval_s: int, warns: bool
 ) -> None:
     f = factory(min_load_interval=timedelta(seconds=interval_s))
-    warning = f.check_job(4, checkpoint_ms)
+    warning = f.check_job(checkpoint_ms)
     assert (warning is not None) is warns
-    # One committer, one clock per table: the parallelism does not count.
-    assert all(f.check_job(p, checkpoint_ms) == warning for p in (1, 2, 64))
     if warning is not None:
         assert "8,640 times a day" in warning and "at least 58 s" in warning
         assert "the parallelism does not count" in warning
