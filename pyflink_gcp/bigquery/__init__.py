@@ -27,6 +27,12 @@ from pyflink_gcp.bigquery.options import (
     RowFormat,
     WriteMethod,
 )
+from pyflink_gcp.bigquery.schema_update import (
+    MissingValues,
+    SchemaUpdate,
+    SchemaUpdateError,
+    UnknownFields,
+)
 from pyflink_gcp.bigquery.serialization import BigQuerySerializer, TableSchema
 from pyflink_gcp.bigquery.sink import BigQuerySink, BigQuerySinkBuilder
 from pyflink_gcp.core.options import CreateDisposition
@@ -41,9 +47,13 @@ __all__ = [
     "BigQueryWriterOptionsBuilder",
     "CreateDisposition",
     "FileFormat",
+    "MissingValues",
     "OrderingMode",
     "RowFormat",
+    "SchemaUpdate",
+    "SchemaUpdateError",
     "TableDestination",
     "TableSchema",
+    "UnknownFields",
     "WriteMethod",
 ]

@@ -39,6 +39,7 @@ from pyflink_gcp.bigquery import rows
 from pyflink_gcp.bigquery.json_rows import JSON_CONVERTERS
 from pyflink_gcp.bigquery.options import FileFormat
 from pyflink_gcp.bigquery.rows import ColumnTree, RowError, SchemaNotSupportedError
+from pyflink_gcp.bigquery.schema_update import SchemaUpdate
 from pyflink_gcp.core.errors import WriteError
 
 _MICROS_PER_SECOND = 1_000_000
@@ -419,8 +420,13 @@ def part_writer_type(file_format: FileFormat) -> type[PartWriter]:
     return _WRITERS[file_format]
 
 
-def load_job_config(file_format: FileFormat) -> Any:
-    """The ``LoadJobConfig`` that appends files of ``file_format`` to an existing table."""
+def load_job_config(
+    file_format: FileFormat, schema_update: SchemaUpdate = SchemaUpdate.NONE
+) -> Any:
+    """The ``LoadJobConfig`` that appends files of ``file_format`` to an existing table, with
+    the ``schemaUpdateOptions`` of ``schema_update``. The writers updated the table's schema
+    when they opened it; the options make a load that still meets a table without a column
+    of its files (a table dropped and created again meanwhile) add it rather than fail."""
     from google.cloud import bigquery
 
     config = bigquery.LoadJobConfig(
@@ -428,6 +434,8 @@ def load_job_config(file_format: FileFormat) -> Any:
         write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
         create_disposition=bigquery.CreateDisposition.CREATE_NEVER,
     )
+    if schema_update.load_options:
+        config.schema_update_options = schema_update.load_options
     if file_format is FileFormat.AVRO:
         config.use_avro_logical_types = True
     elif file_format is FileFormat.PARQUET:

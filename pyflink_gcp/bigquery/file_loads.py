@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -54,10 +54,11 @@ from pyflink_gcp.bigquery.options import (
     BigQueryFileLoadsOptions,
     BigQueryWriterOptions,
 )
-from pyflink_gcp.bigquery.rows import RowError
+from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError
+from pyflink_gcp.bigquery.schema_update import UNKNOWN_FIELDS_HINT, UnknownFields
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, row_payload
 from pyflink_gcp.bigquery.staging import Staging, open_staging
-from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -157,7 +158,13 @@ class TableFileWriter(DestinationWriter[TableDestination]):
             try:
                 part.writer.write(element)
             except RowError as exc:
-                self._rejected.append(self._failed(element, record, str(exc)))
+                failed = self._failed(element, record, str(exc))
+                if (
+                    isinstance(exc, UnknownColumnError)
+                    and self._factory.options.unknown_fields is UnknownFields.FAIL
+                ):
+                    failed.fatal = UNKNOWN_FIELDS_HINT
+                self._rejected.append(failed)
                 continue
             part.last_write = time.monotonic()
             if part.size >= max_bytes:
@@ -278,6 +285,9 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         self.retry = retry or RetryPolicy(deadline_s=options.retry_deadline_s)
         self._init_runtime()
 
+    def gauges(self) -> dict[str, Callable[[], int]]:
+        return {"schemaUpdates": lambda: schema_updates(self.catalog)}
+
     def _init_runtime(self) -> None:
         self.info: SubtaskInfo | None = None
         self.catalog: TableCatalog | None = None
@@ -359,7 +369,12 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         directory = os.path.join(self._spool, destination.table_id)
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, name + loads.in_progress_suffix)
-        writer = writer_type(path, fields, self.options.ignore_unknown_values, loads.max_file_bytes)
+        writer = writer_type(
+            path,
+            fields,
+            self.options.unknown_fields is UnknownFields.IGNORE,
+            loads.max_file_bytes,
+        )
         return _PartFile(name, writer)
 
     def upload(self, part: _PartFile, destination: TableDestination) -> Future[StagedFile]:
@@ -414,6 +429,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
             rest_endpoint=self.rest_endpoint,
             retry=self.retry,
             threads=self.options.sender_threads,
+            schema_update=self.options.schema_update,
         )
 
     def check_job(self, checkpoint_interval_ms: int) -> str | None:

@@ -61,6 +61,7 @@ from pyflink_gcp.bigquery.file_formats import load_job_config
 from pyflink_gcp.bigquery.load_job_ids import attempt_job_id, load_job_id, safe_name
 from pyflink_gcp.bigquery.options import MAX_LOAD_URIS, BigQueryFileLoadsOptions
 from pyflink_gcp.bigquery.orphans import OrphanSweep
+from pyflink_gcp.bigquery.schema_update import SchemaUpdate
 from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.core.commit import Committer
 from pyflink_gcp.core.errors import NonRetriableSinkError, WriteError
@@ -178,9 +179,11 @@ class LoadJobCommitter(Committer):
         rest_endpoint: str | None,
         retry: RetryPolicy,
         threads: int,
+        schema_update: SchemaUpdate = SchemaUpdate.NONE,
     ) -> None:
         self._sink = sink_name
         self._loads = loads
+        self._schema_update = schema_update
         self._generation = loads.job_id_generation
         self._rest_endpoint = rest_endpoint
         self._retry = retry
@@ -320,7 +323,7 @@ class LoadJobCommitter(Committer):
         client = self._client(project)
         location = load.location or self._dataset_location(client, load.table_id)
         uris = [f.uri for f in load.files]
-        config = load_job_config(self._loads.file_format)
+        config = load_job_config(self._loads.file_format, self._schema_update)
         backoff = self._retry.backoffs()
         retry_until = time.monotonic() + self._retry.deadline_s
         retrying = False

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Self
 
+from pyflink_gcp.bigquery.schema_update import MissingValues, SchemaUpdate, UnknownFields
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.options import (
     CreatingOptionsBuilder,
     CreatingWriterOptions,
-    check_bool,
     check_duration,
     check_instance,
     check_int,
@@ -111,8 +111,16 @@ class BigQueryWriterOptions(CreatingWriterOptions):
             connection counts against the project's concurrent-connection quota. None: every
             table opens a connection of its own while it sends (the behaviour before the pool).
             BUFFERED streams always have one each (the service allows one per stream).
-        ignore_unknown_values: Drop row keys that are not columns of the table instead of
-            rejecting the row.
+        schema_update: What the sink may change in an existing table so the serializer's
+            schema fits (see :class:`~pyflink_gcp.bigquery.SchemaUpdate`): when a table's
+            writer opens, columns the serializer's ``schema(destination)`` has and the table
+            lacks are added (and REQUIRED columns relaxed, with ``ADD_AND_RELAX_COLUMNS``)
+            before a row is written; FILE_LOADS load jobs carry the matching
+            ``schemaUpdateOptions``.
+        unknown_fields: What becomes of a row key that is no column of the table (see
+            :class:`~pyflink_gcp.bigquery.UnknownFields`).
+        missing_values: What a column the row has no value for gets on the Storage Write API
+            (see :class:`~pyflink_gcp.bigquery.MissingValues`).
         row_format: Arrow record batches where a table and its rows allow, else protobuf rows
             (see :class:`RowFormat`).
         metadata_threads: Threads per subtask fetching table metadata (and creating tables) off
@@ -131,7 +139,9 @@ class BigQueryWriterOptions(CreatingWriterOptions):
     max_request_rows: int = 5_000
     sender_threads: int = 8
     channel_count: int | None = 4
-    ignore_unknown_values: bool = False
+    schema_update: SchemaUpdate = SchemaUpdate.NONE
+    unknown_fields: UnknownFields = UnknownFields.FAIL
+    missing_values: MissingValues = MissingValues.NULL
     row_format: RowFormat = RowFormat.ARROW
     metadata_threads: int = 1
     max_stream_creations_per_second: float = 10.0
@@ -150,7 +160,15 @@ class BigQueryWriterOptions(CreatingWriterOptions):
         check_int(owner, "sender_threads", self.sender_threads)
         if self.channel_count is not None:
             check_int(owner, "channel_count", self.channel_count, maximum=MAX_CHANNEL_COUNT)
-        check_bool(owner, "ignore_unknown_values", self.ignore_unknown_values)
+        check_instance(
+            owner, "schema_update", self.schema_update, SchemaUpdate, "SchemaUpdate.ADD_COLUMNS"
+        )
+        check_instance(
+            owner, "unknown_fields", self.unknown_fields, UnknownFields, "UnknownFields.IGNORE"
+        )
+        check_instance(
+            owner, "missing_values", self.missing_values, MissingValues, "MissingValues.NULL"
+        )
         check_instance(owner, "row_format", self.row_format, RowFormat, "RowFormat.ARROW")
         check_int(owner, "metadata_threads", self.metadata_threads)
         rate = self.max_stream_creations_per_second
@@ -188,9 +206,18 @@ class BigQueryWriterOptionsBuilder(CreatingOptionsBuilder[BigQueryWriterOptions]
         table while it sends)."""
         return self._set("channel_count", channels)
 
-    def ignore_unknown_values(self, enabled: bool = True) -> Self:
-        """Drop row keys that are no column instead of rejecting the row (default off)."""
-        return self._set("ignore_unknown_values", enabled)
+    def schema_update(self, mode: SchemaUpdate) -> Self:
+        """Add the serializer's new columns to existing tables (default ``SchemaUpdate.NONE``)."""
+        return self._set("schema_update", mode)
+
+    def unknown_fields(self, policy: UnknownFields) -> Self:
+        """Row keys that are no column: ``FAIL`` the job (default), ``IGNORE`` them, or hand the
+        row to the ``FAILURE_HANDLER``."""
+        return self._set("unknown_fields", policy)
+
+    def missing_values(self, interpretation: MissingValues) -> Self:
+        """Columns a row leaves out: ``NULL`` (default) or the column's ``DEFAULT_VALUE``."""
+        return self._set("missing_values", interpretation)
 
     def row_format(self, row_format: RowFormat) -> Self:
         """``RowFormat.ARROW`` where tables and rows allow (default) or always ``PROTO``."""

@@ -47,6 +47,10 @@ class RowError(ValueError):
     """A row that cannot be written for its content (the record's fault, not the sink's)."""
 
 
+class UnknownColumnError(RowError):
+    """A row key that is no column of the table (``UnknownFields`` decides what follows)."""
+
+
 class SchemaNotSupportedError(ValueError):
     """A table schema this sink cannot describe as a protobuf message."""
 
@@ -464,7 +468,7 @@ def _convert_mapping(
         if column is None:
             if ignore_unknown:
                 continue
-            raise RowError(f"no column {prefix}{key!s:.80} in the table schema")
+            raise UnknownColumnError(f"no column {prefix}{key!s:.80} in the table schema")
         out[column.name] = column.convert(value, ignore_unknown, prefix + column.name)
     return out
 

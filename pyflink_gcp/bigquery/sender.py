@@ -59,7 +59,8 @@ from pyflink_gcp.bigquery.client import (
     ProtoSchema,
 )
 from pyflink_gcp.bigquery.destinations import TableDestination
-from pyflink_gcp.bigquery.rows import RowError
+from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError
+from pyflink_gcp.bigquery.schema_update import UNKNOWN_FIELDS_HINT, MissingValues, UnknownFields
 from pyflink_gcp.bigquery.serialization import row_payload
 from pyflink_gcp.bigquery.storage_errors import blames_stream, code_name, storage_error
 from pyflink_gcp.bigquery.tables import TableLayout
@@ -78,8 +79,23 @@ _QUEUED_BATCHES = 4
 #: Statuses that blame a request's rows. Only INVALID_ARGUMENT: the default stream takes no
 #: offsets, so OUT_OF_RANGE and FAILED_PRECONDITION speak of the stream, not of the rows.
 _ROW_FAULT_CODES = frozenset({"INVALID_ARGUMENT"})
+#: ``AppendRowsRequest.MissingValueInterpretation.DEFAULT_VALUE``.
+_DEFAULT_VALUE = AppendRowsRequest.MissingValueInterpretation.Value("DEFAULT_VALUE")
 #: The status of an append whose offset is already in a BUFFERED stream.
 _ALREADY_EXISTS = grpc.StatusCode.ALREADY_EXISTS.value[0]
+
+
+#: The StorageError of rows whose writer schema has columns the table (as the Storage Write
+#: API knows it) lacks: after a schema update, until the API has it.
+SCHEMA_MISMATCH = "SCHEMA_MISMATCH_EXTRA_FIELDS"
+
+
+class _Reconnect(Exception):
+    """A request to send again on a new connection, after a backoff (``error`` is retried)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class TableSender:
@@ -105,8 +121,13 @@ class TableSender:
         endpoint: str = DEFAULT_STORAGE_HOST,
         stream: Future[str] | None = None,
         connect: Callable[[str, TableLayout], Any] | None = None,
+        unknown_fields: UnknownFields = UnknownFields.FAIL,
+        missing_values: MissingValues = MissingValues.NULL,
     ) -> None:
         self.destination = destination
+        self._unknown_fields = unknown_fields
+        #: The request's ``default_missing_value_interpretation`` (0: unspecified, NULL).
+        self._missing = _DEFAULT_VALUE if missing_values is MissingValues.DEFAULT_VALUE else 0
         self._sink = sink_name
         self._name = str(destination)
         #: The default stream, or (``stream``) a BUFFERED stream being created, whose appends
@@ -196,6 +217,14 @@ class TableSender:
             payload=row_payload(element),
             record_repr=short_repr(record),
         )
+
+    def refused(self, element: Any, record: Any, error: RowError) -> FailedRecord:
+        """The failed record of a row that cannot be encoded: one that ends the job, whatever
+        the failure handler, for a key that is no column under ``UnknownFields.FAIL``."""
+        failed = self.failure(element, record, str(error))
+        if isinstance(error, UnknownColumnError) and self._unknown_fields is UnknownFields.FAIL:
+            failed.fatal = UNKNOWN_FIELDS_HINT
+        return failed
 
     def oversized(self, element: Any, record: Any, size: int) -> FailedRecord:
         """The failed record of a row larger than a request may be."""
@@ -332,7 +361,16 @@ class TableSender:
                     in_flight.clear()
                     backoff = self._retry_or_raise(exc, backoff)
                     continue
-                backoff = self._handle(in_flight.popleft(), response, backoff, in_flight)
+                batch = in_flight.popleft()
+                try:
+                    backoff = self._handle(batch, response, backoff, in_flight)
+                except _Reconnect as reconnect:
+                    # Sent again, with the ones behind it, on a new connection after a backoff.
+                    self._disconnect()
+                    with self._cond:
+                        self._queue.extendleft(reversed(resend_order([batch, *in_flight])))
+                    in_flight.clear()
+                    backoff = self._retry_or_raise(reconnect.error, backoff)
         except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
             error = exc
             if not isinstance(exc, SinkError):
@@ -380,7 +418,7 @@ class TableSender:
             try:
                 data = encode(element)
             except RowError as exc:
-                failed.append(self.failure(element, record, str(exc)))
+                failed.append(self.refused(element, record, exc))
                 continue
             row_size = len(data) + ROW_OVERHEAD
             if row_size > max_bytes:
@@ -414,6 +452,8 @@ class TableSender:
         # fails for that reason must never be mistaken for bad rows.
         request = AppendRowsRequest()
         request.write_stream = stream
+        if self._missing:
+            request.default_missing_value_interpretation = self._missing
         if self.offsets is not None:
             request.offset.value = self.offsets.assign(batch)
         if batch.arrow is not None:
@@ -519,6 +559,17 @@ class TableSender:
         """An append refused for its stream or table (the status's StorageError ``cause``), not
         for its rows: a missing table is waited for like NOT_FOUND, anything else fails the
         sender (a restart appends to new streams). Returns the backoff to continue with."""
+        if cause == SCHEMA_MISMATCH:
+            # The table gained columns the Storage Write API does not know yet (a schema update
+            # takes a while to reach it; a connection keeps the schema it opened with): a new
+            # connection after a backoff, until the retry deadline.
+            raise _Reconnect(
+                StatusError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"{cause}: {status.message} (the table's new columns have not reached the "
+                    "Storage Write API yet)",
+                )
+            )
         with self._cond:
             self._queue.appendleft(batch)
         if cause == "TABLE_NOT_FOUND" or (cause == "STREAM_NOT_FOUND" and self.offsets is None):

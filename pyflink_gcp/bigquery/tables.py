@@ -29,6 +29,12 @@ from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, RowFormat
 from pyflink_gcp.bigquery.rows import RowEncoder, SchemaNotSupportedError
+from pyflink_gcp.bigquery.schema_update import (
+    SchemaUpdate,
+    SchemaUpdateError,
+    UnknownFields,
+    update_schema,
+)
 from pyflink_gcp.bigquery.serialization import TableSchema, as_table_schema, has_schema
 from pyflink_gcp.core.creation import CreationBudget
 from pyflink_gcp.core.errors import (
@@ -199,6 +205,8 @@ class TableCatalog:
         self._rest: Any = None
         #: The encoders of the schemas met, shared by the tables of one schema.
         self.encoders = EncoderCache()
+        #: Table schema updates this subtask made (``schema_update``; metric schemaUpdates).
+        self.schema_updates = 0
 
     @property
     def tables_created(self) -> int:
@@ -215,6 +223,8 @@ class TableCatalog:
     def layout(self, destination: TableDestination) -> TableLayout:
         """Fetch (or create) the table and build its encoders. Runs on a metadata thread."""
         table = self._get_or_create(destination)
+        if self.options.schema_update is not SchemaUpdate.NONE:
+            table = self._evolve(destination, table)
         primary_key: tuple[str, ...] = ()
         constraints = table.table_constraints
         if constraints is not None and constraints.primary_key is not None:
@@ -230,7 +240,7 @@ class TableCatalog:
                 table.schema,
                 primary_key,
                 row_format=self.options.row_format,
-                ignore_unknown_values=self.options.ignore_unknown_values,
+                ignore_unknown_values=self.options.unknown_fields is UnknownFields.IGNORE,
             )
         except SchemaNotSupportedError as exc:
             raise ConfigurationError(
@@ -239,6 +249,47 @@ class TableCatalog:
         location = getattr(table, "location", None)
         layout.location = location if isinstance(location, str) and location else None
         return layout
+
+    def _evolve(self, destination: TableDestination, table: Any) -> Any:
+        """The table after adding what the serializer's schema has and it lacks
+        (``schema_update``); logged and counted when this subtask changed it."""
+        schema = self.serializer_schema(destination)
+        if schema is None:
+            return table
+        client = self._client(destination.project)
+        table_id = destination.table_id
+        where = f"sink '{self.sink_name}': table {table_id}"
+
+        def get() -> Any:
+            return self.retry.call(
+                lambda: client.get_table(table_id, retry=None, timeout=self._timeout_s),
+                f"{where}: get table at {self.endpoint_name}",
+            )
+
+        def patch(changed: Any) -> Any:
+            return self.retry.call(
+                lambda: client.update_table(
+                    changed, ["schema"], retry=None, timeout=self._timeout_s
+                ),
+                f"{where}: update the schema at {self.endpoint_name}",
+            )
+
+        try:
+            table, changes = update_schema(
+                get, patch, table, schema.fields, self.options.schema_update, where
+            )
+        except gexc.BadRequest as exc:
+            raise SchemaUpdateError(f"{where}: BigQuery refused the schema update: {exc}") from exc
+        if changes:
+            with self._lock:
+                self.schema_updates += 1
+            _LOG.info(
+                "%s: updated the schema (%s): %s",
+                where,
+                self.options.schema_update.name,
+                "; ".join(changes),
+            )
+        return table
 
     def serializer_schema(self, destination: TableDestination) -> TableSchema | None:
         """The schema the serializer gives the table (a TableSchema, or SchemaFields converted
@@ -389,6 +440,11 @@ class TableCatalog:
             f"{destination.project}.{destination.dataset} does not exist (the sink creates "
             "tables, not datasets)"
         )
+
+
+def schema_updates(catalog: TableCatalog | None) -> int:
+    """The table schema updates a subtask's catalog made (0 before it opened)."""
+    return 0 if catalog is None else catalog.schema_updates
 
 
 def open_metadata(factory: Any, subtask_index: int) -> tuple[TableCatalog, ThreadPoolExecutor]:

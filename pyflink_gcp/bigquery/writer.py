@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -45,7 +45,7 @@ from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
 from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
-from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -89,6 +89,8 @@ class TableWriter(DestinationWriter[TableDestination]):
             endpoint=factory.storage_endpoint_name,
             stream=factory.stream_for(destination, layout),
             connect=None if factory.pool is None else factory.lease,
+            unknown_fields=options.unknown_fields,
+            missing_values=options.missing_values,
         )
         # The open request. Until the table's first change-data-capture row, rows stay pending
         # (encoded by the sender); after it, they are encoded on arrival.
@@ -163,7 +165,7 @@ class TableWriter(DestinationWriter[TableDestination]):
         try:
             data = encoder.encode(element)
         except RowError as exc:
-            self._rejected.append(sender.failure(element, record, str(exc)))
+            self._rejected.append(sender.refused(element, record, exc))
             return
         size = len(data) + ROW_OVERHEAD
         max_bytes = sender.max_bytes
@@ -328,6 +330,9 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
     def tables_created(self) -> int:
         """Tables this subtask created so far."""
         return 0 if self.catalog is None else self.catalog.tables_created
+
+    def gauges(self) -> dict[str, Callable[[], int]]:
+        return {"schemaUpdates": lambda: schema_updates(self.catalog)}
 
     # -- lifecycle -----------------------------------------------------------------------------
 

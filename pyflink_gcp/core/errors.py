@@ -59,6 +59,12 @@ class RecordRejectedError(SinkError):
     """A record was rejected for its content and the failure handler is ``fail_job()``."""
 
 
+class RecordSchemaError(RecordRejectedError, NonRetriableSinkError):
+    """A record does not fit its destination's schema in a way the sink is set to end the job
+    for, whatever its failure handler (BigQuery's ``UnknownFields.FAIL``). Non-retriable: a
+    restart replays the same record into the same schema."""
+
+
 def is_non_retriable(exc: BaseException) -> bool:
     """Whether ``exc`` itself is an error a restart cannot fix.
 

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pyflink_gcp.core.errors import RecordRejectedError
+from pyflink_gcp.core.errors import RecordRejectedError, RecordSchemaError
 
 if TYPE_CHECKING:
     from pyflink_gcp.core.runtime_info import SubtaskInfo
@@ -41,6 +41,9 @@ class FailedRecord:
         payload: The bytes a dead-letter queue publishes (the serialized record).
         attributes: Extra string attributes for the dead-letter message (e.g. an ordering key).
         record_repr: A short repr of the input record, for logs and errors.
+        fatal: Non-empty when the sink's configuration says this failure ends the job whatever
+            the failure handler (a row key that is no column under BigQuery's
+            ``UnknownFields.FAIL``): why, and what to set instead.
     """
 
     sink: str
@@ -49,6 +52,7 @@ class FailedRecord:
     payload: bytes
     attributes: dict[str, str] = field(default_factory=dict)
     record_repr: str = ""
+    fatal: str = ""
 
     def describe(self) -> str:
         what = f" record {self.record_repr}" if self.record_repr else ""
@@ -162,6 +166,8 @@ class FailureRouter:
             self._dlq.open(info)
 
     def handle(self, failed: FailedRecord) -> None:
+        if failed.fatal:
+            raise RecordSchemaError(f"{failed.describe()}. {failed.fatal}")
         mode = self._handler._mode
         if mode is _Mode.FAIL:
             raise RecordRejectedError(

@@ -30,6 +30,10 @@ SINK_GAUGES: dict[str, str] = {
     "lastFlushMillis": "duration of the last full flush, in milliseconds",
     "checkpointMarkers": "checkpoint and end-of-input markers received from the Java bridge",
 }
+#: Gauges of one service's sinks only (``WriterFactory.gauges``), per subtask: name → meaning.
+SERVICE_GAUGES: dict[str, str] = {
+    "schemaUpdates": "BigQuery: table schema updates this subtask made (schema_update)",
+}
 #: Gauges of an exactly-once sink's committer operator, per subtask: name → meaning.
 COMMITTER_GAUGES: dict[str, str] = {
     "commits": "commits run (a commit set per completed checkpoint, restored sets, the final commit)",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pyflink_gcp.core.failure import FailedRecord
@@ -141,6 +142,12 @@ class WriterFactory(ABC, Generic[D]):
     def flush_shared(self) -> list[FailedRecord]:
         """Flush state shared by all destinations (for services without per-destination writers)."""
         return []
+
+    def gauges(self) -> dict[str, Callable[[], int]]:
+        """Gauges of this service's own, by name (declared in
+        :data:`~pyflink_gcp.core.metrics.SERVICE_GAUGES`), registered with the sink's others when
+        the subtask opens; read on the processing thread."""
+        return {}
 
     def close(self) -> None:
         """Release shared clients."""

@@ -28,6 +28,7 @@ from pyflink_gcp.bigquery import (
 )
 from pyflink_gcp.bigquery import TableDestination as BigQueryTable
 from pyflink_gcp.bigquery.options import RowFormat
+from pyflink_gcp.bigquery.schema_update import MissingValues, SchemaUpdate, UnknownFields
 from pyflink_gcp.bigtable import BigtableSink, BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable import TableDestination as BigtableTable
 from pyflink_gcp.cloudtasks import (
@@ -339,7 +340,9 @@ OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
             "max_request_rows": 10,
             "sender_threads": 2,
             "channel_count": 2,
-            "ignore_unknown_values": True,
+            "unknown_fields": UnknownFields.IGNORE,
+            "schema_update": SchemaUpdate.ADD_COLUMNS,
+            "missing_values": MissingValues.DEFAULT_VALUE,
             "row_format": RowFormat.PROTO,
             "metadata_threads": 2,
             "max_stream_creations_per_second": 2.5,

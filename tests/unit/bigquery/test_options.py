@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from pyflink_gcp.bigquery import BigQueryWriterOptions, RowFormat
+from pyflink_gcp.bigquery import (
+    BigQueryWriterOptions,
+    MissingValues,
+    RowFormat,
+    SchemaUpdate,
+    UnknownFields,
+)
 from pyflink_gcp.bigquery.options import BigQueryWriterOptionsBuilder
 from pyflink_gcp.core import ConfigurationError
 from pyflink_gcp.core.options import CreatingWriterOptions, option_names
@@ -29,7 +35,9 @@ NON_DEFAULTS: dict[str, Any] = {
     "max_request_rows": 10,
     "sender_threads": 3,
     "channel_count": None,
-    "ignore_unknown_values": True,
+    "schema_update": SchemaUpdate.ADD_AND_RELAX_COLUMNS,
+    "unknown_fields": UnknownFields.IGNORE,
+    "missing_values": MissingValues.DEFAULT_VALUE,
     "row_format": RowFormat.PROTO,
     "metadata_threads": 4,
     "max_stream_creations_per_second": 2.5,
@@ -77,7 +85,9 @@ def test_options_are_frozen_values() -> None:
         ("metadata_threads", 1.5, "metadata_threads must be an integer"),
         ("max_stream_creations_per_second", 0, r"max_stream_creations_per_second must be a n"),
         ("max_stream_creations_per_second", True, r"max_stream_creations_per_second must be a n"),
-        ("ignore_unknown_values", "yes", "ignore_unknown_values must be True or False"),
+        ("schema_update", "ADD_COLUMNS", "schema_update must be a SchemaUpdate"),
+        ("unknown_fields", True, "unknown_fields must be a UnknownFields"),
+        ("missing_values", None, "missing_values must be a MissingValues"),
         ("row_format", "ARROW", "row_format must be a RowFormat"),
         ("idle_timeout", timedelta(seconds=-1), "idle_timeout must be >= 0"),
         ("max_buffer_time", 1.0, "max_buffer_time must be a datetime.timedelta"),

@@ -361,6 +361,51 @@ def test_a_table_a_storage_error_says_is_missing_is_waited_for_then_named() -> N
         s.settle()
 
 
+class Lagging(FakeService):
+    """A table whose new columns reach the Storage Write API only on the ``lag``-th connection:
+    appends before it are refused with SCHEMA_MISMATCH_EXTRA_FIELDS, as BigQuery does."""
+
+    def __init__(self, lag: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.lag = lag
+
+    def answer(self, request: Any) -> Any:
+        if self.connections < self.lag:
+            with self._lock:
+                self.requests.append([])
+            return refusal(
+                3,
+                "Input schema has more fields than BigQuery schema, extra fields: 'bad'",
+                Cause.SCHEMA_MISMATCH_EXTRA_FIELDS,
+            )
+        return super().answer(request)
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "default"])
+def test_columns_the_storage_api_does_not_know_yet_are_waited_for_on_new_connections(
+    buffered: bool,
+) -> None:
+    service = Lagging(3, stream=BUFFERED_STREAM if buffered else DEST.default_stream)
+    s = sender(
+        service,
+        TableLayout.of(ENCODER_SCHEMA),
+        stream=created() if buffered else None,
+        retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5.0),
+    )
+    for start in range(0, 12, 4):
+        s.submit(Batch(None, [{"id": i} for i in range(start, start + 4)], ["r"] * 4, False))
+    assert s.settle() == []  # no row was blamed
+    assert sorted(service.committed) == list(range(12))
+    assert service.connections == 3
+
+
+def test_columns_that_never_reach_the_storage_api_fail_after_the_retry_deadline() -> None:
+    s = sender(Lagging(10**9), TableLayout.of(ENCODER_SCHEMA))
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    with pytest.raises(WriteError, match="SCHEMA_MISMATCH_EXTRA_FIELDS.*have not reached"):
+        s.settle()
+
+
 class Deferred:
     """An executor that runs what it is given only when told (on the caller's thread)."""
 

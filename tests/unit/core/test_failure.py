@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflink_gcp.core import FailedRecord, FailureHandler, RecordRejectedError, SubtaskInfo
+from pyflink_gcp.core import (
+    FailedRecord,
+    FailureHandler,
+    RecordRejectedError,
+    RecordSchemaError,
+    SubtaskInfo,
+)
 from pyflink_gcp.core.errors import is_non_retriable
 from pyflink_gcp.core.failure import CONSOLE_LOG_VARIABLE, FailureRouter
 from tests.support.dead_letters import MemoryDeadLetterQueue
@@ -112,3 +118,21 @@ def test_the_console_handler_can_be_turned_off(capfd: pytest.CaptureFixture[str]
     router = open_router(FailureHandler.log_and_drop())
     router.handle(failed(7))
     assert "dropped" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        FailureHandler.log_and_drop(),
+        FailureHandler.send_to_dead_letter_queue(MemoryDeadLetterQueue()),
+    ],
+)
+def test_a_fatal_failure_ends_the_job_whatever_the_handler(handler: FailureHandler) -> None:
+    router = open_router(handler)
+    record = failed(3)
+    record.fatal = "set unknown_fields to go on"
+    with pytest.raises(RecordSchemaError, match=r"sink 'orders'.*'i': 3.*too big\. set unknown_f"):
+        router.handle(record)
+    # A replay meets the same record: not worth a restart.
+    assert is_non_retriable(RecordSchemaError("x"))
+    assert router.dropped == router.dead_lettered == 0
