@@ -239,6 +239,57 @@ def _unique_job_ids(raw: _InsertJob) -> _InsertJob:
     return insert_job
 
 
+_UpdateTable = Callable[[str, str, str, Any, Any], Awaitable[dict[str, Any]]]
+
+
+def _schema_updating(raw: _UpdateTable) -> _UpdateTable:
+    """Wraps tables.patch and tables.update so that a schema update behaves as BigQuery's.
+
+    The emulator changed the table's metadata only: its DuckDB table kept the old columns, so
+    appends with the new ones failed. Columns the new schema adds at the top level are added to
+    the DuckDB table too (a relaxed column needs nothing: the DuckDB table has no NOT NULL). And
+    an ``If-Match`` etag other than the table's answers 412, as BigQuery does, so concurrent
+    updates of one table (subtasks racing) meet the conflict they meet there.
+    """
+    from bqemulator.storage.sql_identifiers import quoted_table_ref
+    from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
+    from fastapi.responses import JSONResponse
+
+    @functools.wraps(raw)  # FastAPI reads the parameters and their types through __wrapped__.
+    async def update_table(
+        project_id: str, dataset_id: str, table_id: str, request: Any, ctx: Any
+    ) -> Any:
+        existing = ctx.catalog.get_table(project_id, dataset_id, table_id)
+        expected = request.headers.get("if-match")
+        if existing is not None and expected and expected.strip('"') != existing.etag.strip('"'):
+            message = "Precondition check failed."
+            return JSONResponse(
+                status_code=412,
+                content={
+                    "error": {
+                        "code": 412,
+                        "message": message,
+                        "errors": [{"message": message, "reason": "conditionNotMet"}],
+                        "status": "FAILED_PRECONDITION",
+                    }
+                },
+            )
+        body = await request.json()  # Starlette caches it for the emulator's own read.
+        result = await raw(project_id, dataset_id, table_id, request, ctx)
+        fields = ((body or {}).get("schema") or {}).get("fields") if existing else None
+        if fields:
+            known = {f.name.lower() for f in existing.schema_.fields}
+            added = [f for f in fields if str(f.get("name", "")).lower() not in known]
+            if added:
+                ref = quoted_table_ref(project_id, dataset_id, table_id)
+                async with ctx.engine.write_lock():
+                    for name, dtype in bq_schema_to_duckdb_columns(added):
+                        ctx.engine.execute(f'ALTER TABLE {ref} ADD COLUMN "{name}" {dtype}')
+        return result
+
+    return update_table
+
+
 def _patch() -> None:
     from bqemulator.api.routes import jobs
     from bqemulator.grpc_api import write_servicer
@@ -306,8 +357,32 @@ def _patch() -> None:
         "/_pyflink-gcp/finalized-flush/{answer}", _set_finalized_flush, methods=["POST"]
     )
 
+    from bqemulator.api.routes import tables
+
+    table_path = "/projects/{project_id}/datasets/{dataset_id}/tables/{table_id}"
+    for method in ("PATCH", "PUT"):
+        _swap_route(tables.router, table_path, method, _schema_updating)
+
     _patch_avro_time()
     _patch_grpc_threads()
+
+
+def _swap_route(router: Any, path: str, method: str, wrap: Callable[[Any], Any]) -> None:
+    """Put ``wrap(endpoint)`` in place of the emulator's endpoint, at the same position."""
+    from fastapi.routing import APIRoute
+
+    full = f"{router.prefix}{path}"
+    found = [
+        r
+        for r in router.routes
+        if isinstance(r, APIRoute) and r.path == full and method in r.methods
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"bqemulator has {len(found)} {method} {full} routes, expected 1")
+    index = router.routes.index(found[0])
+    del router.routes[index]
+    router.add_api_route(path, wrap(found[0].endpoint), methods=[method])
+    router.routes.insert(index, router.routes.pop())
 
 
 def _replace_route(router: Any, path: str, method: str, jobs: Any) -> None:
