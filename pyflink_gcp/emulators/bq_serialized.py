@@ -23,6 +23,11 @@ it, so a test can pick each plausible answer, with the environment variable
 <answer>`` while it runs (:data:`FINALIZED_FLUSH_ANSWERS`): ``invalid_argument`` (the default),
 ``failed_precondition``, or ``flush`` (flushed up to the stream's end as if it were open).
 
+tables.patch and tables.update add the columns a new schema adds to the table's DuckDB table
+(the emulator changed only its metadata, so appends with the new columns failed), and a stale
+``If-Match`` etag answers 412 (:func:`_schema_updating`); ``GET /bigquery/v2/_pyflink-gcp/
+schema-updates`` counts the updates that changed each table's columns.
+
 jobs.get of a job whose destination dataset is in a single region answers 404 unless the
 request names that location, as BigQuery's reference says it must (multi-regions US and EU
 are found without); the emulator ignored the location.
@@ -240,6 +245,13 @@ def _unique_job_ids(raw: _InsertJob) -> _InsertJob:
 
 
 _UpdateTable = Callable[[str, str, str, Any, Any], Awaitable[dict[str, Any]]]
+#: Schema updates that changed a table's columns, by ``project.dataset.table``: what tests
+#: read (``GET /bigquery/v2/_pyflink-gcp/schema-updates``) to count a job's updates.
+SCHEMA_UPDATES: dict[str, int] = {}
+
+
+def _schema_updates() -> dict[str, int]:
+    return dict(SCHEMA_UPDATES)
 
 
 def _schema_updating(raw: _UpdateTable) -> _UpdateTable:
@@ -280,6 +292,11 @@ def _schema_updating(raw: _UpdateTable) -> _UpdateTable:
         if fields:
             known = {f.name.lower() for f in existing.schema_.fields}
             added = [f for f in fields if str(f.get("name", "")).lower() not in known]
+            before = [(f.name, f.mode) for f in existing.schema_.fields]
+            after = ctx.catalog.get_table(project_id, dataset_id, table_id)
+            if after is not None and before != [(f.name, f.mode) for f in after.schema_.fields]:
+                key = f"{project_id}.{dataset_id}.{table_id}"
+                SCHEMA_UPDATES[key] = SCHEMA_UPDATES.get(key, 0) + 1
             if added:
                 ref = quoted_table_ref(project_id, dataset_id, table_id)
                 async with ctx.engine.write_lock():
@@ -356,6 +373,7 @@ def _patch() -> None:
     router.add_api_route(
         "/_pyflink-gcp/finalized-flush/{answer}", _set_finalized_flush, methods=["POST"]
     )
+    router.add_api_route("/_pyflink-gcp/schema-updates", _schema_updates, methods=["GET"])
 
     from bqemulator.api.routes import tables
 

@@ -308,3 +308,11 @@ def finalized_flush_answer(answer: str) -> Iterator[None]:
         yield
     finally:
         put("invalid_argument")
+
+
+def schema_updates() -> dict[str, int]:
+    """Schema updates that changed each table's columns so far, by ``project.dataset.table``
+    (counted by the emulator launcher)."""
+    url = f"http://{os.environ['BIGQUERY_EMULATOR_HOST']}/bigquery/v2/_pyflink-gcp/schema-updates"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return {str(k): int(v) for k, v in json.load(response).items()}

@@ -8,7 +8,13 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud.bigquery import SchemaField
 
-from tests.integration.bigquery.support import bq_client, make_dataset, make_table, query
+from tests.integration.bigquery.support import (
+    bq_client,
+    make_dataset,
+    make_table,
+    query,
+    schema_updates,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,9 +33,13 @@ def test_a_stale_etag_is_refused_and_added_columns_take_values(project: str) -> 
         second.schema = [*second.schema, SchemaField("other", "STRING")]
         with pytest.raises(gexc.PreconditionFailed):
             client.update_table(second, ["schema"])
+        # A patch of anything else is no schema update.
+        updated.description = "orders"
+        client.update_table(updated, ["description"])
         client.query(f"INSERT INTO `{project}.{dataset}.t` (id, note) VALUES (1, 'added')").result()
     finally:
         client.close()
     assert query(project, f"SELECT id, note FROM `{project}.{dataset}.t`") == [
         {"id": 1, "note": "added"}
     ]
+    assert schema_updates()[f"{project}.{dataset}.t"] == 1
