@@ -107,7 +107,12 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(
         client.cancel().result()
     assert got["pyflink_gcp.recordsWritten"] == WRITTEN, got
     assert got["pyflink_gcp.recordsSkipped"] > 0, got
-    assert {"pyflink_gcp.lastFlushMillis", "pyflink_gcp.checkpointMarkers"} <= set(got), got
+    assert {
+        "pyflink_gcp.lastFlushMillis",
+        "pyflink_gcp.checkpointMarkers",
+        "pyflink_gcp.schemaUpdates",
+    } <= set(got), got
+    assert got["pyflink_gcp.schemaUpdates"] == 0, got  # schema_update is off
     ids = {metric_identifier(f"projects/{project}/datasets/{dataset}/tables/{t}") for t in "ab"}
     assert set(per_destination(got, "records")) == ids, got
     assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got
