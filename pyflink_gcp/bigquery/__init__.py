@@ -33,8 +33,9 @@ from pyflink_gcp.bigquery.schema_update import (
     SchemaUpdateError,
     UnknownFields,
 )
-from pyflink_gcp.bigquery.serialization import BigQuerySerializer, TableSchema
+from pyflink_gcp.bigquery.serialization import BigQuerySerializer
 from pyflink_gcp.bigquery.sink import BigQuerySink, BigQuerySinkBuilder
+from pyflink_gcp.bigquery.table_spec import TableSchema, TableSchemaError
 from pyflink_gcp.core.options import CreateDisposition
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "SchemaUpdateError",
     "TableDestination",
     "TableSchema",
+    "TableSchemaError",
     "UnknownFields",
     "WriteMethod",
 ]

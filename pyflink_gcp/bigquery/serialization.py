@@ -1,17 +1,18 @@
 """What the BigQuery sink writes: a row (a dict keyed by column name) per record, and the schema
-of the tables the sink may create."""
+of the tables the sink may create (a :class:`~pyflink_gcp.bigquery.table_spec.TableSchema`)."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from google.cloud.bigquery import SchemaField
 
+from pyflink_gcp.bigquery.table_spec import TableSchema, TableSchemaError, as_table_schema
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import RecordOnly, takes_record_only, with_context
 
@@ -23,95 +24,19 @@ if TYPE_CHECKING:
 CHANGE_TYPE = "_CHANGE_TYPE"
 CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
 
-
-def _as_field(spec: Any) -> SchemaField:
-    if isinstance(spec, SchemaField):
-        return spec
-    if isinstance(spec, tuple | list) and 2 <= len(spec) <= 3:
-        name, field_type, *mode = spec
-        return SchemaField(str(name), str(field_type), mode=mode[0] if mode else "NULLABLE")
-    raise ConfigurationError(
-        "a table schema field is a google.cloud.bigquery.SchemaField or a (name, type[, mode]) "
-        f"tuple, got {spec!r}"
-    )
-
-
-class TableSchema:
-    """The schema of a table the sink creates (``CreateDisposition.CREATE_IF_NEEDED``).
-
-    Also tells the sink the table's primary key when the table's own metadata does not (for
-    change data capture the key decides how requests are cut; see :class:`BigQuerySerializer`).
-
-    Example::
-
-        TableSchema.of(
-            [SchemaField("order_id", "STRING", mode="REQUIRED"), ("amount", "NUMERIC")],
-            primary_key=["order_id"],
-        )
-    """
-
-    __slots__ = ("fields", "primary_key", "clustering_fields")
-
-    def __init__(
-        self,
-        fields: Sequence[SchemaField],
-        primary_key: Sequence[str] = (),
-        clustering_fields: Sequence[str] = (),
-    ) -> None:
-        self.fields: tuple[SchemaField, ...] = tuple(_as_field(f) for f in fields)
-        if not self.fields:
-            raise ConfigurationError("a table schema needs at least one field")
-        names = {f.name.lower() for f in self.fields}
-        for column in (*primary_key, *clustering_fields):
-            if column.lower() not in names:
-                raise ConfigurationError(f"column {column!r} is not a field of the table schema")
-        self.primary_key: tuple[str, ...] = tuple(primary_key)
-        self.clustering_fields: tuple[str, ...] = tuple(clustering_fields)
-
-    @staticmethod
-    def of(
-        fields: Iterable[Any],
-        primary_key: Sequence[str] | None = None,
-        clustering_fields: Sequence[str] | None = None,
-    ) -> TableSchema:
-        """A schema of ``fields`` (SchemaFields, nested RECORD fields included, or
-        ``(name, type[, mode])`` tuples)."""
-        return TableSchema(list(fields), tuple(primary_key or ()), tuple(clustering_fields or ()))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TableSchema):
-            return NotImplemented
-        return (self.fields, self.primary_key, self.clustering_fields) == (
-            other.fields,
-            other.primary_key,
-            other.clustering_fields,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.fields, self.primary_key))
-
-    def __repr__(self) -> str:
-        cols = ", ".join(f"{f.name} {f.field_type}" for f in self.fields)
-        pk = f", primary_key={list(self.primary_key)}" if self.primary_key else ""
-        return f"TableSchema([{cols}]{pk})"
-
-
-def as_table_schema(schema: Any) -> TableSchema | None:
-    """``schema`` as a :class:`TableSchema`: one already, a list of
-    ``google.cloud.bigquery.SchemaField`` (the client library's own idiom; ``(name, type[,
-    mode])`` tuples too), or None.
-
-    Raises:
-        ConfigurationError: ``schema`` is none of these.
-    """
-    if schema is None or isinstance(schema, TableSchema):
-        return schema
-    if isinstance(schema, list | tuple):
-        return TableSchema(schema)
-    raise ConfigurationError(
-        "a table schema is a TableSchema or a list of google.cloud.bigquery.SchemaField, "
-        f"got {type(schema).__name__}"
-    )
+#: Re-exported: the table spec was defined here first, and callers import it from here.
+__all__ = [
+    "CHANGE_SEQUENCE_NUMBER",
+    "CHANGE_TYPE",
+    "BigQuerySerializer",
+    "SchemaSpec",
+    "TableSchema",
+    "TableSchemaError",
+    "as_serializer",
+    "as_table_schema",
+    "has_schema",
+    "row_payload",
+]
 
 
 #: What ``schema`` may be: a fixed schema, or a function of the destination returning one.
@@ -134,7 +59,20 @@ class BigQuerySerializer:
     ``schema(destination)`` returns the schema of a table the sink may create: a
     :class:`TableSchema`, or a list of ``google.cloud.bigquery.SchemaField`` (None: this
     serializer cannot create tables). It is called once per table writer, not per record, and
-    its result is converted then.
+    its result is converted then. It may return a different :class:`TableSchema` per table,
+    and with it different partitioning, clustering and labels: a table per region, say, each
+    partitioned by day on ``event_time`` and labelled with its region::
+
+        class RegionEvents(BigQuerySerializer):
+            def serialize(self, record, context):
+                return record
+
+            def schema(self, destination):  # destination.table: events_eu, events_us...
+                return TableSchema.of(
+                    [("event_time", "TIMESTAMP", "REQUIRED"), ("user_id", "STRING")],
+                    time_partitioning=TimePartitioning(type_="DAY", field="event_time"),
+                    labels={"region": destination.table.removeprefix("events_")},
+                )
     """
 
     def serialize(self, record: Any, context: WriterContext) -> Mapping[str, Any] | None:

@@ -354,7 +354,6 @@ class TableCatalog:
 
     def _create_counted(self, destination: TableDestination) -> Any:
         from google.cloud import bigquery
-        from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 
         table_id = destination.table_id
         schema = self.serializer_schema(destination)
@@ -363,13 +362,10 @@ class TableCatalog:
                 f"sink '{self.sink_name}': table {table_id} does not exist and serializer "
                 f"{describe_callable(self.serializer)} gives no schema() to create it with"
             )
-        table = bigquery.Table(table_id, schema=list(schema.fields))
-        if schema.primary_key:
-            table.table_constraints = TableConstraints(
-                primary_key=PrimaryKey(columns=list(schema.primary_key)), foreign_keys=[]
-            )
-        if schema.clustering_fields:
-            table.clustering_fields = list(schema.clustering_fields)
+        table = bigquery.Table(table_id)
+        # Schema, primary key, clustering, partitioning, labels, description, KMS key: the
+        # schema of this destination knows them all (each destination may have its own).
+        schema.apply_to(table)
         client = self._client(destination.project)
         what = f"sink '{self.sink_name}': create table {table_id} at {self.endpoint_name}"
         # Asked first, under the retry policy: some backends answer a create in a missing

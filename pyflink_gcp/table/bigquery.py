@@ -15,6 +15,12 @@ ARRAY<T> → REPEATED T, MAP<K, V> → REPEATED RECORD<key K, value V>. NOT NULL
 REQUIRED. Other types (INTERVAL, MULTISET, nested ARRAYs) have no BigQuery column and fail the
 job when it starts.
 
+The ``table.*`` options give the tables the sink creates their partitioning (by time, or by
+integer range), clustering, labels, description and KMS key (:func:`table_settings`); each
+maps to an argument of the :class:`~pyflink_gcp.bigquery.TableSchema`, which checks it against
+BigQuery's rules when the writer opens, and an error names the options and their values. They
+apply to tables the sink creates, never to existing ones.
+
 A row whose ``table`` template renders no valid table id (a NULL column, say) is unroutable: it
 goes to the failure handler as its JSON.
 
@@ -32,9 +38,11 @@ one key's changes commit in the order the planner produced them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
-from google.cloud.bigquery import SchemaField
+from google.cloud.bigquery import PartitionRange, RangePartitioning, SchemaField, TimePartitioning
 
 from pyflink_gcp.bigquery import (
     BigQueryFileLoadsOptions,
@@ -46,13 +54,14 @@ from pyflink_gcp.bigquery import (
     TableSchema,
     WriteMethod,
 )
-from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
+from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, TableSchemaError
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.routing import names
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 from pyflink_gcp.table.adapter import configure, destination_template
+from pyflink_gcp.table.options import CONNECTORS
 from pyflink_gcp.table.pubsub import row_json
 from pyflink_gcp.table.rows import LTZ, NTZ, Column, DeletedRow, TableInfo
 
@@ -120,10 +129,121 @@ def _field(name: str, type_: dict[str, Any], where: str, repeated: bool = False)
     )
 
 
-def table_schema(columns: tuple[Column, ...], primary_key: tuple[str, ...] = ()) -> TableSchema:
-    """The schema of the tables the sink creates, from the DDL's columns and primary key."""
+_RANGE = tuple(f"table.range-partitioning.{k}" for k in ("field", "start", "end", "interval"))
+
+
+def _text(value: Any) -> str:
+    """A parsed option value in its DDL form again, for messages."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, timedelta):
+        return f"{value // timedelta(milliseconds=1)}ms"
+    return str(value)
+
+
+def _required(missing: str, present: str, values: Mapping[str, Any]) -> ConfigurationError:
+    return ConfigurationError(
+        f"Option '{missing}' of connector '{IDENTIFIER}' is required when '{present}' is set "
+        f"(got '{_text(values[present])}')."
+    )
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        key, colon, value = (part.strip() for part in entry.partition(":"))
+        if not colon or key in labels:
+            problem = "a duplicate key" if colon else "no ':'"
+            raise ConfigurationError(
+                f"Invalid value for option 'table.labels' of connector '{IDENTIFIER}': expected "
+                f"key:value pairs separated by commas, each key once ('{entry}' has {problem}), "
+                f"got '{text}'."
+            )
+        labels[key] = value
+    return labels
+
+
+def table_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`~pyflink_gcp.bigquery.TableSchema` arguments the ``table.*`` options set
+    (parsed values; an option left out is unset).
+
+    Raises:
+        ConfigurationError: An option that needs another one without it, both partitionings,
+            or labels that are no ``key:value`` list.
+    """
+    settings: dict[str, Any] = {}
+    unit = values.get("table.partitioning.type")
+    for key in ("table.partitioning.field", "table.partitioning.expiration"):
+        if unit is None and values.get(key) is not None:
+            raise _required("table.partitioning.type", key, values)
+    if unit is not None:
+        expiration = values.get("table.partitioning.expiration")
+        settings["time_partitioning"] = TimePartitioning(
+            type_=unit.upper(),
+            field=values.get("table.partitioning.field"),
+            expiration_ms=None if expiration is None else expiration // timedelta(milliseconds=1),
+        )
+    present = [k for k in _RANGE if values.get(k) is not None]
+    if present and unit is not None:
+        raise ConfigurationError(
+            f"Options 'table.partitioning.type' ('{unit}') and '{present[0]}' "
+            f"('{_text(values[present[0]])}') of connector '{IDENTIFIER}' exclude each other: a "
+            "table is partitioned by time or by integer range, not both."
+        )
+    if present:
+        for key in _RANGE:
+            if values.get(key) is None:
+                raise _required(key, present[0], values)
+        field, start, end, interval = (values[k] for k in _RANGE)
+        settings["range_partitioning"] = RangePartitioning(
+            PartitionRange(start=start, end=end, interval=interval), field=field
+        )
+    if values.get("table.partitioning.require-filter") is not None:
+        settings["require_partition_filter"] = values["table.partitioning.require-filter"]
+    if values.get("table.clustering-fields"):
+        settings["clustering_fields"] = list(values["table.clustering-fields"])
+    if values.get("table.labels") is not None:
+        settings["labels"] = _labels(values["table.labels"])
+    for key, setting in (
+        ("table.description", "description"),
+        ("table.kms-key-name", "kms_key_name"),
+    ):
+        if values.get(key) is not None:
+            settings[setting] = values[key]
+    return settings
+
+
+def table_schema(
+    columns: tuple[Column, ...],
+    primary_key: tuple[str, ...] = (),
+    values: Mapping[str, Any] | None = None,
+) -> TableSchema:
+    """The schema of the tables the sink creates, from the DDL's columns and primary key, and
+    the settings of its ``table.*`` options (``values``, parsed).
+
+    Raises:
+        ConfigurationError: A column type BigQuery has no column for, or ``table.*`` options
+            BigQuery would refuse (naming the options and their values).
+    """
+    values = values or {}
     fields = [_field(c.name, c.type, c.name) for c in columns]
-    return TableSchema.of(fields, primary_key=list(primary_key) or None)
+    try:
+        return TableSchema.of(
+            fields, primary_key=list(primary_key) or None, **table_settings(values)
+        )
+    except TableSchemaError as exc:
+        target = f"TableSchema.{exc.setting}"
+        keys = [o.key for o in CONNECTORS[IDENTIFIER].options if o.maps_to == target]
+        shown = ", ".join(
+            f"'{k}' = '{_text(values[k])}'" for k in keys if values.get(k) is not None
+        )
+        if not shown:
+            raise
+        raise ConfigurationError(
+            f"Invalid table options of connector '{IDENTIFIER}': {shown}: {exc}"
+        ) from exc
 
 
 def _has_map(type_: dict[str, Any]) -> bool:
@@ -203,7 +323,10 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     configure(builder, IDENTIFIER, values, table)
     template = destination_template(values, "table", table, names.bigquery_table_id)
     builder.set_destination_resolver(TableTemplate(values["project"], values["dataset"], template))
-    schema = table_schema(table.columns, table.primary_key)
+    try:
+        schema = table_schema(table.columns, table.primary_key, values)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
     to_row: Any = ChangeRows(table.columns) if table.primary_key else MapEntries(table.columns)
     plain = not table.primary_key and not to_row.columns
     builder.set_serializer(BigQuerySerializer.of(None if plain else to_row, schema))

@@ -264,6 +264,30 @@ def _writer_options(
     )
 
 
+def _created_table_options() -> tuple[TableOption, ...]:
+    """The settings of the tables a BigQuery sink creates: each maps to an argument of the
+    ``TableSchema`` the adapter derives from the DDL, which checks it against BigQuery's rules
+    when the writer opens (a column's type, the number of clustering columns, label syntax)."""
+    to = "TableSchema."
+    # One option a line: a table reads better here than twelve exploded calls.
+    # fmt: off
+    return (
+        TableOption("table.partitioning.type", "enum", "Partition created tables by time: by day, hour, month or year of table.partitioning.field, or of the ingestion time without one.", choices=("day", "hour", "month", "year"), maps_to=to + "time_partitioning"),
+        TableOption("table.partitioning.field", "column", "The TIMESTAMP or DATE column of the time partitioning (a DATE column takes no hour).", maps_to=to + "time_partitioning"),
+        TableOption("table.partitioning.expiration", "duration", "How long BigQuery keeps each time partition of a created table (default: for ever).", minimum=1, maps_to=to + "time_partitioning"),
+        TableOption("table.partitioning.require-filter", "bool", "Whether queries of a created table must filter on its partitions (time or range partitioning).", maps_to=to + "require_partition_filter"),
+        TableOption("table.range-partitioning.field", "column", "Partition created tables by ranges of this integer column; needs the three options below.", maps_to=to + "range_partitioning"),
+        TableOption("table.range-partitioning.start", "int", "The start of the first range partition (inclusive).", maps_to=to + "range_partitioning"),
+        TableOption("table.range-partitioning.end", "int", "The end of the last range partition (exclusive).", maps_to=to + "range_partitioning"),
+        TableOption("table.range-partitioning.interval", "int", "The width of each range partition.", minimum=1, maps_to=to + "range_partitioning"),
+        TableOption("table.clustering-fields", "columns", "Up to four columns created tables are clustered on, in the order their rows are sorted by.", maps_to=to + "clustering_fields"),
+        TableOption("table.labels", "string", "Labels of created tables, key:value,key:value (lowercase letters, digits, _ and -; a value may be empty).", maps_to=to + "labels"),
+        TableOption("table.description", "string", "The description of created tables.", maps_to=to + "description"),
+        TableOption("table.kms-key-name", "string", "The Cloud KMS key that encrypts created tables, projects/<project>/locations/<location>/keyRings/<ring>/cryptoKeys/<key>.", maps_to=to + "kms_key_name"),
+    )
+    # fmt: on
+
+
 PUBSUB = Connector(
     identifier="gcp-pubsub",
     factory_class="dev.pyflinkgcp.bridge.table.PubSubTableSinkFactory",
@@ -408,6 +432,7 @@ BIGQUERY = Connector(
             maps_to="set_rest_endpoint",
         ),
         *_writer_options(creates=True, create_default="create-if-needed"),
+        *_created_table_options(),
     ),
     upserts=True,
     committing=("write-method", (("buffered-stream", 0), ("file-loads", 1))),

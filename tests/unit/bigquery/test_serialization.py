@@ -1,12 +1,14 @@
 """Serializers and table schemas: the package's TableSchema or the client library's SchemaField
-list, converted once; row functions of one or two arguments."""
+list, converted once; row functions of one or two arguments; dead-letter payloads."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from google.cloud.bigquery import SchemaField
+from google.cloud.bigquery import (
+    SchemaField,
+)
 
 from pyflink_gcp.bigquery import BigQuerySerializer, TableDestination, TableSchema
 from pyflink_gcp.bigquery.serialization import (
