@@ -28,6 +28,9 @@ tables.patch and tables.update add the columns a new schema adds to the table's 
 ``If-Match`` etag answers 412 (:func:`_schema_updating`); ``GET /bigquery/v2/_pyflink-gcp/
 schema-updates`` counts the updates that changed each table's columns.
 
+A table's ``rangePartitioning``, ``requirePartitionFilter`` and ``encryptionConfiguration`` are
+kept and returned (:func:`_patch_table_extras`); the emulator dropped them.
+
 jobs.get of a job whose destination dataset is in a single region answers 404 unless the
 request names that location, as BigQuery's reference says it must (multi-regions US and EU
 are found without); the emulator ignored the location.
@@ -307,6 +310,36 @@ def _schema_updating(raw: _UpdateTable) -> _UpdateTable:
     return update_table
 
 
+#: Table properties bqemulator's table model has no place for (it dropped them), kept by the
+#: launcher per table from the create or patch that set them and returned by tables.get.
+_EXTRA_PROPERTIES = ("rangePartitioning", "requirePartitionFilter", "encryptionConfiguration")
+_TABLE_EXTRAS: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def _patch_table_extras() -> None:
+    """Keep a table's range partitioning, partition filter and KMS key, as BigQuery does."""
+    from bqemulator.api.routes import tables
+
+    raw_meta = tables._rest_to_table_meta
+    raw_rest = tables._table_to_rest
+
+    def meta(project_id: str, dataset_id: str, body: Any, clock: Any, existing: Any = None) -> Any:
+        result = raw_meta(project_id, dataset_id, body, clock, existing)
+        key = (project_id, dataset_id, result.table_id)
+        kept = {} if existing is None else dict(_TABLE_EXTRAS.get(key, {}))
+        kept.update({k: body[k] for k in _EXTRA_PROPERTIES if isinstance(body, dict) and k in body})
+        _TABLE_EXTRAS[key] = kept
+        return result
+
+    def rest(table: Any) -> dict[str, Any]:
+        body = raw_rest(table)
+        body.update(_TABLE_EXTRAS.get((table.project_id, table.dataset_id, table.table_id), {}))
+        return dict(body)
+
+    tables._rest_to_table_meta = meta
+    tables._table_to_rest = rest
+
+
 def _patch() -> None:
     from bqemulator.api.routes import jobs
     from bqemulator.grpc_api import write_servicer
@@ -381,6 +414,7 @@ def _patch() -> None:
     for method in ("PATCH", "PUT"):
         _swap_route(tables.router, table_path, method, _schema_updating)
 
+    _patch_table_extras()
     _patch_avro_time()
     _patch_grpc_threads()
 

@@ -3,7 +3,9 @@ catalog creates each table with the partitioning, clustering, labels, descriptio
 its serializer's ``schema(destination)`` gives it, and the tables read back with them.
 
 What the sink sends is checked in full (each create request, as the REST client serialized
-it); what the emulator keeps is checked as it keeps it, see :data:`EMULATOR_DROPS`.
+it); every setting reads back as BigQuery keeps it (the emulator launcher keeps what bqemulator
+alone dropped: range partitioning, the partition filter and the KMS key), but the primary key,
+see :data:`EMULATOR_DROPS`.
 """
 
 from __future__ import annotations
@@ -74,17 +76,10 @@ SPECS = {
     "plain": TableSchema.of(ACCOUNTS),
 }
 
-#: The settings the emulator (bqemulator, ``api/routes/tables.py``) does not keep: its
-#: ``_rest_to_table_meta`` reads no ``rangePartitioning``, no top-level
-#: ``requirePartitionFilter`` (only the deprecated one inside ``timePartitioning``), no
-#: ``encryptionConfiguration`` and no ``tableConstraints``, and its ``TableMeta`` has no field
-#: for them, so ``_table_to_rest`` answers none of them.
-EMULATOR_DROPS = (
-    "rangePartitioning",
-    "requirePartitionFilter",
-    "encryptionConfiguration",
-    "tableConstraints",
-)
+#: What the emulator does not keep: bqemulator's ``TableMeta`` has no field for
+#: ``tableConstraints``, and the launcher leaves it out on purpose (the sink falls back on the
+#: serializer's primary key).
+EMULATOR_DROPS = ("tableConstraints",)
 
 
 class PerDestination(BigQuerySerializer):
@@ -182,18 +177,18 @@ def test_each_destination_is_created_with_its_own_spec(project: str, catalog: Ta
         assert table.labels == {"region": region, "team": "analytics"}
         assert table.description == f"Events of region {region}"
         assert table.range_partitioning is None
-        # Dropped by the emulator (EMULATOR_DROPS): BigQuery keeps them.
-        assert table.require_partition_filter is None
-        assert table.encryption_configuration is None
-        assert table.table_constraints is None
+        assert table.require_partition_filter is True
+        assert table.encryption_configuration.kms_key_name == KMS
+        assert table.table_constraints is None  # EMULATOR_DROPS
     accounts_table = got["accounts"]
     assert accounts_table.clustering_fields == ["account_id"]
     assert accounts_table.labels == {"kind": "accounts"}
     assert accounts_table.description == "Accounts by id range"
     assert accounts_table.time_partitioning is None
-    # Dropped by the emulator: the range partitioning and the (false) partition filter flag.
-    assert accounts_table.range_partitioning is None
-    assert accounts_table.require_partition_filter is None
+    ranged = accounts_table.range_partitioning
+    assert ranged is not None and ranged.field == "account_id"
+    assert (ranged.range_.start, ranged.range_.end, ranged.range_.interval) == (0, 1000, 10)
+    assert accounts_table.require_partition_filter is False
     plain = got["plain"]
     assert (plain.time_partitioning, plain.range_partitioning, plain.clustering_fields) == (
         None,
