@@ -38,6 +38,7 @@ one key's changes commit in the order the planner produced them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -48,10 +49,14 @@ from pyflink_gcp.bigquery import (
     BigQueryFileLoadsOptions,
     BigQuerySerializer,
     BigQuerySink,
+    BigQueryWriterOptions,
     FileFormat,
+    MissingValues,
     OrderingMode,
+    SchemaUpdate,
     TableDestination,
     TableSchema,
+    UnknownFields,
     WriteMethod,
 )
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, TableSchemaError
@@ -60,7 +65,7 @@ from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.routing import names
 from pyflink_gcp.routing.templates import Template, TemplateValueError
-from pyflink_gcp.table.adapter import configure, destination_template
+from pyflink_gcp.table.adapter import configure, destination_template, writer_options
 from pyflink_gcp.table.options import CONNECTORS
 from pyflink_gcp.table.pubsub import row_json
 from pyflink_gcp.table.rows import LTZ, NTZ, Column, DeletedRow, TableInfo
@@ -321,6 +326,14 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     """The BigQuery sink of a ``gcp-bigquery`` table."""
     builder = BigQuerySink.builder()
     configure(builder, IDENTIFIER, values, table)
+    builder.set_writer_options(
+        dataclasses.replace(
+            writer_options(IDENTIFIER, values, BigQueryWriterOptions),
+            schema_update=SchemaUpdate[values["sink.schema-update"].upper().replace("-", "_")],
+            unknown_fields=UnknownFields[values["sink.unknown-fields"].upper().replace("-", "_")],
+            missing_values=MissingValues[values["sink.missing-values"].upper().replace("-", "_")],
+        )
+    )
     template = destination_template(values, "table", table, names.bigquery_table_id)
     builder.set_destination_resolver(TableTemplate(values["project"], values["dataset"], template))
     try:

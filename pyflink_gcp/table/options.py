@@ -412,6 +412,34 @@ BIGQUERY = Connector(
             minimum=0,
         ),
         TableOption(
+            "sink.schema-update",
+            "enum",
+            "none; add-columns: add the nullable and ARRAY columns the DDL has and an existing "
+            "table lacks before writing; add-and-relax-columns: also make REQUIRED columns the "
+            "DDL has as nullable NULLABLE.",
+            default="none",
+            choices=("none", "add-columns", "add-and-relax-columns"),
+            maps_to="schema_update",
+        ),
+        TableOption(
+            "sink.unknown-fields",
+            "enum",
+            "A row field that is no column of the table: fail the job, ignore it, or hand the "
+            "row to the failure handler (failure-handler).",
+            default="fail",
+            choices=("fail", "ignore", "failure-handler"),
+            maps_to="unknown_fields",
+        ),
+        TableOption(
+            "sink.missing-values",
+            "enum",
+            "A column a row has no value for (NULL): null, or the column's default-value "
+            "(Storage Write API methods).",
+            default="null",
+            choices=("null", "default-value"),
+            maps_to="missing_values",
+        ),
+        TableOption(
             "ordering-mode",
             "enum",
             "none, or per-table: one request in flight per table (default: per-table for a "

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from pyflink_gcp.bigquery import TableDestination, TableSchema
+from pyflink_gcp.bigquery import (
+    MissingValues,
+    SchemaUpdate,
+    TableDestination,
+    TableSchema,
+    UnknownFields,
+)
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import UnroutableRecord
@@ -328,3 +334,31 @@ def test_table_options_of_a_bad_kind_fail_when_parsed_as_in_java(key, value, exp
 
     with pytest.raises(OptionError, match=f"Invalid value for option '{key}'.*expected {expected}"):
         parse("gcp-bigquery", {**REQUIRED, key: value}, SPEC.names)
+
+
+def test_schema_update_unknown_fields_and_missing_values_reach_the_writer_options():
+    default = _sink_options({})
+    assert (default.schema_update, default.unknown_fields, default.missing_values) == (
+        SchemaUpdate.NONE,
+        UnknownFields.FAIL,
+        MissingValues.NULL,
+    )
+    options = _sink_options(
+        {
+            "sink.schema-update": "add-and-relax-columns",
+            "sink.unknown-fields": "failure-handler",
+            "sink.missing-values": "default-value",
+            "sink.buffer-flush.max-rows": "10",
+        }
+    )
+    assert (options.schema_update, options.unknown_fields, options.missing_values) == (
+        SchemaUpdate.ADD_AND_RELAX_COLUMNS,
+        UnknownFields.FAILURE_HANDLER,
+        MissingValues.DEFAULT_VALUE,
+    )
+    assert options.max_buffered_records == 10  # the other writer options stay
+
+
+def _sink_options(options):
+    values = parse("gcp-bigquery", {**REQUIRED, **options}, SPEC.names)
+    return build_sink(values, SPEC)._sink_config().factory.options
