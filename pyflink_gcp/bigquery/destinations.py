@@ -9,12 +9,19 @@ from pyflink_gcp.core.types import Destination, with_project
 # Dataset ids: letters, digits and underscores, up to 1,024 characters.
 _DATASET_ID = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
 # Table ids: letters (any script), digits, underscores and dashes, up to 1,024 characters.
-# Partition decorators (``t$20240101``) are not accepted: the default stream writes to a table.
 _TABLE_ID = re.compile(r"^[\w\-]{1,1024}$")
+# Partition ids of a decorator (``t$20240101``): yyyy, yyyymm, yyyymmdd or yyyymmddhh of a
+# time-unit partitioning, the start of an integer range (possibly negative), or one of the
+# special partitions (https://cloud.google.com/bigquery/docs/managing-partitioned-table-data).
+_PARTITION_ID = re.compile(r"^(-?[0-9]{1,19}|__UNPARTITIONED__|__NULL__)$")
 
 
 class TableDestination(Destination):
     """A BigQuery table: ``projects/{project}/datasets/{dataset}/tables/{table}``.
+
+    ``table`` may name one partition with a decorator (``orders$20261202``): a partitioned
+    table's partition, which ``WriteMethod.FILE_LOADS`` loads into (the Storage Write API
+    methods refuse it, see docs/bigquery.md). The table itself is :attr:`base`.
 
     Validated when built, so that a resolver producing an impossible name fails on the record
     that produced it, with the name in the message, instead of as an opaque error at flush time.
@@ -29,10 +36,17 @@ class TableDestination(Destination):
             raise ValueError(
                 f"invalid BigQuery dataset id {dataset!r}: 1-1024 letters, digits or underscores"
             )
-        if not _TABLE_ID.match(table or ""):
+        base, dollar, partition = (table or "").partition("$")
+        if not _TABLE_ID.match(base):
             raise ValueError(
                 f"invalid BigQuery table id {table!r}: 1-1024 letters, digits, underscores or "
-                "dashes (no partition decorator)"
+                "dashes, optionally with a partition decorator ($20240101)"
+            )
+        if dollar and not _PARTITION_ID.match(partition):
+            raise ValueError(
+                f"invalid partition decorator in BigQuery table id {table!r}: after '$' comes "
+                "a partition id (yyyy, yyyymm, yyyymmdd, yyyymmddhh, an integer range start, "
+                "__UNPARTITIONED__ or __NULL__)"
             )
         self._init_name(f"projects/{project}/datasets/{dataset}/tables/{table}")
 
@@ -71,6 +85,20 @@ class TableDestination(Destination):
     @property
     def table(self) -> str:
         return self._name.split("/")[5]
+
+    @property
+    def partition(self) -> str | None:
+        """The partition id of a decorated table (``t$20240101`` → ``"20240101"``), else None."""
+        _, dollar, partition = self.table.partition("$")
+        return partition if dollar else None
+
+    @property
+    def base(self) -> TableDestination:
+        """The table itself, without its partition decorator (``self`` if it has none): where
+        the sink looks the table up, creates it and updates its schema."""
+        if self.partition is None:
+            return self
+        return TableDestination(self.project, self.dataset, self.table.partition("$")[0])
 
     @property
     def table_id(self) -> str:

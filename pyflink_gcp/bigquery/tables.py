@@ -221,7 +221,11 @@ class TableCatalog:
             rest.close()
 
     def layout(self, destination: TableDestination) -> TableLayout:
-        """Fetch (or create) the table and build its encoders. Runs on a metadata thread."""
+        """Fetch (or create) the table and build its encoders. Runs on a metadata thread.
+
+        A partition's writer (``t$20240101``) looks up, creates and updates its table ``t``.
+        """
+        destination = destination.base
         table = self._get_or_create(destination)
         if self.options.schema_update is not SchemaUpdate.NONE:
             table = self._evolve(destination, table)

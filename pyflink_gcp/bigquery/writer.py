@@ -375,6 +375,14 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         """A writer for the table; its metadata is looked up on a metadata thread meanwhile."""
         if self.stub is None or self.metadata_executor is None or self.catalog is None:
             raise WriteError(f"sink '{self.sink_name}': the writer factory is not open")
+        if destination.partition is not None:
+            raise ConfigurationError(
+                f"sink '{self.sink_name}': the resolver named the partition "
+                f"{destination.table_id} (resolver {self.resolver_name}); the Storage "
+                "Write API appends to tables, and a partitioned table puts each row in its "
+                "partition itself: route to the table, or use WriteMethod.FILE_LOADS, which "
+                "loads into a partition"
+            )
         layout = self.metadata_executor.submit(self.catalog.layout, destination)
         return TableWriter(destination, self, layout)
 

@@ -35,6 +35,8 @@ jobs.get of a job whose destination dataset is in a single region answers 404 un
 request names that location, as BigQuery's reference says it must (multi-regions US and EU
 are found without); the emulator ignored the location.
 
+A load job into a partition (``t$20251202``) loads into the table (:func:`_load_into_partition`).
+
 And jobs.insert with the id of an existing job answers 409 ``duplicate`` and runs nothing, as
 BigQuery does; the first job stays. The emulator ran the job again and replaced its record,
 so a retried load job with a fixed id (the way to load exactly once) loaded its rows twice.
@@ -213,6 +215,17 @@ def _job_location(ctx: Any, meta: Any) -> str | None:
 _InsertJob = Callable[[str, Any, Any, Any], Awaitable[dict[str, Any]]]
 
 
+def _load_into_partition(body: Any) -> None:
+    """A load job into a partition (``t$20251202``) loads into its table, as BigQuery does for
+    the rows of that partition; bqemulator refused the decorator ("Invalid table id for SQL").
+    The rows are not checked against the partition, which BigQuery does for a column-partitioned
+    table. The request's cached body is changed in place, so the emulator reads the table."""
+    load = ((body or {}).get("configuration") or {}).get("load") if isinstance(body, dict) else None
+    table = load.get("destinationTable") if isinstance(load, dict) else None
+    if isinstance(table, dict) and "$" in str(table.get("tableId", "")):
+        table["tableId"] = str(table["tableId"]).split("$", 1)[0]
+
+
 def _unique_job_ids(raw: _InsertJob) -> _InsertJob:
     """Wraps the jobs.insert endpoint so that an existing job id answers 409 and runs nothing.
 
@@ -227,6 +240,7 @@ def _unique_job_ids(raw: _InsertJob) -> _InsertJob:
     @functools.wraps(raw)  # FastAPI reads the parameters and their types through __wrapped__.
     async def insert_job(project_id: str, request: Any, ctx: Any, caller: Any) -> dict[str, Any]:
         body = await request.json()  # Starlette caches it for the emulator's own read.
+        _load_into_partition(body)
         reference = body.get("jobReference") if isinstance(body, dict) else None
         if not isinstance(reference, dict) or not reference.get("jobId"):
             return await raw(project_id, request, ctx, caller)

@@ -30,7 +30,9 @@ def test_destinations_are_values_named_by_their_resource() -> None:
     ("args", "message"),
     [
         (("p", "my-dataset", "t"), "invalid BigQuery dataset id"),
-        (("p", "d", "t$20240101"), "invalid BigQuery table id"),
+        (("p", "d", "t$2024-01-01"), "invalid partition decorator"),
+        (("p", "d", "t$"), "invalid partition decorator"),
+        (("p", "d", "$20240101"), "invalid BigQuery table id"),
         (("p", "d", ""), "invalid BigQuery table id"),
         (("", "d", "t"), "invalid BigQuery project id"),
     ],
@@ -60,3 +62,15 @@ def test_a_table_without_project_is_in_google_cloud_project(
         TableDestination.from_table_id("ds.t")
     with pytest.raises(TypeError, match=r"TableDestination.of\(dataset, table\)"):
         TableDestination.of("t")
+
+
+@pytest.mark.parametrize(
+    "partition", ["2024", "202401", "20240101", "2024010113", "-40", "__UNPARTITIONED__"]
+)
+def test_a_partition_decorator_names_a_partition_of_its_base_table(partition: str) -> None:
+    t = TableDestination.of("p", "d", f"orders${partition}")
+    assert t.partition == partition
+    assert t.table_id == f"p.d.orders${partition}"
+    assert t.base == TableDestination.of("p", "d", "orders")
+    base = t.base
+    assert base.partition is None and base.base is base
