@@ -14,7 +14,13 @@ from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 from google.rpc import status_pb2
 
-from pyflink_gcp.bigquery import BigQueryWriterOptions, OrderingMode, RowFormat, TableDestination
+from pyflink_gcp.bigquery import (
+    BigQueryWriterOptions,
+    MissingValues,
+    OrderingMode,
+    RowFormat,
+    TableDestination,
+)
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
@@ -509,3 +515,24 @@ def test_the_layout_lookup_error_fails_the_sender_and_close_cancels_a_queued_loo
     s = sender(FakeService(), queued)
     s.close()
     assert queued.cancelled()
+
+
+@pytest.mark.parametrize("missing", [MissingValues.NULL, MissingValues.DEFAULT_VALUE])
+def test_missing_values_set_the_requests_interpretation(missing: MissingValues) -> None:
+    seen: list[int] = []
+
+    class Recording(FakeService):
+        def answer(self, request: Any) -> Any:
+            seen.append(request.default_missing_value_interpretation)
+            return super().answer(request)
+
+    s = sender(Recording(), TableLayout.of(ENCODER_SCHEMA), missing_values=missing)
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    assert s.settle() == []
+    interpretation = types.AppendRowsRequest.MissingValueInterpretation
+    expected = (
+        interpretation.DEFAULT_VALUE
+        if missing is MissingValues.DEFAULT_VALUE
+        else interpretation.MISSING_VALUE_INTERPRETATION_UNSPECIFIED
+    )
+    assert seen == [expected]
