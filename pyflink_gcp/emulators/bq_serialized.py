@@ -416,7 +416,12 @@ def _patch() -> None:
         path.removeprefix(router.prefix), _unique_job_ids(found[0].endpoint), methods=["POST"]
     )
     router.routes.insert(index, router.routes.pop())  # first match wins: keep its place
-    _replace_route(router, "/projects/{project_id}/jobs/{job_id}", "GET", jobs)
+    _swap_route(
+        router,
+        "/projects/{project_id}/jobs/{job_id}",
+        "GET",
+        lambda endpoint: _located_jobs_get(endpoint, jobs._Ctx),
+    )
     router.add_api_route(
         "/_pyflink-gcp/finalized-flush/{answer}", _set_finalized_flush, methods=["POST"]
     )
@@ -448,24 +453,6 @@ def _swap_route(router: Any, path: str, method: str, wrap: Callable[[Any], Any])
     index = router.routes.index(found[0])
     del router.routes[index]
     router.add_api_route(path, wrap(found[0].endpoint), methods=[method])
-    router.routes.insert(index, router.routes.pop())
-
-
-def _replace_route(router: Any, path: str, method: str, jobs: Any) -> None:
-    """Put the located jobs.get in place of the emulator's, at the same position."""
-    from fastapi.routing import APIRoute
-
-    full = f"{router.prefix}{path}"
-    found = [
-        r
-        for r in router.routes
-        if isinstance(r, APIRoute) and r.path == full and method in r.methods
-    ]
-    if len(found) != 1:
-        raise RuntimeError(f"bqemulator has {len(found)} {method} {full} routes, expected 1")
-    index = router.routes.index(found[0])
-    del router.routes[index]
-    router.add_api_route(path, _located_jobs_get(found[0].endpoint, jobs._Ctx), methods=[method])
     router.routes.insert(index, router.routes.pop())
 
 

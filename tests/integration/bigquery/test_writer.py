@@ -19,6 +19,7 @@ from pyflink_gcp.bigquery import (
     RowFormat,
     TableDestination,
     TableSchema,
+    UnknownFields,
 )
 from pyflink_gcp.core import (
     CreationLimitExceededError,
@@ -130,7 +131,13 @@ def test_rows_land_in_their_tables_with_natural_python_values(project: str) -> N
 def test_a_bad_value_is_isolated_and_good_rows_land(project: str) -> None:
     dataset = make_dataset(project)
     dlq = MemoryDeadLetterQueue()
-    sink = _sink(project, dataset, handler=FailureHandler.send_to_dead_letter_queue(dlq))
+    sink = _sink(
+        project,
+        dataset,
+        handler=FailureHandler.send_to_dead_letter_queue(dlq),
+        # An unknown key is a failed record, not the end of the job (the default).
+        options=BigQueryWriterOptions(unknown_fields=UnknownFields.FAILURE_HANDLER),
+    )
     writer = open_writer(sink)
     for i in range(64):
         # NUMERIC holds 29 integer digits: the service rejects the request holding row 37.
