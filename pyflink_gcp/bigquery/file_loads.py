@@ -54,8 +54,8 @@ from pyflink_gcp.bigquery.options import (
     BigQueryFileLoadsOptions,
     BigQueryWriterOptions,
 )
-from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError
-from pyflink_gcp.bigquery.schema_update import UNKNOWN_FIELDS_HINT, UnknownFields
+from pyflink_gcp.bigquery.rows import RowError
+from pyflink_gcp.bigquery.schema_update import UnknownFields, fatal_reason
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, row_payload
 from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
@@ -159,11 +159,7 @@ class TableFileWriter(DestinationWriter[TableDestination]):
                 part.writer.write(element)
             except RowError as exc:
                 failed = self._failed(element, record, str(exc))
-                if (
-                    isinstance(exc, UnknownColumnError)
-                    and self._factory.options.unknown_fields is UnknownFields.FAIL
-                ):
-                    failed.fatal = UNKNOWN_FIELDS_HINT
+                failed.fatal = fatal_reason(exc, self._factory.options.unknown_fields)
                 self._rejected.append(failed)
                 continue
             part.last_write = time.monotonic()

@@ -32,17 +32,11 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud.bigquery import SchemaField
 
+from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError, bq_type
 from pyflink_gcp.core.errors import ConfigurationError
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
-#: Type names BigQuery accepts under two spellings (legacy SQL and GoogleSQL).
-_TYPE_ALIASES = {
-    "INTEGER": "INT64",
-    "FLOAT": "FLOAT64",
-    "BOOLEAN": "BOOL",
-    "STRUCT": "RECORD",
-}
 #: Concurrent updates of one table a subtask re-reads and re-plans before it gives up.
 MAX_UPDATE_ATTEMPTS = 10
 
@@ -109,13 +103,17 @@ UNKNOWN_FIELDS_HINT = (
 )
 
 
+def fatal_reason(error: RowError, policy: UnknownFields) -> str:
+    """Why a row that cannot be encoded ends the job whatever the failure handler (for
+    :attr:`FailedRecord.fatal <pyflink_gcp.core.failure.FailedRecord.fatal>`): a key that is no
+    column under ``UnknownFields.FAIL``; '' for a record failure like any other."""
+    if isinstance(error, UnknownColumnError) and policy is UnknownFields.FAIL:
+        return UNKNOWN_FIELDS_HINT
+    return ""
+
+
 class SchemaUpdateError(ConfigurationError):
     """A schema change BigQuery cannot make (a type change, a new REQUIRED column)."""
-
-
-def _type(field: SchemaField) -> str:
-    name = str(field.field_type).upper()
-    return _TYPE_ALIASES.get(name, name)
 
 
 def _mode(field: SchemaField) -> str:
@@ -172,7 +170,7 @@ def _merge(
             out.append(column)
             continue
         path = prefix + column.name
-        have_type, want_type = _type(column), _type(want)
+        have_type, want_type = bq_type(column), bq_type(want)
         if have_type != want_type:
             raise SchemaUpdateError(
                 f"{where}: column {path} is {have_type} in the table and {want_type} in the "
@@ -205,7 +203,7 @@ def _merge(
                 "adds only NULLABLE or REPEATED columns to an existing table (make it NULLABLE)"
             )
         out.append(new)
-        changes.append(f"added {path} {_type(new)} {_mode(new)}")
+        changes.append(f"added {path} {bq_type(new)} {_mode(new)}")
     return out
 
 

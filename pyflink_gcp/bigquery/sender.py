@@ -59,8 +59,8 @@ from pyflink_gcp.bigquery.client import (
     ProtoSchema,
 )
 from pyflink_gcp.bigquery.destinations import TableDestination
-from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError
-from pyflink_gcp.bigquery.schema_update import UNKNOWN_FIELDS_HINT, MissingValues, UnknownFields
+from pyflink_gcp.bigquery.rows import RowError
+from pyflink_gcp.bigquery.schema_update import MissingValues, UnknownFields, fatal_reason
 from pyflink_gcp.bigquery.serialization import row_payload
 from pyflink_gcp.bigquery.storage_errors import blames_stream, code_name, storage_error
 from pyflink_gcp.bigquery.tables import TableLayout
@@ -222,8 +222,7 @@ class TableSender:
         """The failed record of a row that cannot be encoded: one that ends the job, whatever
         the failure handler, for a key that is no column under ``UnknownFields.FAIL``."""
         failed = self.failure(element, record, str(error))
-        if isinstance(error, UnknownColumnError) and self._unknown_fields is UnknownFields.FAIL:
-            failed.fatal = UNKNOWN_FIELDS_HINT
+        failed.fatal = fatal_reason(error, self._unknown_fields)
         return failed
 
     def oversized(self, element: Any, record: Any, size: int) -> FailedRecord:

@@ -227,8 +227,11 @@ class TableCatalog:
         """
         destination = destination.base
         table = self._get_or_create(destination)
-        if self.options.schema_update is not SchemaUpdate.NONE:
-            table = self._evolve(destination, table)
+        # The serializer's schema, asked for once (its schema() runs once per table writer).
+        evolving = self.options.schema_update is not SchemaUpdate.NONE
+        schema = self.serializer_schema(destination) if evolving else None
+        if schema is not None:
+            table = self._evolve(destination, table, schema)
         primary_key: tuple[str, ...] = ()
         constraints = table.table_constraints
         if constraints is not None and constraints.primary_key is not None:
@@ -236,7 +239,8 @@ class TableCatalog:
         if not primary_key:
             # The table's metadata may not carry the key (an emulator drops it): fall back on
             # the key the serializer declares for the table.
-            schema = self.serializer_schema(destination)
+            if not evolving:
+                schema = self.serializer_schema(destination)
             if schema is not None:
                 primary_key = schema.primary_key
         try:
@@ -254,12 +258,9 @@ class TableCatalog:
         layout.location = location if isinstance(location, str) and location else None
         return layout
 
-    def _evolve(self, destination: TableDestination, table: Any) -> Any:
-        """The table after adding what the serializer's schema has and it lacks
+    def _evolve(self, destination: TableDestination, table: Any, schema: TableSchema) -> Any:
+        """The table after adding what the serializer's ``schema`` has and it lacks
         (``schema_update``); logged and counted when this subtask changed it."""
-        schema = self.serializer_schema(destination)
-        if schema is None:
-            return table
         client = self._client(destination.project)
         table_id = destination.table_id
         where = f"sink '{self.sink_name}': table {table_id}"
