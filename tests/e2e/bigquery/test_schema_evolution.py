@@ -25,7 +25,13 @@ from pyflink_gcp.bigquery import (
     WriteMethod,
 )
 from tests.e2e.bigquery.test_file_loads import gcs_bucket, loads_options
-from tests.integration.bigquery.support import bq_client, make_dataset, query, schema_updates
+from tests.integration.bigquery.support import (
+    ByRegion,
+    bq_client,
+    make_dataset,
+    query,
+    schema_updates,
+)
 from tests.support.jobs import FailAt, make_env, record_stream
 
 pytestmark = pytest.mark.e2e
@@ -59,15 +65,6 @@ def v2_record(i: int) -> dict[str, Any]:
         "amount": i / 4,
         "tags": ["v2", str(i % 5)],
     }
-
-
-class ByRegion:
-    def __init__(self, project: str, dataset: str) -> None:
-        self.project = project
-        self.dataset = dataset
-
-    def __call__(self, record: dict[str, Any], context: Any) -> TableDestination:
-        return TableDestination.of(self.project, self.dataset, f"orders_{record['region']}")
 
 
 class Orders(BigQuerySerializer):

@@ -15,7 +15,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,6 +26,8 @@ from tests.support.jobs import make_env, record_stream
 from tests.support.pubsub import make_topics, unique
 
 pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
 
 WRITTEN = 300
 EMPTY = {7, 57, 107, 157, 207, 257}  # odd: all go to topic "b"
@@ -92,24 +94,30 @@ def committer_metrics(port: int, job_id: str) -> dict[str, float]:
     return {}
 
 
-def poll_writer_metrics(
-    port: int, job_id: str, ready: Callable[[dict[str, float]], bool], wait_s: float = WAIT_S
-) -> tuple[list[str], dict[str, float]]:
-    """The writer's metrics once ``ready`` holds for them, or the last ones read at the deadline
-    (the caller's assertions then say what was missing). The REST server may not answer yet
-    while the job starts: such reads are retried."""
-    ids: list[str] = []
-    got: dict[str, float] = {}
+def poll(read: Callable[[], T], ready: Callable[[T], bool], wait_s: float = WAIT_S) -> T:
+    """``read()`` once a second until ``ready`` holds for what it read, or the last read at the
+    deadline (the caller's assertions then say what was missing). A read the REST server does
+    not answer yet (the job starting) is retried."""
+    got: T | None = None
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         time.sleep(1)
         try:
-            ids, got = writer_metrics(port, job_id)
+            got = read()
         except OSError:
             continue
         if ready(got):
             break
-    return ids, got
+    if got is None:
+        got = read()
+    return got
+
+
+def poll_writer_metrics(
+    port: int, job_id: str, ready: Callable[[dict[str, float]], bool], wait_s: float = WAIT_S
+) -> tuple[list[str], dict[str, float]]:
+    """The writer's metrics (:func:`writer_metrics`) once ``ready`` holds for them."""
+    return poll(lambda: writer_metrics(port, job_id), lambda read: ready(read[1]), wait_s)
 
 
 def per_destination(got: dict[str, float], counter: str) -> dict[str, float]:

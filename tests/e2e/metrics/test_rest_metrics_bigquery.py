@@ -23,6 +23,7 @@ from tests.e2e.metrics.test_rest_metrics import (
     committer_metrics,
     free_port,
     per_destination,
+    poll,
     poll_writer_metrics,
 )
 from tests.integration.bigquery.support import make_dataset, make_table
@@ -95,14 +96,16 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(
                 and all(v > 0 for v in per_destination(got, "bytes").values())
             ),
         )
-        committer: dict[str, float] = {}
-        deadline = time.monotonic() + 60
-        while method is not None and time.monotonic() < deadline:
-            # Its gauges reach Flink at its own bundle ends: after a commit or two.
-            committer = committer_metrics(port, job_id)
-            if committer.get("pyflink_gcp.committablesCommitted", 0) >= 2:
-                break
-            time.sleep(1)
+        # The committer's gauges reach Flink at its own bundle ends: after a commit or two.
+        committer = (
+            {}
+            if method is None
+            else poll(
+                lambda: committer_metrics(port, job_id),
+                lambda c: c.get("pyflink_gcp.committablesCommitted", 0) >= 2,
+                60,
+            )
+        )
     finally:
         client.cancel().result()
     assert got["pyflink_gcp.recordsWritten"] == WRITTEN, got

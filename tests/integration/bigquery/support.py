@@ -282,6 +282,15 @@ class DailyTables:
         return TableDestination.of(self.project, self.dataset, f"events_{record['day']}")
 
 
+class ByRegion(DailyTables):
+    """The resolver of the schema evolution tests: ``orders_<record["region"]>``."""
+
+    def __call__(self, record: dict[str, Any], ctx: Any) -> Any:
+        from pyflink_gcp.bigquery import TableDestination
+
+        return TableDestination.of(self.project, self.dataset, f"orders_{record['region']}")
+
+
 def ids_by_table(project: str, dataset: str) -> dict[str, Counter[int]]:
     """How often each ``id`` is in each table of the dataset."""
     return {

@@ -19,12 +19,11 @@ from pyflink_gcp.bigquery import (
     CreateDisposition,
     SchemaUpdate,
     SchemaUpdateError,
-    TableDestination,
     TableSchema,
     UnknownFields,
 )
 from pyflink_gcp.core import RecordSchemaError
-from tests.integration.bigquery.support import bq_client, make_dataset, open_writer, query
+from tests.integration.bigquery.support import ByRegion, bq_client, make_dataset, open_writer, query
 from tests.support.dead_letters import MemoryDeadLetterQueue
 
 pytestmark = pytest.mark.integration
@@ -40,15 +39,6 @@ V2 = TableSchema.of(
         SchemaField("tags", "STRING", mode="REPEATED"),
     ]
 )
-
-
-class ByRegion:
-    def __init__(self, project: str, dataset: str) -> None:
-        self.project = project
-        self.dataset = dataset
-
-    def __call__(self, record: dict[str, Any], context: Any) -> TableDestination:
-        return TableDestination.of(self.project, self.dataset, f"orders_{record['region']}")
 
 
 def sink(
