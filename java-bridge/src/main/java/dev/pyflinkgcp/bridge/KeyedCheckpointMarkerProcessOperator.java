@@ -110,6 +110,15 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
         }
     }
 
+    /**
+     * Lets a flush a cancel interrupted end before the runner closes ({@link RunningFlush}): a
+     * flush abandoned there can end the TaskManager.
+     */
+    @Override
+    public void close() throws Exception {
+        RunningFlush.close(this, getOperatorName(), super::close);
+    }
+
     /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */
     @Override
     protected void invokeFinishBundle() throws Exception {
