@@ -86,12 +86,22 @@ class ClusterSettings:
         slots: Task slots per TaskManager.
         jobmanager_memory: ``jobmanager.memory.process.size``.
         taskmanager_memory: ``taskmanager.memory.process.size``.
-        heartbeat_interval: ``heartbeat.interval``; lowered (the default is 10 s) so a killed
-            TaskManager is noticed within seconds.
-        heartbeat_timeout: ``heartbeat.timeout`` (the default is 50 s).
-        restart_attempts: Fixed-delay restart attempts. The first restart after a TaskManager
-            died often lands on its slots before the JobManager noticed, and costs another.
-        restart_delay: The delay between two restart attempts.
+        heartbeat_interval: ``heartbeat.interval`` (the default is 10 s). A killed
+            TaskManager's process refuses the next heartbeat at once, and after
+            ``heartbeat_rpc_failure_threshold`` refused ones in a row the JobManager declares it
+            lost: within about two intervals, instead of the timeout.
+        heartbeat_timeout: ``heartbeat.timeout`` (the default is 50 s): how long a TaskManager
+            that is alive but silent (a long GC pause, a frozen host) may stay so.
+        heartbeat_rpc_failure_threshold: ``heartbeat.rpc-failure-threshold``.
+        restart_attempts: ``restart-strategy.exponential-delay.attempts-before-reset-backoff``:
+            restarts in a row, without a quiet ``restart_reset_after`` between them, before the
+            job fails for good.
+        restart_delay: The first restart's delay (``...initial-backoff``). A task exception or
+            a killed Python worker restarts after it; it doubles with every failure that comes
+            before ``restart_reset_after`` of quiet, up to ``restart_max_delay``.
+        restart_max_delay: ``...max-backoff``: a job that keeps failing is restarted at most
+            this often.
+        restart_reset_after: ``...reset-backoff-threshold``.
         python: The interpreter of the job client and of every Python worker.
         extra: More configuration entries (flat keys), applied last.
     """
@@ -100,10 +110,13 @@ class ClusterSettings:
     slots: int = 2
     jobmanager_memory: str = "1024m"
     taskmanager_memory: str = "1280m"
-    heartbeat_interval: str = "2 s"
+    heartbeat_interval: str = "1 s"
     heartbeat_timeout: str = "15 s"
+    heartbeat_rpc_failure_threshold: int = 2
     restart_attempts: int = 20
-    restart_delay: str = "2 s"
+    restart_delay: str = "500 ms"
+    restart_max_delay: str = "10 s"
+    restart_reset_after: str = "10 s"
     python: str = field(default_factory=lambda: sys.executable)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -236,11 +249,19 @@ def cluster_config(
         "parallelism.default": 1,
         "execution.checkpointing.dir": layout.checkpoints.as_uri(),
         "execution.checkpointing.savepoint-dir": layout.savepoints.as_uri(),
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.attempts": settings.restart_attempts,
-        "restart-strategy.fixed-delay.delay": settings.restart_delay,
+        "restart-strategy.type": "exponential-delay",
+        "restart-strategy.exponential-delay.initial-backoff": settings.restart_delay,
+        "restart-strategy.exponential-delay.max-backoff": settings.restart_max_delay,
+        "restart-strategy.exponential-delay.backoff-multiplier": 2.0,
+        "restart-strategy.exponential-delay.jitter-factor": 0.1,
+        "restart-strategy.exponential-delay.reset-backoff-threshold": settings.restart_reset_after,
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff": (
+            settings.restart_attempts
+        ),
+        "jobmanager.execution.failover-strategy": "region",
         "heartbeat.interval": settings.heartbeat_interval,
         "heartbeat.timeout": settings.heartbeat_timeout,
+        "heartbeat.rpc-failure-threshold": settings.heartbeat_rpc_failure_threshold,
         "io.tmp.dirs": str(layout.tmp),
         "python.executable": settings.python,
         "python.client.executable": settings.python,

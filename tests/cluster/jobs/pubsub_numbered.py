@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -25,13 +26,25 @@ from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink, TopicDesti
 
 
 class Paced(MapFunction):
-    """Turns a number into its record, sleeping ``pace_s`` per record."""
+    """Turns a number into its record, sleeping ``pace_s`` per record.
 
-    def __init__(self, pace_s: float) -> None:
+    With a ``control`` directory, the subtask that first renames its ``raise`` file away
+    raises once (a task exception injected at a moment the caller picks).
+    """
+
+    def __init__(self, pace_s: float, control: str | None = None) -> None:
         self.pace_s = pace_s
+        self.control = control
 
     def map(self, value: int) -> dict:
         time.sleep(self.pace_s)
+        if self.control is not None and os.path.exists(os.path.join(self.control, "raise")):
+            try:
+                os.rename(os.path.join(self.control, "raise"), os.path.join(self.control, "raised"))
+            except OSError:
+                pass  # another subtask took it
+            else:
+                raise RuntimeError("injected task exception")
         return {"id": int(value)}
 
 
@@ -54,6 +67,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--pace-ms", type=float, default=30.0)
     parser.add_argument("--checkpoint-ms", type=int, default=1000)
+    parser.add_argument("--control", help="a directory whose 'raise' file makes a map raise")
     args = parser.parse_args()
 
     conf = Configuration()
@@ -71,7 +85,7 @@ def main() -> int:
         env.from_source(
             NumberSequenceSource(0, args.count - 1), WatermarkStrategy.no_watermarks(), "numbers"
         )
-        .map(Paced(args.pace_ms / 1000.0))
+        .map(Paced(args.pace_ms / 1000.0, args.control))
         .sink_to(sink)
     )
     env.execute(f"numbered {args.topic}")
