@@ -26,6 +26,8 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/BundleSettings.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
     "dev/pyflinkgcp/bridge/KeepingOutput.class",
+    "dev/pyflinkgcp/bridge/RunningFlush.class",
+    "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",
