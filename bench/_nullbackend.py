@@ -194,7 +194,8 @@ class NullBackend:
     def counts(self) -> dict[str, Any]:
         """What the backend counted since the last reset: ``records`` and ``refused`` (by
         service, then destination), ``calls``, ``failed_calls`` and ``unimplemented`` (by gRPC
-        method or REST call), ``streams``, ``open_streams``, ``connections``."""
+        method or REST call), ``streams``, ``open_streams``, ``connections``, and ``quota``
+        (the quota-error rule's window and injections, :meth:`inject_quota_errors`)."""
         result: dict[str, Any] = self._request("GET", "/_counts")
         return result
 
@@ -206,10 +207,43 @@ class NullBackend:
         """Change the configuration between jobs: ``latency_ms``, ``reject_marker`` (records
         containing it are refused), ``fail`` (a list of ``{"method", "nth", "times", "code"}``:
         the nth call of the method and the times-1 after it fail with that status; replaces
-        the rules and restarts their counting), ``bigquery_schema`` (the REST fields of every
-        table), ``spanner`` (``{"tables", "columns": [{"name", "type"}], "key"}``)."""
+        the rules and restarts their counting), ``quota_errors`` (see
+        :meth:`inject_quota_errors`; None removes it), ``bigquery_schema`` (the REST fields of
+        every table), ``spanner`` (``{"tables", "columns": [{"name", "type"}], "key"}``)."""
         result: dict[str, Any] = self._request("PUT", "/_config", settings)
         return result
+
+    def inject_quota_errors(
+        self,
+        rate: float,
+        duration_s: float,
+        *,
+        retry_delay_ms: float = 0.0,
+        per_entry: bool = False,
+        methods: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Answer ``rate`` of the write calls with RESOURCE_EXHAUSTED for ``duration_s``,
+        counted from the next write call (so a job's start does not use the window up).
+
+        The share is exact and spread evenly over each method's calls (with 0.3 the 4th, 7th,
+        10th, 14th... call fails), so a sink that makes few calls still meets its errors.
+
+        The write calls are Publish, each AppendRows request (the status in its response),
+        MutateRows (whole, or with ``per_entry`` each entry at the rate), CreateTask and
+        Commit; ``methods`` (suffixes of method names) narrows them. ``retry_delay_ms`` adds a
+        ``google.rpc.RetryInfo`` asking for that delay. ``counts()["quota"]`` reports the
+        window (``pending``, ``active``, ``over``), the errors ``injected`` per method and the
+        ``calls_after_window``.
+        """
+        rule: dict[str, Any] = {
+            "rate": rate,
+            "duration_s": duration_s,
+            "retry_delay_ms": retry_delay_ms,
+            "per_entry": per_entry,
+        }
+        if methods:
+            rule["methods"] = methods
+        return self.configure(quota_errors=rule)
 
 
 @contextlib.contextmanager

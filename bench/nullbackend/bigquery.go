@@ -120,7 +120,16 @@ func appendRows(s *server, stream grpc.ServerStream) error {
 		cfg := s.settings.get()
 		a := answer{due: time.Now().Add(cfg.latency)}
 		if a.err = cfg.failure(method); a.err == nil {
-			a.resp, a.table, a.rows, last = s.appendOne(cfg, req.b, last)
+			if q := cfg.QuotaErrors; q.failsCall(method) {
+				// A quota error in the response: none of the request's rows are appended.
+				s.counts.failedCall(method)
+				if name, _ := stringField(req.b, 1); name != "" {
+					last = name
+				}
+				a.resp = appendString(appendBytes(nil, 2, q.encodedStatus(method)), 5, last)
+			} else {
+				a.resp, a.table, a.rows, last = s.appendOne(cfg, req.b, last)
+			}
 		}
 		select {
 		case answers <- a:

@@ -26,12 +26,16 @@ func registerBigtable(h map[string]handler) {
 }
 
 // mutateRows answers one status per entry: OK, or INVALID_ARGUMENT for an entry with the
-// reject marker (Bigtable names the failed entries; the others are applied).
+// reject marker (Bigtable names the failed entries; the others are applied), or, under a
+// per-entry quota rule in its window, RESOURCE_EXHAUSTED for some entries (not applied).
 func mutateRows(s *server, cfg *config, req []byte) ([]byte, error) {
 	var table string
-	var entries, refused int64
+	var entries, refused, exhausted int64
 	resp := make([]byte, 0, 256)
 	var entry []byte
+	method := bigtableService + "MutateRows"
+	q := cfg.QuotaErrors
+	quota := q.perEntry(method) && q.window(method)
 	err := eachField(req, func(f field) bool {
 		switch f.num {
 		case 1:
@@ -42,6 +46,9 @@ func mutateRows(s *server, cfg *config, req []byte) ([]byte, error) {
 				entry = appendStatus(entry, 2, uint32(codes.InvalidArgument),
 					"null backend: the entry contains the reject marker")
 				refused++
+			} else if quota && q.draw(method) {
+				entry = appendBytes(entry, 2, q.encodedStatus(method))
+				exhausted++
 			} else {
 				entry = appendStatus(entry, 2, 0, "")
 			}
@@ -57,7 +64,10 @@ func mutateRows(s *server, cfg *config, req []byte) ([]byte, error) {
 	if refused > 0 {
 		s.counts.refusedRecords("bigtable", table, refused)
 	}
-	s.counts.accepted("bigtable", table, entries-refused)
+	if exhausted > 0 {
+		s.counts.failedCall(method)
+	}
+	s.counts.accepted("bigtable", table, entries-refused-exhausted)
 	return resp, nil
 }
 

@@ -17,7 +17,9 @@ func (s *server) httpHandler() http.Handler {
 	mux.HandleFunc("/_counts", func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet:
-			writeJSON(w, http.StatusOK, s.counts.snapshot(s.conns))
+			snapshot := s.counts.snapshot(s.conns)
+			snapshot["quota"] = s.settings.get().QuotaErrors.snapshot()
+			writeJSON(w, http.StatusOK, snapshot)
 		case http.MethodDelete:
 			s.counts.reset()
 			writeJSON(w, http.StatusOK, map[string]bool{"reset": true})

@@ -15,7 +15,7 @@
 // On start it prints one JSON line, {"grpc": port, "http": port}, once both ports listen.
 // The HTTP port serves the BigQuery REST calls and the control endpoints: GET /_counts
 // (DELETE resets them), GET and PUT /_config (latency_ms, reject_marker, fail rules,
-// bigquery_schema, spanner tables), GET /_healthz.
+// quota_errors, bigquery_schema, spanner tables), GET /_healthz.
 package main
 
 import (
@@ -81,6 +81,10 @@ func unary(method string, fn func(s *server, cfg *config, req []byte) ([]byte, e
 		if err := cfg.failure(method); err != nil {
 			s.counts.failedCall(method)
 			return err
+		}
+		if q := cfg.QuotaErrors; q.failsCall(method) {
+			s.counts.failedCall(method)
+			return q.status(method).Err()
 		}
 		resp, err := fn(s, cfg, req.b)
 		if err != nil {

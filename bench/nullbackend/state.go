@@ -193,6 +193,8 @@ type config struct {
 	Fail         []*failRule     `json:"fail"`
 	BigQuery     json.RawMessage `json:"bigquery_schema"`
 	Spanner      spannerSchema   `json:"spanner"`
+	// QuotaErrors fails a share of the write calls with RESOURCE_EXHAUSTED for a while.
+	QuotaErrors *quotaRule `json:"quota_errors"`
 
 	latency time.Duration
 	marker  []byte
@@ -262,7 +264,8 @@ type settings struct {
 func (s *settings) get() *config { return s.cur.Load() }
 
 // update applies a JSON object over the current configuration: keys it does not name keep
-// their values; "fail" replaces the rules (and restarts their call counting).
+// their values; "fail" replaces the rules (and restarts their call counting), and
+// "quota_errors" its rule (null removes it; a new one starts its window afresh).
 func (s *settings) update(body []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,6 +273,13 @@ func (s *settings) update(body []byte) error {
 	next := &config{
 		LatencyMS: old.LatencyMS, RejectMarker: old.RejectMarker, Fail: old.Fail,
 		BigQuery: old.BigQuery, Spanner: old.Spanner,
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(body, &keys); err != nil {
+		return status.Errorf(codes.InvalidArgument, "config: %v", err)
+	}
+	if _, named := keys["quota_errors"]; !named {
+		next.QuotaErrors = old.QuotaErrors // decoded into a fresh rule only when named
 	}
 	if err := json.Unmarshal(body, next); err != nil {
 		return status.Errorf(codes.InvalidArgument, "config: %v", err)

@@ -37,6 +37,9 @@ Failures:
 - Transport errors and transient statuses re-send the unanswered requests on a new connection,
   with backoff, until the retry deadline; then the job fails. They are never dead-lettered. On
   a BUFFERED stream the requests that hold an offset are sent again first, in offset order.
+- Quota errors (RESOURCE_EXHAUSTED) are retried the same way, on the policy's slower quota
+  schedule, and halve the subtask's :class:`~pyflink_gcp.core.quota.QuotaWindow`, which caps
+  every table's requests in flight until appends succeed again.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.core.status import StatusError, is_record_fault, status_from_code
 
@@ -123,8 +127,11 @@ class TableSender:
         connect: Callable[[str, TableLayout], Any] | None = None,
         unknown_fields: UnknownFields = UnknownFields.FAIL,
         missing_values: MissingValues = MissingValues.NULL,
+        quota: QuotaWindow | None = None,
     ) -> None:
         self.destination = destination
+        #: The subtask's window (else the table's own): caps ``max_in_flight`` after quota errors.
+        self._quota = quota or QuotaWindow(max_in_flight)
         self._unknown_fields = unknown_fields
         #: The request's ``default_missing_value_interpretation`` (0: unspecified, NULL).
         self._missing = _DEFAULT_VALUE if missing_values is MissingValues.DEFAULT_VALUE else 0
@@ -317,9 +324,8 @@ class TableSender:
                         self._cond.notify_all()
                         return
                     to_send: list[Batch] = []
-                    while (
-                        not retiring and len(in_flight) + len(to_send) < self._depth and self._queue
-                    ):
+                    depth = min(self._depth, self._quota.limit)
+                    while not retiring and len(in_flight) + len(to_send) < depth and self._queue:
                         to_send.append(self._queue.popleft())
                     if not to_send and not in_flight:
                         self._draining = False
@@ -338,7 +344,7 @@ class TableSender:
                         ready.extend(encoded)
                     else:
                         ready.append(batch)
-                room = self._depth - len(in_flight)
+                room = max(0, depth - len(in_flight))
                 if len(ready) > room:
                     # Encoding split a request by size: the rest waits its turn in the window.
                     with self._cond:
@@ -505,6 +511,7 @@ class TableSender:
                 # ALREADY_EXISTS: re-sent after a lost connection, and appended the first time.
                 offsets.confirm(batch)
                 self.rows_appended += len(batch.elements)
+                self._quota.on_success()
                 return None
             offsets.refuse(batch, in_flight)
         detail = None if response.row_errors else storage_error(response.error)
@@ -526,6 +533,7 @@ class TableSender:
             return backoff
         if code == 0:
             self.rows_appended += len(batch.elements)
+            self._quota.on_success()
             return None
         error = StatusError.of(code, response.error.message)
         if is_record_fault(error, _ROW_FAULT_CODES):
@@ -598,7 +606,7 @@ class TableSender:
         if not (self._retry.is_transient(exc) or status in ("NOT_FOUND", "CANCELLED")):
             raise WriteError(f"{self._what} failed: {status}: {exc}") from exc
         if backoff is None:
-            backoff = self._retry.backoffs()
+            backoff = self._retry.backoffs(self._quota)
         try:
             backoff.wait_or_raise(exc, self._what)
         except WriteError as error:

@@ -51,6 +51,7 @@ from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteEr
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import describe_callable, short_repr
 from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
@@ -91,6 +92,7 @@ class TableWriter(DestinationWriter[TableDestination]):
             connect=None if factory.pool is None else factory.lease,
             unknown_fields=options.unknown_fields,
             missing_values=options.missing_values,
+            quota=factory.quota,
         )
         # The open request. Until the table's first change-data-capture row, rows stay pending
         # (encoded by the sender); after it, they are encoded on arrival.
@@ -325,6 +327,10 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.executor: Any = None
         self.metadata_executor: Any = None
         self.catalog: TableCatalog | None = None
+        #: Each table's requests in flight: max_in_flight_requests, less after quota errors.
+        self.quota = QuotaWindow(
+            self.options.max_in_flight_requests, f"sink '{self.sink_name}': AppendRows per table"
+        )
 
     @property
     def tables_created(self) -> int:

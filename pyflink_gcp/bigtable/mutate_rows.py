@@ -7,6 +7,12 @@ attempt sends just those, with the sink's backoff, until the retry deadline. Ent
 their content become :class:`~pyflink_gcp.core.failure.FailedRecord` s carrying the row key, for
 the failure handler: unlike a Publish or an AppendRows, MutateRows names the rejected entries
 itself, so nothing is found by halving the request.
+
+Quota errors (RESOURCE_EXHAUSTED, of the call or of entries) are retried on the retry policy's
+slower quota schedule and halve the subtask's :class:`~pyflink_gcp.core.quota.QuotaWindow`,
+whose slots every attempt holds: fewer MutateRows run at once until the quota refills.
+(Bigtable's server-side flow control, ``MutateRowsResponse.rate_limit_info``, is only sent to
+clients that advertise the ``mutate_rows_rate_limit`` feature, which this sink does not.)
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.core.status import STATUS_BY_CODE, StatusError, error_text
 
@@ -102,9 +109,21 @@ class MutateRowsCall:
         metadata: The request headers (:func:`~pyflink_gcp.bigtable.client.request_metadata`).
         stats: The subtask's counters.
         endpoint: The data endpoint (``host:port``), named by errors.
+        window: The subtask's window of MutateRows in flight (quota errors shrink it); None:
+            only the sender pool bounds them.
     """
 
-    __slots__ = ("stub", "sink", "table_name", "what", "policy", "timeout_s", "metadata", "stats")
+    __slots__ = (
+        "stub",
+        "sink",
+        "table_name",
+        "what",
+        "policy",
+        "timeout_s",
+        "metadata",
+        "stats",
+        "window",
+    )
 
     def __init__(
         self,
@@ -117,8 +136,10 @@ class MutateRowsCall:
         metadata: tuple[tuple[str, str], ...],
         stats: BigtableWriterStats,
         endpoint: str = "",
+        window: QuotaWindow | None = None,
     ) -> None:
         self.stub = stub
+        self.window = window
         self.sink = sink_name
         self.table_name = table_name
         at = f" at {endpoint}" if endpoint else ""
@@ -169,6 +190,8 @@ class MutateRowsOperation:
             if error is not None and not call.policy.is_transient(error):
                 raise self._rpc_error(error)
             if not retry:
+                if call.window is not None:
+                    call.window.on_success()
                 if self._failures:
                     call.stats.add(entries_rejected=len(self._failures))
                 return self._failures
@@ -182,6 +205,9 @@ class MutateRowsOperation:
         codes: list[int | None] = [None] * len(request.entries)
         messages: dict[int, str] = {}
         call = self._call
+        window = call.window
+        if window is not None:
+            window.acquire()
         try:
             for response in call.stub(request, timeout=call.timeout_s, metadata=call.metadata):
                 for result in response.entries:
@@ -191,6 +217,9 @@ class MutateRowsOperation:
                         messages[result.index] = status.message
         except Exception as exc:  # noqa: BLE001 - classified by the caller
             return codes, messages, exc
+        finally:
+            if window is not None:
+                window.release()
         return codes, messages, None
 
     def _classify(
@@ -248,7 +277,7 @@ class MutateRowsOperation:
                 example[0], f"{len(retry)} entries failed, e.g. with {example[1]!r}"
             )
         if self._backoff is None:
-            self._backoff = self._call.policy.backoffs()
+            self._backoff = self._call.policy.backoffs(self._call.window)
         self._backoff.wait_or_raise(cause, f"{self._call.what}: MutateRows of {len(retry)} entries")
         self._call.stats.add(entries_retried=len(retry))
 

@@ -31,6 +31,7 @@ from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.bigtable.tables import BigtableTables
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.failure import FailedRecord
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import PicklesConfiguration, WriterFactory
@@ -85,6 +86,11 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     def _init_runtime(self) -> None:
         self.retry_policy = RetryPolicy(deadline_s=self.options.retry_deadline_s)
+        #: MutateRows in flight: max_in_flight_requests (the sender threads), less after
+        #: quota errors.
+        self.quota = QuotaWindow(
+            self.options.max_in_flight_requests, f"sink '{self.sink_name}': MutateRows requests"
+        )
         self.stats = BigtableWriterStats()
         self.client: BigtableClient | None = None
         self.tables: BigtableTables | None = None
@@ -137,6 +143,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             metadata=request_metadata(table_name, self.options.app_profile_id),
             stats=self.stats,
             endpoint=self.client.endpoint_name,
+            window=self.quota,
         )
         return TableBatcher(destination, call, self.submit, self.options, check)
 

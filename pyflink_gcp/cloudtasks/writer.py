@@ -6,9 +6,11 @@ it once, prefixes the queue's pre-encoded ``parent`` field to make the ``CreateT
 bytes, and hands them to the subtask's ``grpc.aio`` channel (:mod:`pyflink_gcp.cloudtasks.client`
 says why that transport), shared by every queue. At most ``max_in_flight_requests`` calls are
 outstanding per subtask: when the window is full, ``write`` waits for the oldest call
-(backpressure). Before each checkpoint barrier and at the end of input the sink calls
-:meth:`QueueWriter.flush` on every queue with calls in flight, which waits for each, retries
-transient failures with backoff, and hands rejected tasks to the failure handler. A new
+(backpressure); fewer after quota errors (RESOURCE_EXHAUSTED), which halve the window until
+calls succeed again (:class:`~pyflink_gcp.core.quota.QuotaWindow`). Before each checkpoint
+barrier and at the end of input the sink calls :meth:`QueueWriter.flush` on every queue with
+calls in flight, which waits for each, retries transient failures with backoff, and hands
+rejected tasks to the failure handler. A new
 queue's check (:mod:`pyflink_gcp.cloudtasks.queues`) runs meanwhile, off the processing thread;
 the flush settles it first.
 
@@ -45,6 +47,7 @@ from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.status import error_text, is_record_fault
@@ -111,6 +114,8 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         # only at its timeout).
         self._timeout = self.retry.attempt_timeout(self.options.rpc_timeout.total_seconds())
         self._max_in_flight = self.options.max_in_flight_requests
+        #: The window's size now: ``max_in_flight_requests``, less after quota errors.
+        self.quota = QuotaWindow(self._max_in_flight, f"sink '{self.sink_name}': CreateTask calls")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -167,10 +172,19 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
     # -- shared pieces of the hot path -------------------------------------------------------
 
     def start(self, request: bytes, metadata: tuple[tuple[str, str], ...]) -> Any:
-        """Start one ``CreateTask`` call; first wait for the oldest if the window is full."""
+        """Start one ``CreateTask`` call; first wait for the oldest if the window is full.
+
+        The calls that leave the window tell it how they ended: quota errors shrink it (several
+        calls are waited for then), successes let it grow back.
+        """
         window = self._window
-        if len(window) >= self._max_in_flight:
-            window.popleft().exception()  # blocks until done; its outcome is read at flush
+        quota = self.quota
+        while len(window) >= quota.limit:
+            error = window.popleft().exception()  # blocks until done; outcome read at flush
+            if error is None:
+                quota.on_success()
+            elif self.retry.is_quota(error):
+                quota.on_quota_error(len(window) + 1)
         assert self._start_call is not None, "the writer factory was not opened"
         future = self._start_call(request, timeout=self._timeout, metadata=metadata)
         window.append(future)
@@ -330,6 +344,7 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         while pending:
             retry: list[_Call] = []
             last_error: BaseException | None = None
+            quota_errors = 0
             for call in pending:
                 error = call[0].exception()
                 if error is None:
@@ -340,10 +355,15 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 elif factory.retry.is_transient(error):
                     retry.append(call)
                     last_error = error
+                    quota_errors += factory.retry.is_quota(error)
                 else:
                     failures.append(self._classify(call, error))
             if not retry:
                 break
+            if quota_errors:
+                # Once per round, from the calls it made: a window that never filled (its
+                # calls are only read here) shrinks too, and the retries go out fewer at once.
+                factory.quota.on_quota_error(len(pending))
             if backoff is None:
                 backoff = factory.retry.backoffs()
             assert last_error is not None

@@ -17,6 +17,10 @@ records of one key reach one subtask in order through ``key_by``).
 
 Under ``CREATE_NEVER`` (the default) no topic is checked before it is used: a ``NOT_FOUND``
 answer to a Publish fails the job at the flush that sees it (:func:`missing_topic`).
+
+Quota errors (RESOURCE_EXHAUSTED) shrink the subtask's window of requests in flight, and each
+topic's ``max_in_flight_requests`` with it (:class:`~pyflink_gcp.core.quota.QuotaWindow`),
+until Publish succeeds again; the retry policy waits for the quota to refill.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.isolation import isolate_rejected
 from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.status import error_text, is_record_fault
@@ -188,6 +193,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._max_bytes = options.max_bytes
         self._ordered = options.enable_message_ordering
         self._max_in_flight = factory.writer_options.max_in_flight_requests
+        self._quota = factory.quota
         self._batch: list[Any] = []
         self._batch_bytes = 0
         self._batch_since = math.inf
@@ -238,7 +244,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._batch = []
         self._batch_bytes = 0
         self._batch_since = math.inf
-        while len(self._in_flight) >= self._max_in_flight:
+        while len(self._in_flight) >= min(self._max_in_flight, self._quota.limit):
             self._collect(self._in_flight.popleft())
         factory = self._factory
         if not self._ordered:
@@ -378,6 +384,8 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         # The outcomes of the requests started as futures, oldest first (MAX_IN_FLIGHT_PER_SUBTASK).
         self._window: deque[Future[list[FailedRecord]]] = deque()
         self._window_size = MAX_IN_FLIGHT_PER_SUBTASK
+        #: Less than the window's size while Publish meets quota errors.
+        self.quota = QuotaWindow(MAX_IN_FLIGHT_PER_SUBTASK, f"sink '{self.sink}': Publish requests")
 
     def open(self, info: SubtaskInfo) -> None:
         self.rpc = PubSubRpc(
@@ -409,8 +417,10 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
             A future of the rejected messages, raising what fails the job.
         """
         window = self._window
-        if len(window) >= self._window_size:
-            window.popleft().exception()  # blocks until done; its outcome is read at flush
+        limit = min(self._window_size, self.quota.limit)  # less after quota errors
+        if len(window) >= limit:
+            while len(window) >= limit:
+                window.popleft().exception()  # blocks until done; its outcome is read at flush
             while window and window[0].done():  # whatever ended meanwhile: fewer wake-ups
                 window.popleft()
         result: Future[list[FailedRecord]] = Future()
@@ -436,8 +446,11 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         except Exception as exc:  # noqa: BLE001 - cancelled: the channel was closed
             error = exc
         if error is None:
+            self.quota.on_success()
             result.set_result([])
         else:
+            if self.retry.is_quota(error):
+                self.quota.on_quota_error(len(self._window))
             self._on_pool(result, self.publish, topic, batch, error, rpc)
 
     def _on_pool(

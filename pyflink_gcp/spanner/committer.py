@@ -26,6 +26,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 
 from pyflink_gcp.core import status
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.spanner.client import wrap_commit
 from pyflink_gcp.spanner.options import SpannerWriterOptions
@@ -73,9 +74,17 @@ class Committer:
     commit's duration are its own.
     """
 
-    def __init__(self, session: Session, options: SpannerWriterOptions, retry: RetryPolicy) -> None:
+    def __init__(
+        self,
+        session: Session,
+        options: SpannerWriterOptions,
+        retry: RetryPolicy,
+        window: QuotaWindow | None = None,
+    ) -> None:
         self.session = session
         self.retry = retry
+        #: The writer's window of commits in flight: told of quota errors and successes.
+        self.window = window
         # An aborted commit is retried sooner: another transaction won a race (on the emulator,
         # simply ran at the same time), and its commit is not going to take seconds.
         self.retry_aborted = RetryPolicy(
@@ -139,11 +148,14 @@ class Committer:
                     aborted = aborted or self.aborted_backoffs()
                     aborted.wait_or_raise(exc, what)
                 elif self.retry.is_transient(exc):
-                    other = other or self.retry.backoffs()
+                    # Quota errors (RESOURCE_EXHAUSTED) wait on the policy's quota schedule.
+                    other = other or self.retry.backoffs(self.window)
                     other.wait_or_raise(exc, what)
                 else:
                     raise
             else:
+                if self.window is not None:
+                    self.window.on_success()
                 self.commit_seconds += 0.25 * (time.monotonic() - start - self.commit_seconds)
                 return result
 

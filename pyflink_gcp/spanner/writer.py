@@ -40,6 +40,7 @@ from pyflink_gcp.core.errors import (
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.isolation import isolate_rejected
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
@@ -104,6 +105,11 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
         self.schema = DatabaseSchema()
         self.info: SubtaskInfo | None = None
         self.endpoint_name = ""
+        #: Commits handed over and not yet done: max_in_flight_requests, less after quota
+        #: errors (the committer reports them).
+        self.quota = QuotaWindow(
+            self.options.max_in_flight_requests, f"sink '{self.sink_name}': commits"
+        )
 
     def open(self, info: SubtaskInfo) -> None:
         self.info = info
@@ -126,7 +132,7 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
             initial_backoff_s=0.05, max_backoff_s=5.0, deadline_s=self.options.retry_deadline_s
         )
         self.session = Session(api, self.database, self.sink_name, retry, self.endpoint_name)
-        self.committer = Committer(self.session, self.options, retry)
+        self.committer = Committer(self.session, self.options, retry, window=self.quota)
 
     def refresh_schema(self) -> DatabaseSchema:
         """Re-read the schema: a table or column the writer did not know may be new.
@@ -165,6 +171,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._max_mutations = options.max_mutations_per_commit
         self._max_bytes = options.max_commit_bytes
         self._max_pending = options.max_in_flight_requests
+        self._quota = factory.quota
         #: A batch this full is committed at once if the committer is idle (group commit).
         self._eager_mutations = max(1, self._max_mutations // _EAGER_FRACTION)
         self._fail_fast = factory.fail_fast
@@ -373,7 +380,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._batch_since = math.inf
         if not batch.entries:
             return self._batch
-        while len(self._pending) >= self._max_pending:
+        while len(self._pending) >= min(self._max_pending, self._quota.limit):
             self._collect(self._pending.pop(0))
         if self._executor is None:
             self._executor = OrderedExecutor(f"{self._sink}-commits")

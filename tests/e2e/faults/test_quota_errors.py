@@ -1,0 +1,150 @@
+"""Every sink slows down under quota errors instead of failing, and loses no record.
+
+Each case runs a real PyFlink job (checkpoints every second, no restarts: any failure fails
+the test) against the null backend (``bench/nullbackend``, built into the tools cache from
+source the first time), which answers 30% of the sink's write calls with RESOURCE_EXHAUSTED
+for 20 s from the first one (Publish, AppendRows responses, MutateRows, CreateTask, Commit),
+spread evenly rather than drawn at random: a sink that batches makes only a dozen calls in
+that window, and each of them must meet some.
+The input is paced to last longer than that window, so the job is still writing when the
+window ends. The sinks run with a 10 s retry deadline: quota errors must not count towards
+it (they have their own bound, ten times longer).
+
+What is checked: the job ends normally; the backend injected quota errors into this sink's
+write calls and received write calls after the window; and every record was counted at
+least once in its destination. The job's duration is printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pyflink.datastream.functions import MapFunction
+
+from bench._nullbackend import NullBackend, running
+from bench.scale import (
+    INSTANCE,
+    PROJECT,
+    WRITE_CALLS,
+    Records,
+    Resolver,
+    backend_key,
+    bigquery_row,
+    bigtable_entry,
+    configure,
+    json_bytes,
+    spanner_mutation,
+)
+from pyflink_gcp.bigquery import BigQuerySink, BigQueryWriterOptions
+from pyflink_gcp.bigtable import BigtableSink, BigtableWriterOptions
+from pyflink_gcp.cloudtasks import (
+    CloudTasksSerializationSchema,
+    CloudTasksSink,
+    CloudTasksWriterOptions,
+)
+from pyflink_gcp.core import FailureHandler
+from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions
+from pyflink_gcp.spanner import DatabaseDestination, SpannerSink, SpannerWriterOptions
+from tests.support.jobs import make_env, record_stream
+
+pytestmark = pytest.mark.e2e
+
+SERVICES = ("pubsub", "bigquery", "bigtable", "cloudtasks", "spanner")
+#: Records per job, over this many destinations.
+RECORDS = 12_000
+DESTINATIONS = 3
+#: The input's pace: a 50 ms pause every this many records (at most 500 records/s), so the
+#: input lasts at least 24 s, longer than the quota window that starts at the first write.
+PAUSE_EVERY = 25
+#: The quota errors: this share of the write calls, for this long from the first.
+QUOTA_RATE = 0.3
+QUOTA_WINDOW_S = 20.0
+#: Shorter than the quota window: quota errors must not use it up.
+RETRY_DEADLINE = timedelta(seconds=10)
+
+
+class Paced(MapFunction):
+    """Pass records through, pausing 50 ms every :data:`PAUSE_EVERY`."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+
+    def map(self, value: Any) -> Any:
+        self._seen += 1
+        if self._seen % PAUSE_EVERY == 0:
+            time.sleep(0.05)
+        return value
+
+
+def build_sink(service: str) -> Any:
+    """The sink of ``service`` with default options but the retry deadline, writing round
+    robin to :data:`DESTINATIONS` destinations; records are only ever dropped if rejected for
+    their content, which none is."""
+    builder: Any
+    if service == "pubsub":
+        builder = PubSubSink.builder().set_serializer(json_bytes)
+        options: Any = PubSubWriterOptions.builder()
+    elif service == "bigquery":
+        builder = BigQuerySink.builder().set_serializer(bigquery_row)
+        options = BigQueryWriterOptions.builder()
+    elif service == "bigtable":
+        builder = BigtableSink.builder().set_serializer(bigtable_entry)
+        options = BigtableWriterOptions.builder()
+    elif service == "cloudtasks":
+        schema = CloudTasksSerializationSchema.http_target("https://hooks.example.com/quota")
+        builder = CloudTasksSink.builder().set_serializer(
+            schema.with_body(json_bytes, content_type="application/json")
+        )
+        options = CloudTasksWriterOptions.builder()
+    else:
+        database = DatabaseDestination.of(PROJECT, INSTANCE, "bench")
+        builder = SpannerSink.builder().set_database(database).set_serializer(spanner_mutation)
+        options = SpannerWriterOptions.builder()
+    if service != "spanner":
+        builder = builder.set_destination_resolver(Resolver(service))
+    return (
+        builder.set_sink_name(f"quota-{service}")
+        .set_writer_options(options.retry_deadline(RETRY_DEADLINE).build())
+        .set_failure_handler(FailureHandler.log_and_drop())
+        .build()
+    )
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[NullBackend]:
+    """One null backend for the module, its variables in the environment meanwhile."""
+    with running() as started:
+        yield started
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_quota_errors_slow_the_sink_without_failing_it(backend: NullBackend, service: str) -> None:
+    configure(backend, DESTINATIONS, 0.0)
+    backend.inject_quota_errors(QUOTA_RATE, QUOTA_WINDOW_S)
+    env = make_env(parallelism=1, checkpoint_ms=1_000, restarts=0)
+    record_stream(env, RECORDS, Records(DESTINATIONS)).map(Paced()).sink_to(build_sink(service))
+    start = time.monotonic()
+    env.execute(f"quota errors {service}")  # raises if the job failed
+    elapsed = time.monotonic() - start
+
+    counts = backend.counts()
+    quota = counts["quota"]
+    method = WRITE_CALLS[service]
+    injected = quota["injected"].get(method, 0)
+    calls = counts["calls"].get(method, 0)
+    print(
+        f"\n{service}: job {elapsed:.1f}s; {calls} write calls, {injected} answered "
+        f"RESOURCE_EXHAUSTED; window {quota['window']}, {quota['calls_after_window']} write "
+        f"calls after it"
+    )
+    assert injected > 0, counts
+    # The job was still writing when the window ended: it went through all of it.
+    assert quota["window"] == "over" and quota["calls_after_window"] > 0, quota
+    got = counts["records"].get(service, {})
+    expected = {backend_key(service, d): RECORDS // DESTINATIONS for d in range(DESTINATIONS)}
+    short = {key: (n, got.get(key, 0)) for key, n in expected.items() if got.get(key, 0) < n}
+    assert not short, f"records lost (expected, counted): {short}"
