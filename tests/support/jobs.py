@@ -6,7 +6,8 @@
   ``NumberSequenceSource`` followed by a map to the record (``from_collection`` of dicts is not).
 - :class:`FailOnce` injects one failure at a chosen record, once per marker file, so the job
   restarts from its last checkpoint and replays; :class:`FailAt` one at each of several record
-  ids, slowly enough that checkpoints complete between them.
+  ids, slowly enough that checkpoints complete between them. Both can hold the failure back
+  until a checkpoint completed (``after_checkpoint``, see ``tests/support/restore.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pyflink.common.watermark_strategy import WatermarkStrategy
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import MapFunction
+
+from tests.support.restore import checkpoint_completed
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -114,21 +117,67 @@ def record_stream(
     return mapped
 
 
+class _AfterCheckpoint:
+    """Holds an injected failure back until a checkpoint of the job completed.
+
+    A failure before any completed checkpoint restarts the job from scratch, which replays every
+    record and so hides a sink that lost its buffer (``tests/support/restore.py``). The failure
+    is deferred to a later record, not waited for in place: the record it is due at was handed
+    to the Python worker before the barrier of the checkpoint to wait for, and that checkpoint
+    cannot complete while the worker is blocked on it. A test whose input ends before a
+    checkpoint completes fails on its "the failure was not injected" assertion.
+    """
+
+    def __init__(self, checkpoints: str | None) -> None:
+        self._checkpoints = checkpoints
+        self._completed = checkpoints is None
+        self._due = False
+        self._next_look = 0.0
+
+    def ready(self, due: bool) -> bool:
+        """Whether to fail now; ``due`` says whether this record is one to fail at."""
+        self._due = self._due or due
+        if not self._due:
+            return False
+        if not self._completed:
+            now = time.monotonic()
+            if now < self._next_look:  # a directory listing per record would slow the job
+                return False
+            self._next_look = now + 0.02
+            self._completed = checkpoint_completed(str(self._checkpoints))
+        return self._completed
+
+    def fired(self) -> None:
+        self._due = False
+
+
 class FailOnce(MapFunction):
     """Pass records through; raise (or kill the worker) once when ``when(record)`` is true.
 
     "Once" is remembered in ``marker_path`` so the replay after the restart passes. With
     ``hard=True`` the Python worker process exits at once (no ``close()``, no flush), which
-    needs ``make_env(process_workers=True)``.
+    needs ``make_env(process_workers=True)``. With ``after_checkpoint`` (a
+    :class:`~tests.support.restore.Failover`'s ``checkpoints``) the failure waits for the first
+    record after a checkpoint completed, so the restart restores one.
     """
 
-    def __init__(self, marker_path: str, when: Callable[[Any], bool], hard: bool = False) -> None:
+    def __init__(
+        self,
+        marker_path: str,
+        when: Callable[[Any], bool],
+        hard: bool = False,
+        *,
+        after_checkpoint: str | None = None,
+    ) -> None:
         self._marker = marker_path
         self._when = when
         self._hard = hard
+        self._after = _AfterCheckpoint(after_checkpoint)
 
     def map(self, value: Any) -> Any:
-        if self._when(value) and not os.path.exists(self._marker):
+        due = not os.path.exists(self._marker) and self._when(value)
+        if self._after.ready(due) and not os.path.exists(self._marker):
+            self._after.fired()
             with open(self._marker, "w") as f:
                 f.write("failed\n")
             if self._hard:
@@ -140,25 +189,44 @@ class FailOnce(MapFunction):
 class FailAt(MapFunction):
     """Pass records (dicts with an ``id``) through, sleeping 50 ms every 50 so checkpoints
     complete between failures; fail at each id of ``at`` once (a marker file per id in
-    ``directory``): raise, or end the Python worker at once (``hard``, process workers)."""
+    ``directory``): raise, or end the Python worker at once (``hard``, process workers). With
+    ``after_checkpoint`` each failure waits for the first record after a checkpoint completed
+    (see :class:`FailOnce`); its marker still names the id it was due at."""
 
-    def __init__(self, directory: str, at: tuple[int, ...], hard: bool) -> None:
+    def __init__(
+        self,
+        directory: str,
+        at: tuple[int, ...],
+        hard: bool,
+        *,
+        after_checkpoint: str | None = None,
+    ) -> None:
         self._directory = directory
         self._at = frozenset(at)
         self._hard = hard
+        self._after = _AfterCheckpoint(after_checkpoint)
+        self._pending: int | None = None
 
     def map(self, value: Any) -> Any:
         i = value["id"]
         if i % 50 == 0:
             time.sleep(0.05)
-        if i in self._at:
-            marker = os.path.join(self._directory, f"failed-{i}")
+        due = False
+        if i in self._at and not os.path.exists(self._marker(i)):
+            self._pending = i if self._pending is None else self._pending
+            due = True
+        if self._after.ready(due) and self._pending is not None:
+            marker, self._pending = self._marker(self._pending), None
+            self._after.fired()
             if not os.path.exists(marker):
                 open(marker, "w").close()
                 if self._hard:
                     os._exit(23)
                 raise RuntimeError(f"injected failure at {i} (test)")
         return value
+
+    def _marker(self, i: int) -> str:
+        return os.path.join(self._directory, f"failed-{i}")
 
 
 def child_environ(**overrides: str) -> dict[str, str]:

@@ -33,6 +33,7 @@ from tests.integration.bigquery.support import (
 )
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -137,7 +138,8 @@ def test_daily_tables_dead_letters_and_a_restart_lose_nothing(project: str, tmp_
     n_timed, n_untimed = 2400, 600
     marker = str(tmp_path / "failed")
 
-    env = make_env(parallelism=2, checkpoint_ms=500)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=2, checkpoint_ms=500, extra=failover.conf())
     timed = record_stream(
         env, n_timed, with_wrong_fallback, name="timed"
     ).assign_timestamps_and_watermarks(
@@ -153,9 +155,12 @@ def test_daily_tables_dead_letters_and_a_restart_lose_nothing(project: str, tmp_
             PubSubDeadLetterQueue.of(TopicDestination.of(project, dlq_topic))
         ),
     )
-    timed.union(untimed).map(FailOnce(marker, lambda r: r["id"] == 1100)).sink_to(sink)
+    timed.union(untimed).map(
+        FailOnce(marker, lambda r: r["id"] == 1100, after_checkpoint=failover.checkpoints)
+    ).sink_to(sink)
     env.execute("bigquery-daily-tables")
     assert os.path.exists(marker), "the failure was not injected"
+    failover.assert_restored()
 
     everything = [
         {**order(i), "source": "event-time" if i < n_timed else "fallback"}
@@ -367,12 +372,16 @@ def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_d
         .build()
     )
     sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True, extra=failover.conf())
     record_stream(env, n, plain_record).map(
-        FailOnce(marker, lambda r: r["id"] == 2000, hard=True)
+        FailOnce(
+            marker, lambda r: r["id"] == 2000, hard=True, after_checkpoint=failover.checkpoints
+        )
     ).sink_to(sink)
     env.execute("bigquery-fused-writer")
     assert os.path.exists(marker), "the worker was not killed"
+    failover.assert_restored()
 
     seen: Counter[int] = Counter()
     for tenant in TENANTS:

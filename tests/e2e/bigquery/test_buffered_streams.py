@@ -29,6 +29,7 @@ from pyflink_gcp.bigquery import (
 )
 from tests.integration.bigquery.support import DailyTables, ids_by_table, make_dataset
 from tests.support.jobs import FailAt, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -60,12 +61,19 @@ def test_daily_tables_hold_exactly_their_input_through_failovers(
     count = 4_000
     failures = (700, 1_500, 2_300, 3_100)
     dataset = make_dataset(project, "buffered")
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=hard, restarts=20)
-    record_stream(env, count, event).map(FailAt(str(tmp_path), failures, hard)).sink_to(
-        sink(project, dataset)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(
+        parallelism=2,
+        checkpoint_ms=300,
+        process_workers=hard,
+        restarts=20,
+        extra=failover.conf(),
     )
+    fail = FailAt(str(tmp_path), failures, hard, after_checkpoint=failover.checkpoints)
+    record_stream(env, count, event).map(fail).sink_to(sink(project, dataset))
     env.execute("buffered streams through failovers")
     assert len([n for n in os.listdir(tmp_path) if n.startswith("failed-")]) == len(failures)
+    failover.assert_restored()
 
     tables = ids_by_table(project, dataset)
     assert sorted(tables) == [f"events_2024030{d}" for d in range(1, DAYS + 1)]

@@ -30,6 +30,7 @@ from tests.e2e.core.test_commit_protocol import UNALIGNED, savepoint
 from tests.integration.bigquery.support import ids_by_table, make_dataset
 from tests.support.file_loads import commit_log, load_log, recording
 from tests.support.jobs import FailAt, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -58,16 +59,23 @@ def test_file_loads_under_unaligned_checkpoints_load_every_row_once(
     count = 6_000
     dataset = make_dataset(project, "unaligned")
     bucket = gcs_bucket(project)
+    failover = Failover(tmp_path / "failover")
     env = make_env(
-        parallelism=2, checkpoint_ms=700, process_workers=hard, restarts=10, extra=UNALIGNED
+        parallelism=2,
+        checkpoint_ms=700,
+        process_workers=hard,
+        restarts=10,
+        extra={**UNALIGNED, **failover.conf()},
     )
     loads = loads_options(bucket, tmp_path, min_load_interval=timedelta(hours=1))
     log = str(tmp_path / "commits.jsonl")
-    record_stream(env, count, event).map(FailAt(str(tmp_path), (1_500,), hard)).sink_to(
+    fail = FailAt(str(tmp_path), (1_500,), hard, after_checkpoint=failover.checkpoints)
+    record_stream(env, count, event).map(fail).sink_to(
         recording(sink(project, dataset, loads), log)
     )
     env.execute("file loads, unaligned checkpoints")
     assert os.path.exists(tmp_path / "failed-1500")
+    failover.assert_restored()
 
     try:
         assert_exactly_once(project, dataset, count)
@@ -84,14 +92,20 @@ def test_buffered_streams_under_unaligned_checkpoints_hold_exactly_their_input(
 ) -> None:
     count = 4_000
     dataset = make_dataset(project, "unbuffered")
+    failover = Failover(tmp_path / "failover")
     env = make_env(
-        parallelism=2, checkpoint_ms=500, process_workers=hard, restarts=10, extra=UNALIGNED
+        parallelism=2,
+        checkpoint_ms=500,
+        process_workers=hard,
+        restarts=10,
+        extra={**UNALIGNED, **failover.conf()},
     )
-    record_stream(env, count, buffered.event).map(
-        FailAt(str(tmp_path), (1_500, 2_900), hard)
-    ).sink_to(buffered.sink(project, dataset))
+    fail = FailAt(str(tmp_path), (1_500, 2_900), hard, after_checkpoint=failover.checkpoints)
+    record_stream(env, count, buffered.event).map(fail).sink_to(buffered.sink(project, dataset))
     env.execute("buffered streams, unaligned checkpoints")
+    assert os.path.exists(tmp_path / "failed-1500")
     assert os.path.exists(tmp_path / "failed-2900")
+    failover.assert_restored()
 
     assert_buffered_exactly_once(project, dataset, count)
 
@@ -112,12 +126,21 @@ def test_file_loads_with_the_default_minimum_interval_lose_nothing_through_failo
         .build()
     )
     assert loads.min_load_interval == timedelta(seconds=90)
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True, restarts=10)
-    record_stream(env, count, event).map(FailAt(str(tmp_path), (1_200,), False)).map(
-        FailAt(str(tmp_path / "hard"), (2_600,), True)
-    ).sink_to(sink(project, dataset, loads))
+    failover = Failover(tmp_path / "failover")
+    env = make_env(
+        parallelism=2, checkpoint_ms=300, process_workers=True, restarts=10, extra=failover.conf()
+    )
+    after = failover.checkpoints
+    record_stream(env, count, event).map(
+        FailAt(str(tmp_path), (1_200,), False, after_checkpoint=after)
+    ).map(FailAt(str(tmp_path / "hard"), (2_600,), True, after_checkpoint=after)).sink_to(
+        sink(project, dataset, loads)
+    )
     (tmp_path / "hard").mkdir()
     env.execute("file loads, default interval")
+    assert os.path.exists(tmp_path / "failed-1200"), "the task exception was not injected"
+    assert os.path.exists(tmp_path / "hard" / "failed-2600"), "the worker was not killed"
+    failover.assert_restored()
 
     assert_exactly_once(project, dataset, count)
     assert staged(bucket) == []

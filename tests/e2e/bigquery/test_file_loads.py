@@ -35,6 +35,7 @@ from pyflink_gcp.bigquery import (
 from tests.integration.bigquery.support import DailyTables, bq_client, ids_by_table, make_dataset
 from tests.support.file_loads import load_log, recording
 from tests.support.jobs import FailAt, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -195,11 +196,20 @@ def test_every_row_is_loaded_once_through_failovers(
     dataset = make_dataset(project, "loadfail")
     bucket = gcs_bucket(project)
     log = str(tmp_path / "loads.jsonl")
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=hard, restarts=20)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(
+        parallelism=2,
+        checkpoint_ms=300,
+        process_workers=hard,
+        restarts=20,
+        extra=failover.conf(),
+    )
     built = recording(sink(project, dataset, loads_options(bucket, tmp_path)), log)
-    record_stream(env, count, event).map(FailAt(str(tmp_path), failures, hard)).sink_to(built)
+    fail = FailAt(str(tmp_path), failures, hard, after_checkpoint=failover.checkpoints)
+    record_stream(env, count, event).map(fail).sink_to(built)
     env.execute("file loads through failovers")
     assert len([n for n in os.listdir(tmp_path) if n.startswith("failed-")]) == len(failures)
+    failover.assert_restored()
 
     assert_exactly_once(project, dataset, count)
     # Each load job ran once; a commit repeated after a restore found its job (409).
@@ -219,7 +229,11 @@ def test_a_commit_repeated_after_its_load_finds_the_job_and_loads_nothing_twice(
     dataset = make_dataset(project, "loadagain")
     bucket = gcs_bucket(project)
     log = str(tmp_path / "loads.jsonl")
-    env = make_env(parallelism=1, checkpoint_ms=300, process_workers=True, restarts=5)
+    # The worker dies in a commit, which runs only once its checkpoint completed.
+    failover = Failover(tmp_path / "failover")
+    env = make_env(
+        parallelism=1, checkpoint_ms=300, process_workers=True, restarts=5, extra=failover.conf()
+    )
     built = recording(
         sink(project, dataset, loads_options(bucket, tmp_path)),
         log,
@@ -227,6 +241,8 @@ def test_a_commit_repeated_after_its_load_finds_the_job_and_loads_nothing_twice(
     )
     record_stream(env, count, event).map(FailAt(str(tmp_path), (), False)).sink_to(built)
     env.execute("file loads, a commit repeated")
+    assert os.path.exists(tmp_path / "killed-in-commit"), "the worker was not killed"
+    failover.assert_restored()
 
     entries = load_log(log)
     first = entries[0]

@@ -8,11 +8,13 @@ methods hold every row once."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
 from google.cloud.bigquery import SchemaField, TimePartitioning, TimePartitioningType
+from pyflink.datastream.functions import MapFunction
 
 from pyflink_gcp.bigquery import (
     BigQuerySerializer,
@@ -33,6 +35,7 @@ from tests.integration.bigquery.support import (
     schema_updates,
 )
 from tests.support.jobs import FailAt, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -65,6 +68,16 @@ def v2_record(i: int) -> dict[str, Any]:
         "amount": i / 4,
         "tags": ["v2", str(i % 5)],
     }
+
+
+class Paced(MapFunction):
+    """50 ms every 10 records: the v2 job lasts about 5 s a subtask, so checkpoints complete
+    before the kill (which waits for one) and the restart restores one."""
+
+    def map(self, value: dict[str, Any]) -> dict[str, Any]:
+        if value["id"] % 10 == 0:
+            time.sleep(0.05)
+        return value
 
 
 class Orders(BigQuerySerializer):
@@ -129,12 +142,18 @@ def test_v2_adds_its_columns_to_v1_tables_and_loses_nothing_through_a_killed_wor
     )
     env.execute("orders v1")
 
-    env = make_env(parallelism=2, checkpoint_ms=500, process_workers=True, restarts=5)
-    record_stream(env, V2_COUNT, v2_record).map(FailAt(str(tmp_path), (KILL_AT,), True)).sink_to(
+    failover = Failover(tmp_path / "failover")
+    # Bundles of 50 records: a barrier waits for every record already handed to the Python
+    # map, so with the default bundle (100,000) the first checkpoint waits for the whole input.
+    extra = {**failover.conf(), "python.fn-execution.bundle.size": "50"}
+    env = make_env(parallelism=2, checkpoint_ms=500, process_workers=True, restarts=5, extra=extra)
+    kill = FailAt(str(tmp_path), (KILL_AT,), True, after_checkpoint=failover.checkpoints)
+    record_stream(env, V2_COUNT, v2_record).map(Paced()).map(kill).sink_to(
         sink(project, dataset, method, V2_FIELDS, loads)
     )
     env.execute("orders v2")
     assert os.path.exists(tmp_path / f"failed-{KILL_AT}"), "the worker was not killed"
+    failover.assert_restored()
 
     tables = [f"orders_{r}" for r in ("apac", "eu", "us")]
     client = bq_client(project)

@@ -39,6 +39,7 @@ from tests.integration.bigtable.support import (
 )
 from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -79,16 +80,20 @@ def test_day_tables_created_idle_batchers_evicted_and_a_failure_loses_nothing(
     sink._config.factory = RecordingFactory.replacing(sink.writer_factory, events)
     # Small bundles upstream: the slow map would otherwise hold each checkpoint barrier (and so
     # the sink's flush) for a 1,000-record bundle, about 3 s.
+    failover = Failover(tmp_path / "failover")
     env = make_env(
-        parallelism=2, checkpoint_ms=500, extra={"python.fn-execution.bundle.size": "50"}
+        parallelism=2,
+        checkpoint_ms=500,
+        extra={"python.fn-execution.bundle.size": "50", **failover.conf()},
     )
     (
         record_stream(env, n, slow_event)
-        .map(FailOnce(marker, lambda e: e["i"] == 3_100))
+        .map(FailOnce(marker, lambda e: e["i"] == 3_100, after_checkpoint=failover.checkpoints))
         .sink_to(sink)
     )
     env.execute("bigtable-day-tables")
     assert os.path.exists(marker), "the failure was not injected"
+    failover.assert_restored()
 
     days = sorted({day_of(BASE_MS + d * DAY_MS) for d in range(3)})
     assert sorted(list_tables(instance)) == [f"events_{d}" for d in days]

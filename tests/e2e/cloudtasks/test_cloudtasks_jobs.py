@@ -34,6 +34,7 @@ from tests.integration.cloudtasks.support import (
 )
 from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -94,9 +95,18 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
     # the records it sent since the last checkpoint are sent again after the restart. A
     # resolver that raises would end the job instead: that is a contract error, which no
     # restart fixes.
-    fail_once = FailOnce(str(tmp_path / "failed-once"), lambda r: r["id"] == FAIL_AT, hard=True)
+    failover = Failover(tmp_path / "failover")
+    fail_once = FailOnce(
+        str(tmp_path / "failed-once"),
+        lambda r: r["id"] == FAIL_AT,
+        hard=True,
+        after_checkpoint=failover.checkpoints,
+    )
     audit_fail_once = FailOnce(
-        str(tmp_path / "audit-failed-once"), lambda r: r["id"] == AUDIT_FAIL_AT, hard=True
+        str(tmp_path / "audit-failed-once"),
+        lambda r: r["id"] == AUDIT_FAIL_AT,
+        hard=True,
+        after_checkpoint=failover.checkpoints,
     )
     audit_queue = QueueDestination.of(project, LOCATION, f"audit-{run}")
     task_ids = RecordingTaskIds(str(tmp_path / "task-ids.txt"))
@@ -141,13 +151,14 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
         .build()
     )
 
-    env = make_env(parallelism=2, checkpoint_ms=1000, process_workers=True)
+    env = make_env(parallelism=2, checkpoint_ms=1000, process_workers=True, extra=failover.conf())
     records = record_stream(env, RECORDS, make_record).map(slow)
     records.sink_to(webhooks)
     records.sink_to(audit)
     env.execute("cloudtasks-e2e")
     assert (tmp_path / "failed-once").exists(), "the injected failure did not happen"
     assert (tmp_path / "audit-failed-once").exists(), "the injected failure did not happen"
+    failover.assert_restored()
 
     # A: exactly one dispatched task per record, despite the replay.
     got = wait_for_dispatches(

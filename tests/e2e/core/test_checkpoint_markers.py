@@ -18,6 +18,7 @@ from pyflink.common.typeinfo import Types
 from pyflink_gcp.core import bridge
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.restore import Failover
 
 # These jobs need no emulator, but the stack must be up before the first job starts PyFlink's
 # JVM: Python workers inherit that JVM's environment, so a JVM started earlier would hide the
@@ -166,9 +167,15 @@ def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, shape):
     """Between checkpoints nothing is durable; the checkpoint must wait for its marker's flush."""
     out = tmp_path / "out"
     out.mkdir()
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True, extra=failover.conf())
     stream = record_stream(env, RECORDS, record).map(
-        FailOnce(str(tmp_path / "failed"), lambda r: r["i"] == 9_000, hard=True)
+        FailOnce(
+            str(tmp_path / "failed"),
+            lambda r: r["i"] == 9_000,
+            hard=True,
+            after_checkpoint=failover.checkpoints,
+        )
     )
     resolver, serializer = by_d, None
     if shape == "keyed":
@@ -191,6 +198,7 @@ def test_killed_worker_loses_nothing_when_only_markers_flush(tmp_path, shape):
     env.execute("checkpoint markers, killed worker")
     ids = written(out)
     assert (tmp_path / "failed").exists()
+    failover.assert_restored()
     assert set(ids) == set(range(RECORDS)), f"lost {len(set(range(RECORDS)) - set(ids))}"
     counts = events(out)
     assert counts["start"] > counts["flush"], counts

@@ -19,6 +19,7 @@ from pyflink.datastream.functions import MapFunction
 
 from tests.support.committing import StagingSink, committed_records, protocol
 from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.restore import Failover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
 
@@ -127,12 +128,20 @@ def test_a_failover_replays_into_new_committables_and_publishes_each_record_once
     tmp_path, hard: bool
 ) -> None:
     count = 4_000
-    env = env_for(2, 200, process_workers=hard)
-    fail = FailOnce(str(tmp_path / "fail.marker"), lambda r: r["i"] == 2_500, hard=hard)
+    failover = Failover(tmp_path / "failover")
+    env = env_for(2, 200, process_workers=hard, extra=failover.conf())
+    fail = FailOnce(
+        str(tmp_path / "fail.marker"),
+        lambda r: r["i"] == 2_500,
+        hard=hard,
+        after_checkpoint=failover.checkpoints,
+    )
     record_stream(env, count, record).map(Slow(50, 0.1)).map(fail).sink_to(
         StagingSink(str(tmp_path))
     )
     env.execute("failover")
+    assert os.path.exists(tmp_path / "fail.marker"), "the failure was not injected"
+    failover.assert_restored()
 
     attempts = {p["id"].split("-")[1] for p in steps(tmp_path, "prepare")}
     assert len(attempts) >= 2, attempts  # the job restarted
@@ -143,10 +152,14 @@ def test_a_commit_interrupted_by_a_killed_worker_is_committed_again_from_the_che
     tmp_path,
 ) -> None:
     count = 3_000
-    env = env_for(1, 200, process_workers=True)
+    # The worker dies in a commit, which runs only once its checkpoint completed.
+    failover = Failover(tmp_path / "failover")
+    env = env_for(1, 200, process_workers=True, extra=failover.conf())
     sink = StagingSink(str(tmp_path), kill_in_commit=str(tmp_path / "kill.marker"))
     record_stream(env, count, record).map(Slow(50, 0.1)).sink_to(sink)
     env.execute("killed in commit")
+    assert os.path.exists(tmp_path / "kill.marker"), "the worker was not killed"
+    failover.assert_restored()
 
     commits = steps(tmp_path, "commit")
     first = next(c for c in commits if c["ids"])
@@ -246,11 +259,19 @@ UNALIGNED = {
 @pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
 def test_kept_committables_survive_a_failover_and_are_published_once(tmp_path, hard) -> None:
     count = 4_000
-    env = env_for(2, 200, process_workers=hard)
-    fail = FailOnce(str(tmp_path / "fail.marker"), lambda r: r["i"] == 2_500, hard=hard)
+    failover = Failover(tmp_path / "failover")
+    env = env_for(2, 200, process_workers=hard, extra=failover.conf())
+    fail = FailOnce(
+        str(tmp_path / "fail.marker"),
+        lambda r: r["i"] == 2_500,
+        hard=hard,
+        after_checkpoint=failover.checkpoints,
+    )
     sink = StagingSink(str(tmp_path), keep_once=True)
     record_stream(env, count, record).map(Slow(50, 0.1)).map(fail).sink_to(sink)
     env.execute("kept committables")
+    assert os.path.exists(tmp_path / "fail.marker"), "the failure was not injected"
+    failover.assert_restored()
 
     commits = steps(tmp_path, "commit")
     kept = {name for c in commits for name in c["kept"]}
@@ -262,11 +283,19 @@ def test_kept_committables_survive_a_failover_and_are_published_once(tmp_path, h
 @pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
 def test_unaligned_checkpoints_lose_no_committable_across_a_failover(tmp_path, hard) -> None:
     count = 4_000
-    env = env_for(2, 300, process_workers=hard, extra=UNALIGNED)
-    fail = FailOnce(str(tmp_path / "fail.marker"), lambda r: r["i"] == 2_500, hard=hard)
+    failover = Failover(tmp_path / "failover")
+    env = env_for(2, 300, process_workers=hard, extra={**UNALIGNED, **failover.conf()})
+    fail = FailOnce(
+        str(tmp_path / "fail.marker"),
+        lambda r: r["i"] == 2_500,
+        hard=hard,
+        after_checkpoint=failover.checkpoints,
+    )
     sink = StagingSink(str(tmp_path), keep_once=True)
     record_stream(env, count, record).map(Slow(50, 0.1)).map(fail).sink_to(sink)
     env.execute("unaligned")
+    assert os.path.exists(tmp_path / "fail.marker"), "the failure was not injected"
+    failover.assert_restored()
 
     assert any(c["restored"] for c in steps(tmp_path, "commit"))
     # Every committable prepared for a checkpoint the job completed is published once.

@@ -20,6 +20,7 @@ from pyflink_gcp.pubsub import (
 )
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -155,14 +156,23 @@ def test_failure_and_restart_lose_nothing(project, tmp_path, hard):
     make_topics(project, [f"{prefix}-{r}" for r in REGIONS])
     n = 3000
     marker = str(tmp_path / "failed")
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=hard)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=hard, extra=failover.conf())
     (
         record_stream(env, n, slow)
-        .map(FailOnce(marker, lambda r: r["id"] == 2200, hard=hard))
+        .map(
+            FailOnce(
+                marker,
+                lambda r: r["id"] == 2200,
+                hard=hard,
+                after_checkpoint=failover.checkpoints,
+            )
+        )
         .sink_to(region_sink(project, prefix))
     )
     env.execute("pubsub-restart")
     assert os.path.exists(marker), "the failure was not injected"
+    failover.assert_restored()
 
     got = read_regions(project, prefix, n)
     ids = Counter(r["id"] for records in got.values() for r in records)
@@ -197,15 +207,21 @@ def test_typed_row_stream_keeps_markers_and_loses_nothing_when_its_worker_dies(p
         .set_serializer(lambda row: json.dumps(row_order(row)).encode())
         .build()
     )
-    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True, extra=failover.conf())
     (
         record_stream(env, n, slow)
-        .map(FailOnce(marker, lambda r: r["id"] == 2200, hard=True))
+        .map(
+            FailOnce(
+                marker, lambda r: r["id"] == 2200, hard=True, after_checkpoint=failover.checkpoints
+            )
+        )
         .map(order_row, output_type=row_type)
         .sink_to(sink)
     )
     env.execute("pubsub-typed-restart")
     assert os.path.exists(marker), "the failure was not injected"
+    failover.assert_restored()
 
     got = read_regions(project, prefix, n)
     ids = Counter(r["id"] for records in got.values() for r in records)

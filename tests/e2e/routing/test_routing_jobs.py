@@ -27,6 +27,7 @@ from pyflink_gcp.routing import (
 )
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -194,11 +195,18 @@ def test_live_rules_change_destinations_mid_job_and_survive_a_restore(
         first: json.dumps({"value": "eu", "destination": names["eu2"]}),
         second: json.dumps({"value": "us", "destination": None}),
     }
-    env = make_env(parallelism=1, checkpoint_ms=300, restarts=5)
+    failover = Failover(tmp_path / "failover")
+    env = make_env(parallelism=1, checkpoint_ms=300, restarts=5, extra=failover.conf())
     records = (
         record_stream(env, count, live_order, parallelism=1)
         .map(WriteRulesAt(str(rules_dir), changes))
-        .map(FailOnce(str(tmp_path / "failed"), lambda r: b'"id": %d,' % fail_at in r))
+        .map(
+            FailOnce(
+                str(tmp_path / "failed"),
+                lambda r: b'"id": %d,' % fail_at in r,
+                after_checkpoint=failover.checkpoints,
+            )
+        )
     )
     rule_source = (
         FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(rules_dir))
@@ -222,6 +230,7 @@ def test_live_rules_change_destinations_mid_job_and_survive_a_restore(
         client.cancel().result()
 
     assert os.path.exists(tmp_path / "failed"), "the injected failure did not happen"
+    failover.assert_restored()
     everything = {i for ids in seen.values() for i in ids}
     assert everything == set(range(count))  # nothing lost (duplicates are allowed: at least once)
     eu_old, eu_new = set(seen["eu"]), set(seen["eu2"])

@@ -23,6 +23,7 @@ from tests.integration.spanner.support import create_tables, destination, query,
 from tests.support.dead_letters import FileDeadLetterQueue
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.jsonl import read_json_lines
+from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
 
@@ -65,15 +66,19 @@ def test_two_tables_deletes_skips_budget_and_a_failure_lose_nothing(
     sink._config.factory = RecordingFactory.replacing(sink.writer_factory, log)
     # Small bundles upstream, so that the map hands records over (and the sink commits them)
     # between checkpoints too: the restart then replays records that were already committed.
+    failover = Failover(tmp_path / "failover")
     env = make_env(
-        parallelism=2, checkpoint_ms=1000, extra={"python.fn-execution.bundle.size": "50"}
+        parallelism=2,
+        checkpoint_ms=1000,
+        extra={"python.fn-execution.bundle.size": "50", **failover.conf()},
     )
     (
         record_stream(env, n, slow_record)
-        .map(FailOnce(marker, lambda r: r["i"] == 3_100))
+        .map(FailOnce(marker, lambda r: r["i"] == 3_100, after_checkpoint=failover.checkpoints))
         .sink_to(sink)
     )
     env.execute("spanner-e2e-main")
+    failover.assert_restored()
 
     plans = {i: plan(i) for i in range(n)}
     want_events = {i for i, p in plans.items() if p in ("event", "event-and-delete-seed")}

@@ -27,6 +27,7 @@ from pyflink_gcp.table.options import OptionError
 from pyflink_gcp.table.parsing import parse
 from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.restore import Failover, checkpoint_completed
 from tests.support.tables import make_table_env, planning_error
 
 pytestmark = pytest.mark.e2e
@@ -316,12 +317,16 @@ def _wait_for(check, timeout_s: float = 60.0):
     raise AssertionError("timed out")
 
 
-def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(project: str) -> None:
+def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
+    project: str, tmp_path: Path
+) -> None:
     """The sink's Python worker (the job's only Python operator) is killed with SIGKILL after
-    the first checkpoint flushed rows; Flink restarts from the last checkpoint and replays."""
+    the first checkpoint flushed rows and completed; Flink restarts from the last checkpoint
+    and replays."""
     topic = unique("killed")
     make_topics(project, [topic])
     rows = 600
+    failover = Failover(tmp_path / "failover")
     t_env = make_table_env(
         parallelism=1,
         checkpoint_ms=500,
@@ -329,6 +334,7 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(project:
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": "3",
             "restart-strategy.fixed-delay.delay": "1 s",
+            **failover.conf(),
         },
     )
     t_env.execute_sql(
@@ -347,6 +353,9 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(project:
     # Only a checkpoint sends rows before the input ends (thresholds out of reach).
     early = pull_all(project, topic, expect=1, timeout_s=30.0)
     assert early, "no checkpoint flushed rows"
+    # Flushed in the checkpoint's snapshot, which completes a little later: the kill waits for
+    # it, or the restart would legitimately start from scratch.
+    _wait_for(lambda: checkpoint_completed(failover.checkpoints))
     workers = _wait_for(lambda: set(_python_workers()) - earlier)
     assert len(workers) == 1, workers
     (victim,) = workers
@@ -354,6 +363,7 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(project:
     replacement = _wait_for(lambda: sorted(set(_python_workers()) - earlier - {victim}))
     assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
     result.wait()
+    failover.assert_restored()
     rest = pull_all(project, topic, expect=rows - len(early), timeout_s=60.0)
     ids = [json.loads(m.data)["id"] for m in [*early, *rest]]
     lost = set(range(1, rows + 1)) - set(ids)
