@@ -1,22 +1,30 @@
-"""The fault suite: checkpointed jobs on a standalone cluster, faults at random points, every
-record counted.
+"""The fault suite: checkpointed jobs on a standalone cluster, faults at random points while
+the sink holds real work, every record counted.
 
     python -m tests.faults [--sink pubsub,bigquery,...] [--method M,...] [--config C,...]
-                           [--runs R] [--faults N] [--seed S] [--full]
+                           [--runs R] [--faults N] [--seed S] [--rate RPS] [--full]
 
 Per sink (and per BigQuery write method) it runs ``job.py`` at parallelism 4 on two
-TaskManagers of two slots with ids 0..N-1, injects ``--faults`` faults per run at random
-moments (seeded: the same seed picks the same kinds and gaps), waits for the job to finish,
-reads every destination back and prints one table. It then checks that a sink whose emulator
-stops answering (SIGSTOP) fails within a short retry deadline with an error naming the
-destination. The exit status is non-zero when a record was lost, an exactly-once or idempotent
-path delivered a duplicate, a FILE_LOADS run left a staged object in its bucket, a job did not
-finish, or that check failed.
+TaskManagers of two slots; the job hands its sink ``--rate`` records a second per subtask the
+whole time the faults come (then the suite lets it drop the rest of its input). It injects
+``--faults`` faults per run at random moments (seeded per row: the same seed and row pick the
+same kinds, gaps and victims), waits for the job to finish, reads every destination back and
+prints one table, headed by the command and the machine. It then checks that a sink whose
+emulator stops answering (SIGSTOP) fails within a short retry deadline with an error naming
+the destination.
+
+The exit status is non-zero when a record the sink was handed is missing; an exactly-once or
+idempotent path left a duplicate in the destination; a FILE_LOADS run left a staged object; a
+job did not finish; a run injected fewer faults than asked; a failover restarted from no
+checkpoint (or id 0); a TaskManager ended by itself; or the unresponsive-emulator check failed.
 
 ``--config`` runs the exactly-once BigQuery methods (BUFFERED_STREAM, FILE_LOADS) in the
 configurations users choose (``targets.CONFIGS``): ``unaligned`` checkpoints, FILE_LOADS's
-``default-interval``, a ``regional`` dataset, and ``rescale`` (stop-with-savepoint after the
-faults, restored at parallelism 2). Other targets run in ``default`` only.
+``default-interval``, a ``regional`` dataset; and every target in ``rescale`` (submitted at
+parallelism 2, stop-with-savepoint after the faults and restored at 4, then at 1, under load).
+
+``--break flush`` / ``--break idempotence`` (test only) break the job's sink on purpose, to
+show the loss and duplicate checks fail (see job.py).
 
 Minutes per sink on a 2-core machine; not part of ``make test`` (``make faults`` runs it).
 """
@@ -27,25 +35,28 @@ import argparse
 import os
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyflink_gcp.cluster import ClusterSettings, StandaloneCluster
 from pyflink_gcp.emulators import EmulatorStack
 from tests.faults.inject import (
-    KINDS,
     Fault,
+    check_restore,
     inject,
+    last_completed_ms,
     paused,
     replace_dead_taskmanagers,
+    settle,
     tended_wait,
     wait_for_recovery,
 )
+from tests.faults.ledger import Ledger, read_ledger
+from tests.faults.report import SHORT, Outcome, abbreviate, reproduce, table
+from tests.faults.rescale import JOB, http_cancel, rescale
 from tests.faults.targets import (
     CONFIGS,
     STACK_SERVICES,
@@ -61,48 +72,7 @@ from tests.faults.targets import (
     staged_left,
 )
 
-JOB = Path(__file__).with_name("job.py")
 PROJECT = "test-project"
-SHORT = {
-    "tm-kill": "tm",
-    "worker-kill": "worker",
-    "task-exception": "exc",
-    "emulator-pause": "pause",
-    "emulator-restart": "restart",
-}
-
-
-@dataclass
-class Outcome:
-    """What one target's runs added up to."""
-
-    target: Target
-    config: Config = CONFIGS["default"]
-    faults: list[Fault] = field(default_factory=list)
-    records_in: int = 0
-    records_out: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    #: Objects left in FILE_LOADS runs' buckets after the job ended (None: not FILE_LOADS).
-    staged_left: int | None = None
-    #: One line per run that lost, duplicated (where not allowed) or left objects.
-    run_problems: list[str] = field(default_factory=list)
-    unfinished: list[str] = field(default_factory=list)
-    #: TaskManagers that ended by themselves during the runs (replaced, not injected).
-    self_ended: list[str] = field(default_factory=list)
-    hang: str = "not run"
-    hang_ok: bool = True
-
-    @property
-    def label(self) -> str:
-        return f"{self.target.label} {self.config.name}"
-
-    def problems(self) -> list[str]:
-        found = [f"{self.label}: {u}" for u in self.unfinished]
-        found += [f"{self.label}: {p}" for p in self.run_problems]
-        if not self.hang_ok:
-            found.append(f"{self.label}: unresponsive-emulator check: {self.hang}")
-        return found
 
 
 def pick_kinds(rng: random.Random, kinds: list[str], n: int) -> list[str]:
@@ -118,6 +88,41 @@ def pick_kinds(rng: random.Random, kinds: list[str], n: int) -> list[str]:
     return picked
 
 
+def record_count(args: argparse.Namespace, config: Config) -> int:
+    """Input records per run: ``--count``, or enough for the faults at the job's rate (a
+    minute per fault, as a TaskManager kill can take, and a minute and a half to spare, plus a
+    minute per rescale). A job whose input ran out before its faults fails the run (fewer
+    faults than asked); what is left after the faults is dropped, not sent."""
+    if args.count:
+        return int(args.count)
+    widest = max((config.parallelism, *config.rescale_to))
+    seconds = 60 * args.faults + 90 + 60 * len(config.rescale_to)
+    return int(args.rate * widest * seconds)
+
+
+def submit(
+    cluster: StandaloneCluster, job_args: list[str], parallelism: int, outcome: Outcome
+) -> str | None:
+    """Submits the job and waits for its second checkpoint; None (and the reason recorded)
+    when it did not get there. A job that will not be waited for is cancelled: it would hold
+    the slots the next target needs."""
+    submitted = cluster.submit(JOB, *job_args, parallelism=parallelism, detached=True, timeout=300)
+    if not (submitted.ok and submitted.job_id):
+        outcome.unfinished.append(f"submission failed: {submitted.output[-2000:]}")
+        return None
+    job = submitted.job_id
+    try:
+        state = tended_wait(cluster, job, checkpoints=2, timeout=240, ended=outcome.self_ended)
+        if state != "RUNNING":
+            raise RuntimeError(f"job {job} ended {state} before its second checkpoint")
+        check_config(cluster, job, outcome.config)
+    except Exception:
+        http_cancel(cluster, job)
+        settle(cluster, outcome.self_ended)
+        raise
+    return job
+
+
 def one_run(
     target: Target,
     config: Config,
@@ -128,56 +133,67 @@ def one_run(
     rng: random.Random,
     outcome: Outcome,
 ) -> None:
-    """Submits one job, injects its faults, waits for the end, counts what arrived."""
+    """Submits one job, injects its faults, rescales it if asked, lets it finish, counts."""
     for ended in replace_dead_taskmanagers(cluster):
-        print(f"  replaced a TaskManager that ended by itself: {ended}", flush=True)
-        outcome.self_ended.append(ended)
+        print(f"  found a TaskManager that ended by itself before the run: {ended}", flush=True)
+        outcome.self_ended.append(f"(found before a run) {ended}")
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
+    count = record_count(args, config)
     extra = prepare(target, PROJECT, name, stack, config.location)
     job_args = ["--sink", target.sink, "--project", PROJECT, "--name", name]
-    job_args += ["--control", str(control), "--count", str(args.count)]
-    job_args += ["--pace-ms", str(args.pace_ms), *extra, *config.job_args(target)]
+    job_args += ["--control", str(control), "--count", str(count), "--rate", f"{args.rate:g}"]
+    job_args += ["--break", args.broken, *extra, *config.job_args(target)]
     if target.method != "-":
         job_args += ["--method", target.method]
-    submitted = cluster.submit(JOB, *job_args, parallelism=4, detached=True, timeout=300)
-    if not (submitted.ok and submitted.job_id):
-        outcome.unfinished.append(f"{name}: submission failed: {submitted.output[-2000:]}")
+    job = submit(cluster, job_args, config.parallelism, outcome)
+    if job is None:
         return
-    job = submitted.job_id
-    try:
-        state = tended_wait(cluster, job, checkpoints=2, timeout=240, ended=outcome.self_ended)
-        if state != "RUNNING":
-            raise RuntimeError(f"job {job} ended {state} before its second checkpoint")
-        check_config(cluster, job, config)
-    except Exception:
-        http_cancel(cluster, job)  # it would hold the slots the next target needs
-        raise
     faults: list[Fault] = []
     for kind in pick_kinds(rng, kinds, args.faults):
         time.sleep(rng.uniform(1.0, 4.0))
         if cluster.job(job).get("state") != "RUNNING":
             break
+        checkpoint_ms = last_completed_ms(cluster, job)
         fault = inject(
             kind, cluster=cluster, stack=stack, services=target.services, control=control, rng=rng
         )
+        fault.checkpoint_ms = checkpoint_ms
         fault.recovery_s = wait_for_recovery(cluster, job, fault.at_ms, outcome.self_ended)
         faults.append(fault)
         recovery = "none" if fault.recovery_s is None else f"{fault.recovery_s:.1f} s"
-        print(f"    {kind:<16} {fault.detail:<40} recovered in {recovery}", flush=True)
         if fault.recovery_s is None:
-            break  # the job ended: later faults would hit nothing
+            print(f"    {kind:<16} {fault.detail:<40} recovered: none", flush=True)
+            break  # the job ended or never checkpointed again: later faults would hit nothing
+        check_restore(cluster, job, fault)
+        restart = "no failover" if fault.restored is None else f"restored {fault.restored}"
+        print(
+            f"    {kind:<16} {fault.detail:<40} recovered in {recovery}, {restart}"
+            f"{'' if fault.restore_problem is None else ': ' + fault.restore_problem}",
+            flush=True,
+        )
     sequence = ", ".join(SHORT[f.kind] for f in faults) or "none"
+    what = f"run {name} (faults: {sequence})"
+    if len(faults) < args.faults:
+        outcome.run_problems.append(f"{what}: {len(faults)} of {args.faults} faults injected")
+    outcome.run_problems += [
+        f"{what}: after {f.kind} at {f.at_ms}: {f.restore_problem}"
+        for f in faults
+        if f.restore_problem
+    ]
+    outcome.run_problems += [
+        f"{what}: no checkpoint completed after {f.kind} at {f.at_ms} (the job ended or hung)"
+        for f in faults
+        if f.recovery_s is None
+    ]
     rescaled = ""
-    if config.rescale_to is not None:
+    if config.rescale_to:
         try:
-            job, rescaled = rescale(
-                target, config, cluster, stack, name, job, job_args, control, outcome.self_ended
-            )
+            job, rescaled = rescale(config, cluster, job, job_args, control, outcome.self_ended)
         except Exception as err:  # noqa: BLE001 - reported; the records are counted all the same
             outcome.unfinished.append(f"{name}: rescale: {type(err).__name__}: {err}"[:1500])
             print(f"    rescale failed: {err!r}"[:800], flush=True)
-    # The faults are in: the rest of the input need not be paced (see job.py).
+    # The faults are in: the job drops the rest of its input (see job.py).
     (control / "finish").write_text("finish\n")
     state = tended_wait(
         cluster, job, checkpoints=None, timeout=args.job_timeout, ended=outcome.self_ended
@@ -185,43 +201,102 @@ def one_run(
     if state != "FINISHED":
         failures = cluster.exceptions(job)
         outcome.unfinished.append(f"{name}: job {job} ended {state}: {failures[:1]}")
-    ids = read_back(target, PROJECT, name, stack, args.count)
-    distinct = set(ids)
-    missing = sorted(set(range(args.count)) - distinct)
-    lost = len(missing)
-    duplicates = len(ids) - len(distinct)
-    left = staged_left(target, PROJECT, name)
+    settle(cluster, outcome.self_ended)
+    count_run(target, name, count, stack, control, faults, outcome, f"{what}{rescaled}")
     outcome.faults += faults
-    outcome.records_in += args.count
-    outcome.records_out += len(ids)
-    outcome.lost += lost
+    shutil.rmtree(control, ignore_errors=True)
+
+
+def count_run(
+    target: Target,
+    name: str,
+    count: int,
+    stack: EmulatorStack,
+    control: Path,
+    faults: list[Fault],
+    outcome: Outcome,
+    what: str,
+) -> None:
+    """Reads the run's destinations and the job's emission logs, and adds up the run.
+
+    A record is lost when the destination lacks it and the job handed it to the sink (or
+    never dropped it: an id neither handed nor dropped is lost too, whatever happened to it).
+    """
+    ledger = read_ledger(control)
+    for fault, after in zip(faults, [*faults[1:], None], strict=True):
+        fault.exposed = exposure(ledger, fault, None if after is None else after.at_ms)
+    got = read_back(target, PROJECT, name, stack, set(ledger.handed))
+    distinct = set(got.ids)
+    missing = set(range(count)) - distinct
+    lost_ids = sorted(missing - ledger.never_handed(sorted(missing)))
+    duplicates = len(got.ids) - len(distinct)
+    unhanded = sorted(distinct - set(ledger.handed))
+    exposed = sum(f.exposed for f in faults)
+    left = staged_left(target, PROJECT, name)
+    outcome.handed += len(ledger.handed)
+    outcome.exposed += exposed
+    outcome.resent += ledger.resent
+    outcome.out += len(got.ids)
+    outcome.lost += len(lost_ids)
     outcome.duplicates += duplicates
+    replays = ""
+    if got.writes is not None:
+        seen = len(got.writes) - len(set(got.writes))
+        outcome.replays_seen = (outcome.replays_seen or 0) + seen
+        replays = f", {seen} replays seen"
+        unrecorded = sorted(distinct - set(got.writes))
+        if unrecorded:
+            outcome.run_problems.append(
+                f"{what}: {len(unrecorded)} records without a recorded write (the replay count "
+                f"cannot be trusted), ids {abbreviate(unrecorded)}"
+            )
     if left is not None:
         outcome.staged_left = (outcome.staged_left or 0) + len(left)
-    what = f"run {name} (faults: {sequence}{rescaled})"
-    if lost:
-        outcome.run_problems.append(f"{what}: {lost} records lost, ids {abbreviate(missing)}")
+    if lost_ids:
+        outcome.run_problems.append(
+            f"{what}: {len(lost_ids)} records lost, ids {abbreviate(lost_ids)}"
+        )
     if duplicates and not target.duplicates_allowed:
-        twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+        twice = sorted(i for i, n in Counter(got.ids).items() if n > 1)
         outcome.run_problems.append(
             f"{what}: {duplicates} duplicates ({target.guarantee}), ids {abbreviate(twice)}"
+        )
+    if unhanded:
+        outcome.run_problems.append(
+            f"{what}: {len(unhanded)} records in the destination that no emission log names "
+            f"(the logs cannot be trusted), ids {abbreviate(unhanded)}"
         )
     if left:
         outcome.run_problems.append(
             f"{what}: {len(left)} staged objects left: {', '.join(left[:5])}"
             f"{' ...' if len(left) > 5 else ''}"
         )
+    per_fault = ", ".join(str(f.exposed) for f in faults) or "-"
     print(
-        f"  run {name}: {state}, {len(faults)} faults ({sequence}){rescaled}, {args.count} in, "
-        f"{len(ids)} out, {lost} lost, {duplicates} duplicates"
+        f"  {what}: {len(ledger.handed)} handed ({ledger.resent} re-sent, {ledger.logs} "
+        f"writer attempts), {exposed} exposed ({per_fault}), {len(got.ids)} out, "
+        f"{len(lost_ids)} lost, {duplicates} duplicates{replays}"
         f"{'' if left is None else f', {len(left)} staged objects left'}",
         flush=True,
     )
-    shutil.rmtree(control, ignore_errors=True)
 
 
-def abbreviate(ids: list[int], most: int = 20) -> str:
-    return ", ".join(map(str, ids[:most])) + (f" ... ({len(ids)})" if len(ids) > most else "")
+def exposure(ledger: Ledger, fault: Fault, next_ms: int | None) -> int:
+    """The records a fault put at risk (see docs/reliability.md, "What the table reports").
+
+    After a failover, the records handed to the sink before the fault and again after it (up
+    to the next fault): a restore hands again exactly what came after the barrier of the
+    checkpoint it restored, so these are the records the sink held (buffered, in flight,
+    written or prepared but uncommitted) that the fault could lose or duplicate. A fault the
+    job rode out without a failover (an emulator pause) replays nothing: then the records
+    handed after the last completed checkpoint's trigger and before the outage ended, which
+    the sink held unconfirmed through it.
+    """
+    if fault.restored is not None:
+        return ledger.handed_again(fault.at_ms, next_ms)
+    if fault.checkpoint_ms is None:
+        return 0
+    return ledger.between(fault.checkpoint_ms, fault.at_ms + int(fault.outage_s * 1000))
 
 
 def check_config(cluster: StandaloneCluster, job: str, config: Config) -> None:
@@ -233,109 +308,37 @@ def check_config(cluster: StandaloneCluster, job: str, config: Config) -> None:
         raise RuntimeError(f"job {job} does not run with unaligned checkpoints: {settings}")
 
 
-def rescale(
-    target: Target,
-    config: Config,
-    cluster: StandaloneCluster,
-    stack: EmulatorStack,
-    name: str,
-    job: str,
-    job_args: list[str],
-    control: Path,
-    ended: list[str],
-) -> tuple[str, str]:
-    """Stops ``job`` with a savepoint and submits it again from there at
-    ``config.rescale_to``; returns the new job's id (running, two checkpoints completed) and
-    what happened, for the run's line."""
-    assert config.rescale_to is not None
-    savepoint = stop_with_savepoint(cluster, job, control / "savepoints")
-    state = cluster.wait_for_job(job, timeout=300)
-    if state != "FINISHED":
-        raise RuntimeError(f"job {job} ended {state} after its stop-with-savepoint")
-    before = len(set(read_back(target, PROJECT, name, stack, 0)))
-    print(
-        f"    stopped with a savepoint, {before} distinct ids in the tables: {savepoint}",
-        flush=True,
-    )
-    submitted = cluster.submit(
-        JOB,
-        *job_args,
-        parallelism=config.rescale_to,
-        detached=True,
-        options=["-s", savepoint],
-        timeout=300,
-    )
-    if not (submitted.ok and submitted.job_id):
-        raise RuntimeError(f"resubmission failed: {submitted.output[-2000:]}")
-    job = submitted.job_id
-    try:
-        state = tended_wait(cluster, job, checkpoints=2, timeout=240, ended=ended)
-        if state != "RUNNING":
-            raise RuntimeError(f"restored job {job} ended {state} before its second checkpoint")
-        restored = cluster.checkpoints(job).get("latest", {}).get("restored") or {}
-        if not restored.get("is_savepoint"):
-            raise RuntimeError(f"job {job} did not restore from the savepoint: {restored}")
-        parallelism = max(v.get("parallelism", 0) for v in cluster.job(job).get("vertices", []))
-        if parallelism != config.rescale_to:
-            raise RuntimeError(f"restored job {job} runs at parallelism {parallelism}")
-    except Exception:
-        http_cancel(cluster, job)
-        raise
-    print(f"    restored as job {job} at parallelism {parallelism}", flush=True)
-    return job, f"; savepoint at {before} ids, restored at p={parallelism}"
-
-
-def stop_with_savepoint(cluster: StandaloneCluster, job: str, directory: Path) -> str:
-    """Stops the job with a savepoint (REST ``POST /jobs/<id>/stop``, no drain) and returns
-    the savepoint's location."""
-    from pyflink_gcp.emulators.processes import http_json
-
-    url = f"{cluster.rest_url}/jobs/{job}"
-    body = {"targetDirectory": directory.as_uri(), "drain": False}
-    status, answer = http_json("POST", f"{url}/stop", body, timeout=10.0)
-    if status != 202 or not isinstance(answer, dict) or "request-id" not in answer:
-        raise RuntimeError(f"stop-with-savepoint of job {job}: HTTP {status}: {answer}")
-    trigger = answer["request-id"]
-    deadline = time.monotonic() + 300.0
-    while time.monotonic() < deadline:
-        progress = cluster.rest(f"/jobs/{job}/savepoints/{trigger}")
-        if progress.get("status", {}).get("id") == "COMPLETED":
-            operation = progress.get("operation") or {}
-            if "location" in operation:
-                return str(operation["location"])
-            raise RuntimeError(f"savepoint of job {job} failed: {operation}"[:1500])
-        time.sleep(0.5)
-    raise TimeoutError(f"savepoint of job {job} not done after 300 s")
-
-
 def hang_check(
     target: Target,
     config: Config,
     cluster: StandaloneCluster,
     stack: EmulatorStack,
     deadline_s: float,
+    ended: list[str],
 ) -> tuple[bool, str]:
     """Runs the job with a ``deadline_s`` retry deadline, stops its emulators (SIGSTOP) once
     it checkpointed, and reads the first failure from Flink's exception history: it must come
     within the deadline plus one attempt (and a margin for a loaded machine) and name one of
-    the run's destinations."""
-    for ended in replace_dead_taskmanagers(cluster):
-        print(f"  replaced a TaskManager that ended by itself: {ended}", flush=True)
+    the run's destinations. TaskManagers that end by themselves meanwhile, or after the
+    job's cancel, are appended to ``ended`` (this target's)."""
+    for what in replace_dead_taskmanagers(cluster):
+        print(f"  found a TaskManager that ended by itself before the check: {what}", flush=True)
+        ended.append(f"(found before the hang check) {what}")
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
     extra = prepare(target, PROJECT, name, stack, config.location)
     job_args = ["--sink", target.sink, "--project", PROJECT, "--name", name]
-    job_args += ["--control", str(control), "--count", "100000", "--pace-ms", "5"]
+    job_args += ["--control", str(control), "--count", "1000000", "--rate", "50"]
     job_args += ["--retry-deadline-s", str(deadline_s), *extra, *config.job_args(target)]
     if target.method != "-":
         job_args += ["--method", target.method]
-    submitted = cluster.submit(JOB, *job_args, parallelism=4, detached=True, timeout=300)
+    parallelism = config.parallelism
+    submitted = cluster.submit(JOB, *job_args, parallelism=parallelism, detached=True, timeout=300)
     if not (submitted.ok and submitted.job_id):
         return False, f"submission failed: {submitted.output[-1000:]}"
     job = submitted.job_id
     budget = deadline_s + 5.0 + 30.0  # the deadline, one attempt's timeout, a loaded machine
     try:
-        ended: list[str] = []
         if tended_wait(cluster, job, checkpoints=1, timeout=240, ended=ended) != "RUNNING":
             return False, f"job {job} ended before its first checkpoint"
         stopped_ms = int(time.time() * 1000)
@@ -347,6 +350,7 @@ def hang_check(
                 time.sleep(0.5)
     finally:
         http_cancel(cluster, job)
+        settle(cluster, ended)
         shutil.rmtree(control, ignore_errors=True)
     if not failures:
         return False, f"no failure {budget + 30:.0f} s after the emulator stopped answering"
@@ -363,46 +367,6 @@ def hang_check(
     return bool(named) and retried and took <= budget, summary
 
 
-def http_cancel(cluster: StandaloneCluster, job: str) -> None:
-    """Cancels the job (REST ``PATCH /jobs/<id>``) and waits until it ended."""
-    from pyflink_gcp.emulators.processes import http_json
-
-    http_json("PATCH", f"{cluster.rest_url}/jobs/{job}?mode=cancel", timeout=10.0)
-    cluster.wait_for_job(job, timeout=120)
-
-
-def table(outcomes: list[Outcome], probes: dict[str, RestartProbe]) -> str:
-    """The suite's figures as a Markdown table."""
-    lines = [
-        "| target | guarantee | faults (by kind) | in | out | lost | duplicates | staged left "
-        "| recovery s (median / max) | unresponsive emulator |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
-    ]
-    for o in outcomes:
-        kinds = Counter(f.kind for f in o.faults)
-        by_kind = ", ".join(f"{SHORT[k]} {kinds[k]}" for k in KINDS if kinds[k])
-        times = [f.recovery_s for f in o.faults if f.recovery_s is not None]
-        recovery = f"{statistics.median(times):.1f} / {max(times):.1f}" if times else "-"
-        ended = f" (+{len(o.self_ended)} TaskManager ended by itself)" if o.self_ended else ""
-        left = "-" if o.staged_left is None else str(o.staged_left)
-        lines.append(
-            f"| {o.label} | {o.target.guarantee} "
-            f"| {len(o.faults)}: {by_kind or '-'}{ended} | {o.records_in} | {o.records_out} "
-            f"| {o.lost} | {o.duplicates} | {left} | {recovery} | {o.hang} |"
-        )
-    if probes:
-        lines.append("")
-        lines.append("Emulator restart (data kept across a restart?):")
-        for probe in probes.values():
-            verdict = (
-                "kept (a sink gets the restart fault only if all its emulators keep their data)"
-                if probe.survives
-                else "restart fault skipped for its sinks"
-            )
-            lines.append(f"- {probe.service}: {probe.detail} ({probe.seconds:.1f} s); {verdict}")
-    return "\n".join(lines)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tests.faults", description=__doc__.splitlines()[0]
@@ -412,24 +376,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--config",
         default="default",
-        help=f"comma-separated configurations ({', '.join(CONFIGS)}); those other than "
-        "default run BUFFERED_STREAM and FILE_LOADS only",
+        help=f"comma-separated configurations ({', '.join(CONFIGS)}); unaligned, "
+        "default-interval and regional run BUFFERED_STREAM and FILE_LOADS only",
     )
     parser.add_argument("--full", action="store_true", help="4 runs of 5 faults per target")
     parser.add_argument("--runs", type=int, default=None, help="runs per target (quick: 1)")
     parser.add_argument("--faults", type=int, default=None, help="faults per run (quick: 4)")
     parser.add_argument("--seed", type=int, default=18)
-    parser.add_argument("--count", type=int, default=3000, help="records per run")
     parser.add_argument(
-        "--pace-ms",
+        "--rate",
         type=float,
-        default=400.0,
-        help="per record and subtask, until the run's faults are in (then unpaced)",
+        default=100.0,
+        help="records a second per subtask the job hands its sink while the faults come",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=0,
+        help="input records per run (default: enough for the faults at --rate; the rest is "
+        "dropped once they are in)",
     )
     parser.add_argument("--job-timeout", type=float, default=900.0)
     parser.add_argument("--retry-deadline-s", type=float, default=5.0, help="for the hang check")
     parser.add_argument("--no-hang-check", action="store_true")
     parser.add_argument("--no-restart-probe", action="store_true")
+    parser.add_argument(
+        "--break",
+        dest="broken",
+        choices=("none", "flush", "idempotence"),
+        default="none",
+        help="test only: run the job with its sink's checkpoint flush or (Cloud Tasks, "
+        "Bigtable, Spanner) idempotence broken, to see the suite fail",
+    )
     args = parser.parse_args(argv)
     args.runs = args.runs if args.runs is not None else (4 if args.full else 1)
     args.faults = args.faults if args.faults is not None else (5 if args.full else 4)
@@ -442,8 +420,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def row_command(args: argparse.Namespace, target: Target, config: Config) -> str:
+    """The command that runs one row again with the same faults (its seed is its own)."""
+    argv = ["--sink", target.sink]
+    if target.method != "-":
+        argv += ["--method", target.method]
+    argv += ["--config", config.name, "--runs", str(args.runs), "--faults", str(args.faults)]
+    argv += ["--seed", str(args.seed), "--rate", f"{args.rate:g}"]
+    if args.count:
+        argv += ["--count", str(args.count)]
+    if args.broken != "none":
+        argv += ["--break", args.broken]
+    argv += ["--no-hang-check"] if args.no_hang_check else []
+    argv += ["--no-restart-probe"] if args.no_restart_probe else []
+    return reproduce(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    command = reproduce(sys.argv[1:] if argv is None else argv)
     sinks = args.sink.split(",")
     methods = set(args.method.split(",")) if args.method else None
     targets = [
@@ -457,9 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     targets = list(dict.fromkeys(t for t, _ in runs))
     services = sorted({svc for s in sinks for svc in STACK_SERVICES[s]})
-    rng = random.Random(args.seed)
     outcomes: list[Outcome] = []
     probes: dict[str, RestartProbe] = {}
+    print(f"{command}: started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
     with EmulatorStack(services=services, project=PROJECT) as stack:
         os.environ.update(stack.env)
         if not args.no_restart_probe:
@@ -472,11 +467,13 @@ def main(argv: list[str] | None = None) -> int:
                 kinds = ["tm-kill", "worker-kill", "task-exception", "emulator-pause"]
                 if probes and all(probes[s].survives for s in target.services):
                     kinds.append("emulator-restart")
-                outcome = Outcome(target, config)
+                outcome = Outcome(target, config, row_command(args, target, config))
                 outcomes.append(outcome)
+                # Each row draws from a seed of its own, so it can be run again alone.
+                rng = random.Random(f"{args.seed}/{target.label}/{config.name}")
                 print(
                     f"{outcome.label} ({config.summary}): {args.runs} run(s) of "
-                    f"{args.faults} faults",
+                    f"{args.faults} faults; alone: {outcome.command}",
                     flush=True,
                 )
                 try:
@@ -484,7 +481,12 @@ def main(argv: list[str] | None = None) -> int:
                         one_run(target, config, args, cluster, stack, kinds, rng, outcome)
                     if not args.no_hang_check:
                         outcome.hang_ok, outcome.hang = hang_check(
-                            target, config, cluster, stack, args.retry_deadline_s
+                            target,
+                            config,
+                            cluster,
+                            stack,
+                            args.retry_deadline_s,
+                            outcome.self_ended,
                         )
                         print(f"  unresponsive emulator: {outcome.hang}", flush=True)
                 except Exception as err:  # noqa: BLE001 - reported, and the next target runs
@@ -492,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {outcome.label} aborted: {err!r}"[:800], flush=True)
         kept = cluster.logs_kept()
     print()
-    print(table(outcomes, probes))
+    print(table(outcomes, probes, command))
     problems = [p for o in outcomes for p in o.problems()]
     for problem in problems:
         print(f"FAIL {problem}")

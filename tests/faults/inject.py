@@ -16,7 +16,10 @@ The kinds:
 
 Recovery is read from Flink's checkpoint history: the time from the fault to the
 acknowledgement of the first checkpoint triggered after it, which is when the job again has
-a state that includes records written after the fault.
+a state that includes records written after the fault. At that point the suite also reads
+where a job that failed over restarted from (``/jobs/<id>/checkpoints`` ``latest.restored``):
+a restart after the fault must have restored a checkpoint with an id above 0, or the replay
+began from the start of the input and would hide a sink that lost what it buffered.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyflink_gcp.cluster import StandaloneCluster
+from pyflink_gcp.cluster import ClusterError, StandaloneCluster
 from pyflink_gcp.cluster.standalone import TERMINAL_STATES
 from pyflink_gcp.emulators import EmulatorStack
 from pyflink_gcp.emulators.processes import group_members
@@ -49,12 +52,26 @@ class Fault:
         at_ms: Wall-clock time of the injection (epoch ms, Flink's clock on this machine).
         detail: What exactly was hit (a TaskManager, a pid, a service).
         recovery_s: Seconds to the first completed checkpoint after it, None when none came.
+        checkpoint_ms: Trigger time (epoch ms) of the last checkpoint completed before the
+            fault, the state a failover restores; None when there was none.
+        restored: The id of the checkpoint the job restored after the fault; None when the
+            job did not fail over (an emulator pause the sink's retries rode out).
+        restore_problem: Why the restart after the fault was wrong (it restored no checkpoint,
+            or one with id 0), None when it was right or there was none.
+        outage_s: How long the fault kept the service away (emulator faults), else 0.
+        exposed: Records the fault put at risk (``__main__.exposure``, from the job's
+            emission logs, filled in after the run).
     """
 
     kind: str
     at_ms: int
     detail: str
     recovery_s: float | None = None
+    checkpoint_ms: int | None = None
+    restored: int | None = None
+    restore_problem: str | None = None
+    outage_s: float = 0.0
+    exposed: int = 0
 
 
 def _cmdline(pid: int) -> str:
@@ -139,6 +156,77 @@ def tended_wait(
         time.sleep(0.5)
 
 
+def settle(cluster: StandaloneCluster, ended: list[str], timeout: float = 30.0) -> None:
+    """After a job ended (finished, cancelled, stopped): waits until the TaskManagers freed its
+    slots, and a few seconds more, then replaces each TaskManager that ended by itself and
+    appends it to ``ended``.
+
+    A TaskManager that shuts itself down does so while the ended job's Python operators close,
+    seconds after the job's end: checked here, it is counted against the target whose job it
+    served, not the next target's first wait.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        managers = cluster.rest("/taskmanagers").get("taskmanagers", [])
+        if all(int(m.get("freeSlots", 0)) == int(m.get("slotsNumber", 0)) for m in managers):
+            break
+        time.sleep(0.5)
+    time.sleep(3.0)
+    for what in replace_dead_taskmanagers(cluster):
+        ended.append(what)
+        print(
+            f"    a TaskManager ended by itself after the job's end, replaced: {what}", flush=True
+        )
+
+
+def last_completed_ms(cluster: StandaloneCluster, job_id: str) -> int | None:
+    """Trigger time (epoch ms) of the job's latest completed checkpoint, None before any."""
+    latest = (cluster.checkpoints(job_id).get("latest") or {}).get("completed") or {}
+    stamp = latest.get("trigger_timestamp")
+    return None if stamp is None else int(stamp)
+
+
+def check_restore(cluster: StandaloneCluster, job_id: str, fault: Fault) -> None:
+    """Fills in ``fault.restored`` / ``fault.restore_problem`` once the job recovered.
+
+    The job failed over after the fault when its exception history has an entry from then on;
+    it must then have restored (``latest.restored``, restored at or after the failure) a
+    checkpoint with an id above 0. A worker kill or a task exception always fails the job
+    (the worker and the raising map are the job's), so for those a missing failure is a
+    problem too; a TaskManager kill fails it only when the job had tasks there (at
+    parallelism 2 both may run on the other TaskManager).
+    """
+    failures = [e for e in cluster.exceptions(job_id) if int(e.get("timestamp", 0)) >= fault.at_ms]
+    restored = (cluster.checkpoints(job_id).get("latest") or {}).get("restored") or {}
+    must_fail = fault.kind in ("worker-kill", "task-exception")
+    if not failures:
+        if must_fail:
+            fault.restore_problem = "no failover recorded after the fault"
+        return
+    first = min(int(e.get("timestamp", 0)) for e in failures)
+    when = int(restored.get("restore_timestamp", 0) or 0)
+    if not restored or when < first:
+        fault.restore_problem = f"failed over without restoring a checkpoint: {restored}"
+        return
+    fault.restored = int(restored.get("id", 0))
+    if fault.restored <= 0:
+        fault.restore_problem = f"restored checkpoint id {fault.restored}: {restored}"
+
+
+def busy_taskmanagers(cluster: StandaloneCluster) -> list[int]:
+    """The live TaskManagers that run tasks (a slot in use), or every live one if the REST API
+    says none does: a job at parallelism 2 may hold one TaskManager only, and killing the idle
+    one would test nothing."""
+    live = live_taskmanagers(cluster)
+    try:
+        listed = cluster.rest("/taskmanagers").get("taskmanagers", [])
+    except ClusterError:  # the REST API did not answer: any live one will do
+        return live
+    used = {t["id"] for t in listed if int(t.get("freeSlots", 0)) < int(t.get("slotsNumber", 0))}
+    busy = [i for i in live if cluster.taskmanagers[i].resource_id in used]
+    return busy or live
+
+
 def live_taskmanagers(cluster: StandaloneCluster) -> list[int]:
     return [i for i, tm in enumerate(cluster.taskmanagers) if not tm.killed]
 
@@ -173,7 +261,7 @@ def inject(
     fault is over, a replacement TaskManager registered)."""
     at_ms = int(time.time() * 1000)
     if kind == "tm-kill":
-        index = rng.choice(live_taskmanagers(cluster))
+        index = rng.choice(busy_taskmanagers(cluster))
         killed = cluster.kill_taskmanager(index)
         replacement = cluster.start_taskmanager(wait=True)
         return Fault(kind, at_ms, f"{killed.resource_id} -> {replacement.resource_id}")
@@ -193,7 +281,7 @@ def inject(
     if kind == "emulator-pause":
         with paused(stack, services):
             time.sleep(OUTAGE_S)
-        return Fault(kind, at_ms, f"SIGSTOP {'+'.join(services)} {OUTAGE_S:g} s")
+        return Fault(kind, at_ms, f"SIGSTOP {'+'.join(services)} {OUTAGE_S:g} s", outage_s=OUTAGE_S)
     if kind == "emulator-restart":
         for service in services:
             process = stack.processes[service]
@@ -202,7 +290,7 @@ def inject(
         time.sleep(OUTAGE_S)
         for service in services:
             stack.restart(service)
-        return Fault(kind, at_ms, f"restart {'+'.join(services)}")
+        return Fault(kind, at_ms, f"restart {'+'.join(services)}", outage_s=OUTAGE_S)
     raise ValueError(kind)
 
 

@@ -32,7 +32,10 @@ class Target:
         sink: The job's ``--sink``.
         method: The BigQuery write method, or ``-``.
         guarantee: ``exactly once``, ``idempotent`` or ``at least once``: whether duplicates
-            fail the suite (the first two) or are reported.
+            in the destination's user-visible state fail the suite (the first two) or are
+            reported. Replays an idempotent write hides are reported, never failed: the
+            sink's documented guarantee (docs/guarantees.md) is that the replay leaves the same
+            state, not that there is none.
         services: The emulators the sink writes to, which an emulator fault stops.
     """
 
@@ -68,7 +71,7 @@ EXACTLY_ONCE_METHODS = ("BUFFERED_STREAM", "FILE_LOADS")
 
 @dataclass(frozen=True)
 class Config:
-    """A configuration users choose, applied to the exactly-once BigQuery methods.
+    """A configuration users choose.
 
     Attributes:
         name: What ``--config`` takes.
@@ -77,8 +80,11 @@ class Config:
         min_load_interval_s: FILE_LOADS ``min_load_interval`` in seconds; None leaves the
             option's default (90 s).
         location: The run's dataset (and bucket) location; None: the emulator's default.
-        rescale_to: Stop the job with a savepoint once the faults are in and restore it at this
-            parallelism; None: the job runs to its end at parallelism 4.
+        parallelism: The job's parallelism at submission.
+        rescale_to: Once the faults are in, the job is stopped with a savepoint and restored
+            at each of these parallelisms in turn, under load; empty: the job runs to its end
+            at ``parallelism``.
+        every_target: Applies to every target, not only the exactly-once BigQuery methods.
     """
 
     name: str
@@ -86,11 +92,15 @@ class Config:
     unaligned: bool = False
     min_load_interval_s: float | None = 0.0
     location: str | None = None
-    rescale_to: int | None = None
+    parallelism: int = 4
+    rescale_to: tuple[int, ...] = ()
+    every_target: bool = False
 
     def applies(self, target: Target) -> bool:
-        return self.name == "default" or (
-            target.sink == "bigquery" and target.method in EXACTLY_ONCE_METHODS
+        return (
+            self.name == "default"
+            or self.every_target
+            or (target.sink == "bigquery" and target.method in EXACTLY_ONCE_METHODS)
         )
 
     def job_args(self, target: Target) -> list[str]:
@@ -126,9 +136,11 @@ CONFIGS: dict[str, Config] = {
         ),
         Config(
             "rescale",
-            "after the faults, stop-with-savepoint and restore at parallelism 2 (from 4), "
-            "aligned, FILE_LOADS min_load_interval 0",
-            rescale_to=2,
+            "submitted at parallelism 2; after the faults, stop-with-savepoint and restore at 4, "
+            "then again at 1, under load; aligned, FILE_LOADS min_load_interval 0",
+            parallelism=2,
+            rescale_to=(4, 1),
+            every_target=True,
         ),
     )
 }
@@ -249,8 +261,15 @@ def prepare(
     if target.sink == "bigtable":
         return []  # the sink creates the tables, the emulator any instance
     if target.sink == "spanner":
-        ddl = f"CREATE TABLE {name} (id INT64 NOT NULL, parity STRING(8)) PRIMARY KEY (id)"
-        _spanner(project).update_ddl([ddl]).result(300)
+        # (id, k): k is empty unless job.py's --break idempotence; the audit table gets a row
+        # per write attempt (see job.py's SpannerWrites).
+        ddl = [
+            f"CREATE TABLE {name} (id INT64 NOT NULL, k STRING(36) NOT NULL, parity STRING(8))"
+            " PRIMARY KEY (id, k)",
+            f"CREATE TABLE {name}_audit (id INT64 NOT NULL, attempt STRING(36) NOT NULL)"
+            " PRIMARY KEY (id, attempt)",
+        ]
+        _spanner(project).update_ddl(ddl).result(300)
         return [
             "--instance",
             os.environ["SPANNER_INSTANCE"],
@@ -277,22 +296,45 @@ def destination_names(target: Target, project: str, name: str) -> list[str]:
 # -- after a run --------------------------------------------------------------------------
 
 
+@dataclass
+class Readback:
+    """What a run's destinations hold.
+
+    Attributes:
+        ids: Every record the destination's user-visible state holds, once per copy (a
+            duplicate twice): messages, rows, webhook calls, versions of the Bigtable cell with
+            the record's own timestamp, rows of the Spanner table.
+        writes: Where the destination also records every write of a record that reached it
+            (Spanner's audit rows, Bigtable's server-timestamped versions), their ids, once per
+            write; None where the user-visible copies are that record already.
+    """
+
+    ids: list[int]
+    writes: list[int] | None = None
+
+
 def read_back(
-    target: Target, project: str, name: str, stack: EmulatorStack, count: int
-) -> list[int]:
-    """Every record the destinations hold, as ids, once per copy (a duplicate twice).
+    target: Target, project: str, name: str, stack: EmulatorStack, expected: set[int]
+) -> Readback:
+    """Every record the destinations hold (see :class:`Readback`), read once the job ended;
+    ``expected`` are the ids the job handed its sink, which the Cloud Tasks wait counts to
+    (its emulator dispatches behind the sink).
 
     Idempotent sinks are counted at the level where a duplicate would show: Cloud Tasks by
-    dispatched webhook calls (a second task for one record would call twice), Bigtable by cell
-    versions (a replay with a new timestamp would add one), Spanner by rows (its primary key
-    makes a duplicate row impossible; the table's count is what a replay could change).
+    dispatched webhook calls (a second task for one record would call twice), Bigtable by
+    versions of the cell the job stamps with the record's own timestamp (a replay that wrote a
+    new timestamp would add one), Spanner by rows of a table keyed ``(id, k)`` (a replay that
+    wrote another key would add one). Their replays themselves, which the idempotent writes
+    make harmless, are counted from the writes Bigtable and Spanner also record.
     """
     if target.sink == "pubsub":
+        # The job has ended: everything it published is in the subscriptions, so pull until
+        # nothing came for a while (an expected count would wait out the timeout on a loss).
         ids: list[int] = []
         for p in PARITIES:
-            pulled = pull_all(project, f"{name}-{p}", expect=count // 2, timeout_s=120)
+            pulled = pull_all(project, f"{name}-{p}", timeout_s=600, quiet_s=10.0)
             ids += [json.loads(m.data)["id"] for m in pulled]
-        return ids
+        return Readback(ids)
     if target.sink == "bigquery":
         client = _bigquery(project)
         try:
@@ -302,15 +344,17 @@ def read_back(
                 sql = f"SELECT id FROM `{project}.{name}.{p}`"
                 rows = client.query(sql, location=location).result()
                 ids += [row["id"] for row in rows]
-            return ids
+            return Readback(ids)
         finally:
             client.close()
     if target.sink == "cloudtasks":
-        return _dispatched(stack, f"/faults/{name}", count)
+        return Readback(_dispatched(stack, f"/faults/{name}", len(expected)))
     if target.sink == "bigtable":
         return _bigtable_cells(project, name)
-    with _spanner(project).snapshot() as snapshot:
-        return [row[0] for row in snapshot.execute_sql(f"SELECT id FROM {name}")]
+    with _spanner(project).snapshot(multi_use=True) as snapshot:
+        rows = [row[0] for row in snapshot.execute_sql(f"SELECT id FROM {name}")]
+        audit = [row[0] for row in snapshot.execute_sql(f"SELECT id FROM {name}_audit")]
+    return Readback(rows, audit)
 
 
 def staged_left(target: Target, project: str, name: str) -> list[str] | None:
@@ -342,20 +386,23 @@ def _dispatched(stack: EmulatorStack, path: str, count: int, timeout: float = 18
         time.sleep(0.5)
 
 
-def _bigtable_cells(project: str, name: str) -> list[int]:
+def _bigtable_cells(project: str, name: str) -> Readback:
     from google.cloud.bigtable.data import BigtableDataClient, ReadRowsQuery
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         client = BigtableDataClient(project=project)
     ids: list[int] = []
+    writes: list[int] = []
     try:
         for p in PARITIES:
             for row in client.get_table(name, p).read_rows(ReadRowsQuery()):
-                ids += [int(row.row_key)] * len(row.cells)
+                key = int(row.row_key)
+                for cell in row.cells:
+                    (ids if cell.family == "m" else writes).append(key)
     finally:
         client.close()
-    return ids
+    return Readback(ids, writes)
 
 
 # -- does the emulator keep its data across a restart? -------------------------------------

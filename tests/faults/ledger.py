@@ -1,0 +1,110 @@
+"""What a run's job handed its sink, read from the emission logs job.py writes.
+
+Each writer subtask attempt of the job's sink logs every record the writer takes (``<id>
+<epoch ms>``, written before the writer buffers it, ``sink-*.log``), and each subtask attempt
+of the job's map every record it hands to the sink's operator and, once the suite dropped the
+``finish`` file, the ids it dropped instead (``d <first> <last>``, ``map-*.log``). The two
+differ: the sink's operator feeds its Python writer at its bundle ends and checkpoint
+barriers, so a record the map handed on can be lost with the operator's input at a fault
+without the writer ever having taken it. From those the suite knows, without asking the
+destination:
+
+- which records the sink was handed, and how often (a replay hands a record again);
+- which records were exposed at a fault: handed before it and again after it (a failover
+  hands again everything after the barrier of the checkpoint it restores), or for a fault
+  the job rode out, handed after the last completed checkpoint and before the fault ended;
+- which ids the destination need not hold: dropped after the finish and never handed on.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: job.py's folder of emission logs in the control directory.
+LOGS = "log"
+
+
+@dataclass
+class Ledger:
+    """The records a run's job handed its sink.
+
+    Attributes:
+        handed: Times the sink's writer took each id, over every attempt.
+        emitted: Times the map handed each id to the sink's operator, over every attempt.
+        times: The epoch ms of every hand-on by the map, sorted (for :meth:`between`).
+        when: Each id's hand-on times by the map (epoch ms), in log order.
+        dropped: The ``(first, last)`` ranges of ids dropped after the finish.
+        logs: How many of the sink's logs (writer subtask attempts that took a record) were
+            read.
+    """
+
+    handed: Counter[int] = field(default_factory=Counter)
+    emitted: Counter[int] = field(default_factory=Counter)
+    times: list[int] = field(default_factory=list)
+    when: dict[int, list[int]] = field(default_factory=dict)
+    dropped: list[tuple[int, int]] = field(default_factory=list)
+    logs: int = 0
+
+    @property
+    def resent(self) -> int:
+        """Handings beyond each record's first: the replays the sink had to absorb."""
+        return sum(self.handed.values()) - len(self.handed)
+
+    def between(self, start_ms: int, end_ms: int) -> int:
+        """Records handed to the sink at ``start_ms`` <= t <= ``end_ms``."""
+        return bisect.bisect_right(self.times, end_ms) - bisect.bisect_left(self.times, start_ms)
+
+    def handed_again(self, at_ms: int, until_ms: int | None) -> int:
+        """Records the map handed on before ``at_ms`` and again at ``at_ms`` <= t <
+        ``until_ms`` (None: ever after): what a failover at ``at_ms`` replayed, i.e. what the
+        sink's operator had been handed since the barrier of the checkpoint it restored: in its
+        input, buffered, in flight, written or prepared but not yet covered by a completed
+        checkpoint."""
+        end = until_ms if until_ms is not None else 2**63
+        return sum(
+            1
+            for times in self.when.values()
+            if len(times) > 1 and min(times) < at_ms and any(at_ms <= t < end for t in times)
+        )
+
+    def never_handed(self, ids: list[int]) -> set[int]:
+        """Those of ``ids`` that were dropped after the finish and never handed to the sink:
+        the destination need not hold them. An id the map handed on or the writer took in any
+        attempt is not among them, even if a later attempt dropped it (that attempt's drop
+        does not undo the handing)."""
+        ranges = sorted(self.dropped)
+        firsts = [r[0] for r in ranges]
+        out = set()
+        for i in ids:
+            if i in self.handed or i in self.emitted:
+                continue
+            at = bisect.bisect_right(firsts, i) - 1
+            if at >= 0 and ranges[at][0] <= i <= ranges[at][1]:
+                out.add(i)
+        return out
+
+
+def read_ledger(control: Path) -> Ledger:
+    """Reads every emission log under ``control``; a torn last line (the process was killed
+    while writing it) is skipped: its record was not handed on, as the line comes first."""
+    ledger = Ledger()
+    for log in sorted((control / LOGS).glob("*.log")):
+        sink = log.name.startswith("sink-")
+        ledger.logs += sink
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "d":
+                ledger.dropped.append((int(parts[1]), int(parts[2])))
+            elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                record, at = int(parts[0]), int(parts[1])
+                if sink:
+                    ledger.handed[record] += 1
+                else:
+                    ledger.emitted[record] += 1
+                    ledger.times.append(at)
+                    ledger.when.setdefault(record, []).append(at)
+    ledger.times.sort()
+    return ledger
