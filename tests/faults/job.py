@@ -488,6 +488,12 @@ def main() -> int:
     # checkpoint did not cover. Ending the map's bundles every 100 ms hands the records on as
     # they come, as a Java source would; the writer's own operator keeps the sink's settings.
     conf.set_string("python.fn-execution.bundle.time", str(MAP_BUNDLE_MS))
+    # And at most that much input per bundle: a bundle ends only once the Python map went
+    # through every record the source already handed it, and a barrier waits for that; at the
+    # default size (100,000) the source would hand over minutes of paced input at once.
+    conf.set_string(
+        "python.fn-execution.bundle.size", str(max(2, int(args.rate * MAP_BUNDLE_MS / 1000)))
+    )
     if args.unaligned:
         # Every barrier overtakes the records and committables in flight (forced, and no
         # aligned phase first): they reach the committer after its snapshot, or after a
