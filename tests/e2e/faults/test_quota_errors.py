@@ -17,6 +17,7 @@ least once in its destination. The job's duration is printed, not asserted.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -80,32 +81,69 @@ class Paced(MapFunction):
         return value
 
 
-def build_sink(service: str) -> Any:
+class InBackend:
+    """A serializer that points the worker at the null backend when it is unpickled there.
+
+    In PyFlink's loopback mode the Python worker runs in this process, but the first worker of
+    a job copies the JVM's environment into ``os.environ`` when it starts: the JVM started
+    with the emulators' variables, so the sink would write to the emulators. The sink's
+    configuration (this serializer with it) is unpickled after that and before the writer
+    opens its clients, so restoring the backend's variables here is in time.
+    """
+
+    def __init__(self, serialize: Any, env: dict[str, str]) -> None:
+        self.serialize = serialize
+        self.env = env
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        os.environ.update(self.env)
+
+    def __call__(self, record: Any, context: Any = None) -> Any:
+        return self.serialize(record, context)
+
+
+def build_sink(service: str, env: dict[str, str]) -> Any:
     """The sink of ``service`` with default options but the retry deadline, writing round
     robin to :data:`DESTINATIONS` destinations; records are only ever dropped if rejected for
     their content, which none is."""
     builder: Any
     if service == "pubsub":
-        builder = PubSubSink.builder().set_serializer(json_bytes)
+        builder = PubSubSink.builder().set_serializer(InBackend(json_bytes, env))
         options: Any = PubSubWriterOptions.builder()
     elif service == "bigquery":
-        builder = BigQuerySink.builder().set_serializer(bigquery_row)
+        builder = BigQuerySink.builder().set_serializer(InBackend(bigquery_row, env))
         options = BigQueryWriterOptions.builder()
     elif service == "bigtable":
-        builder = BigtableSink.builder().set_serializer(bigtable_entry)
+        builder = BigtableSink.builder().set_serializer(InBackend(bigtable_entry, env))
         options = BigtableWriterOptions.builder()
     elif service == "cloudtasks":
         schema = CloudTasksSerializationSchema.http_target("https://hooks.example.com/quota")
         builder = CloudTasksSink.builder().set_serializer(
-            schema.with_body(json_bytes, content_type="application/json")
+            schema.with_body(InBackend(json_bytes, env), content_type="application/json")
         )
         options = CloudTasksWriterOptions.builder()
     else:
         database = DatabaseDestination.of(PROJECT, INSTANCE, "bench")
-        builder = SpannerSink.builder().set_database(database).set_serializer(spanner_mutation)
+        builder = (
+            SpannerSink.builder()
+            .set_database(database)
+            .set_serializer(InBackend(spanner_mutation, env))
+        )
         options = SpannerWriterOptions.builder()
     if service != "spanner":
         builder = builder.set_destination_resolver(Resolver(service))
+    # Explicit endpoints as well: a client whose endpoint is settled before the serializer is
+    # unpickled must not find the emulators' variables.
+    grpc = "http://" + env["PUBSUB_EMULATOR_HOST"]
+    if service == "bigquery":
+        builder = builder.set_storage_endpoint(grpc).set_rest_endpoint(
+            "http://" + env["BIGQUERY_EMULATOR_HOST"]
+        )
+    elif service == "bigtable":
+        builder = builder.set_endpoint(grpc).set_admin_endpoint(grpc)
+    else:
+        builder = builder.set_endpoint(grpc)
     return (
         builder.set_sink_name(f"quota-{service}")
         .set_writer_options(options.retry_deadline(RETRY_DEADLINE).build())
@@ -126,7 +164,9 @@ def test_quota_errors_slow_the_sink_without_failing_it(backend: NullBackend, ser
     configure(backend, DESTINATIONS, 0.0)
     backend.inject_quota_errors(QUOTA_RATE, QUOTA_WINDOW_S)
     env = make_env(parallelism=1, checkpoint_ms=1_000, restarts=0)
-    record_stream(env, RECORDS, Records(DESTINATIONS)).map(Paced()).sink_to(build_sink(service))
+    record_stream(env, RECORDS, Records(DESTINATIONS)).map(Paced()).sink_to(
+        build_sink(service, backend.env)
+    )
     start = time.monotonic()
     env.execute(f"quota errors {service}")  # raises if the job failed
     elapsed = time.monotonic() - start
