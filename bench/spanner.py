@@ -65,7 +65,6 @@ from bench._common import (
 )
 from bench._cpu import describe, job_cpu, per_record, tree_cpu, window_cpu
 from pyflink_gcp.core import SubtaskInfo
-from pyflink_gcp.emulators import emulators_for
 from pyflink_gcp.spanner import (
     DatabaseDestination,
     Mutation,
@@ -73,6 +72,7 @@ from pyflink_gcp.spanner import (
     SpannerWriterOptions,
 )
 from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory
+from pyflink_gcp.tools.emulators import emulators_for
 from tests.support.jobs import record_stream
 
 PROJECT = "test-project"
@@ -158,8 +158,11 @@ class TimedFactory(SpannerWriterFactory):
         "skip_commits",
     )
 
-    def create_writer(self, destination: DatabaseDestination) -> SpannerWriter:
-        writer = TimedWriter(destination, self)
+    def create_writer(
+        self, destination: DatabaseDestination, writer_type: type[SpannerWriter] | None = None
+    ) -> SpannerWriter:
+        writer = super().create_writer(destination, TimedWriter)
+        assert isinstance(writer, TimedWriter)
         writer.spans_path = self.spans_path
         writer.emulator_pids = self.emulator_pids
         writer.skip_commits = self.skip_commits

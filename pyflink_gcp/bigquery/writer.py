@@ -21,8 +21,6 @@ waits for it before its first request.
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
@@ -46,6 +44,7 @@ from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
+from pyflink_gcp.core.batching import OpenBatch
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -63,45 +62,36 @@ _END_OF_INPUT = -1
 
 class TableWriter(DestinationWriter[TableDestination]):
     """Buffers and cuts the rows of one table (processing thread); its
-    :class:`~pyflink_gcp.bigquery.sender.TableSender` appends them (sender thread)."""
+    :class:`~pyflink_gcp.bigquery.sender.TableSender` appends them (sender thread).
+
+    Args:
+        destination: The table.
+        sender: The table's sender (encodes, appends, retries; its requests in flight).
+        sink_name: For errors.
+        max_rows: A request holds at most this many rows (``max_request_rows``).
+        on_close: Told when the writer closes (a BUFFERED stream's commit is prepared then).
+    """
 
     def __init__(
         self,
         destination: TableDestination,
-        factory: BigQueryWriterFactory,
-        layout: TableLayout | Future[TableLayout],
+        sender: TableSender,
+        *,
+        sink_name: str,
+        max_rows: int,
+        on_close: Callable[[TableWriter], None] | None = None,
     ) -> None:
         super().__init__(destination)
-        options = factory.options
-        self._factory = factory
-        self._sink = factory.sink_name
-        self._max_rows = options.max_request_rows
-        ordered = factory.ordering is OrderingMode.PER_TABLE
-        self.sender = TableSender(
-            destination,
-            layout,
-            sink_name=factory.sink_name,
-            stub=factory.stub,
-            executor=factory.executor,
-            retry=factory.retry,
-            max_in_flight=1 if ordered else options.max_in_flight_requests,
-            max_request_bytes=options.max_request_bytes,
-            connection_timeout_s=factory.retry.attempt_timeout(factory.connection_timeout_s),
-            endpoint=factory.storage_endpoint_name,
-            stream=factory.stream_for(destination, layout),
-            connect=None if factory.pool is None else factory.lease,
-            unknown_fields=options.unknown_fields,
-            missing_values=options.missing_values,
-            quota=factory.quota,
-        )
-        # The open request. Until the table's first change-data-capture row, rows stay pending
-        # (encoded by the sender); after it, they are encoded on arrival.
+        self.sender = sender
+        self._sink = sink_name
+        self._on_close = on_close
+        # The open request: its rows (their bytes counted once encoded) and its age. Until the
+        # table's first change-data-capture row, rows stay pending (encoded by the sender);
+        # after it, they are encoded on arrival, into ``_rows``.
+        self.open_batch: OpenBatch[Any] = OpenBatch(max_rows)
         self._encoding = False
         self._rows: list[bytes] = []
-        self._elements: list[Any] = []
         self._records: list[Any] = []
-        self._bytes = 0
-        self._since = math.inf
         self._cdc = False
         self._keys: set[tuple[Any, ...]] = set()
         self._rejected: list[FailedRecord] = []
@@ -141,12 +131,8 @@ class TableWriter(DestinationWriter[TableDestination]):
             )
         if not self._encoding:
             if CHANGE_TYPE not in element:
-                elements = self._elements
-                if not elements:
-                    self._since = time.monotonic()
-                elements.append(element)
                 self._records.append(record)
-                if len(elements) >= self._max_rows:
+                if self.open_batch.append(element):
                     self._cut()
                 return
             # The first change-data-capture row: from now on rows are encoded on arrival.
@@ -187,19 +173,16 @@ class TableWriter(DestinationWriter[TableDestination]):
                     self._sink,
                     self.destination.table_id,
                 )
-        if self._rows and (self._bytes + size > max_bytes or key in self._keys):
+        # The change-data-capture cut rule: a request ends before a key it already holds.
+        if self._rows and (self.open_batch.bytes + size > max_bytes or key in self._keys):
             self._cut()
-        if not self._elements:
-            self._since = time.monotonic()
         self._rows.append(data)
-        self._elements.append(element)
         self._records.append(record)
-        self._bytes += size
         if cdc:
             self._cdc = True
             if key is not None:
                 self._keys.add(key)
-        if len(self._rows) >= self._max_rows:
+        if self.open_batch.append(element, size):
             self._cut()
 
     def _cut(self) -> None:
@@ -210,13 +193,11 @@ class TableWriter(DestinationWriter[TableDestination]):
                 sender that no longer runs.
         """
         self.sender.raise_if_failed()
-        if not self._elements:
+        if not self.open_batch:
             return
         rows = self._rows if self._encoding else None
-        batch = Batch(rows, self._elements, self._records, self._cdc)
-        self._rows, self._elements, self._records = [], [], []
-        self._bytes = 0
-        self._since = math.inf
+        batch = Batch(rows, self.open_batch.cut(), self._records, self._cdc)
+        self._rows, self._records = [], []
         self._cdc = False
         self._keys = set()
         self.sender.submit(batch)
@@ -226,17 +207,6 @@ class TableWriter(DestinationWriter[TableDestination]):
     def start_flush(self) -> None:
         self._cut()
 
-    @property
-    def unsent_since(self) -> float:
-        """When the open request's first row came (``inf`` without one): under checkpoint
-        markers a bundle end cuts the request only once it is due, so thousands of tables do
-        not each append a few rows per bundle end."""
-        return self._since
-
-    @property
-    def unsent_records(self) -> int:
-        return len(self._elements)
-
     def flush(self) -> list[FailedRecord]:
         self._cut()
         failed = self.sender.settle()
@@ -245,11 +215,12 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     @property
     def is_clean(self) -> bool:
-        return not (self._elements or self._rejected) and self.sender.is_idle
+        return not (self.open_batch or self._rejected) and self.sender.is_idle
 
     def close(self) -> None:
         self.sender.close()
-        self._factory.writer_closed(self)
+        if self._on_close is not None:
+            self._on_close(self)
 
     def committable(self, *, finalize: bool) -> StreamCommit | None:
         """What the rows appended to this writer's BUFFERED stream since the last call need to
@@ -390,7 +361,39 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 "loads into a partition"
             )
         layout = self.metadata_executor.submit(self.catalog.layout, destination)
-        return TableWriter(destination, self, layout)
+        return self.writer_for(destination, layout)
+
+    def writer_for(
+        self, destination: TableDestination, layout: TableLayout | Future[TableLayout]
+    ) -> TableWriter:
+        """The writer of a table whose ``layout`` is known or being looked up, with its
+        sender on this subtask's clients."""
+        options = self.options
+        ordered = self.ordering is OrderingMode.PER_TABLE
+        sender = TableSender(
+            destination,
+            layout,
+            sink_name=self.sink_name,
+            stub=self.stub,
+            executor=self.executor,
+            retry=self.retry,
+            max_in_flight=1 if ordered else options.max_in_flight_requests,
+            max_request_bytes=options.max_request_bytes,
+            connection_timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
+            endpoint=self.storage_endpoint_name,
+            stream=self.stream_for(destination, layout),
+            connect=None if self.pool is None else self.lease,
+            unknown_fields=options.unknown_fields,
+            missing_values=options.missing_values,
+            quota=self.quota,
+        )
+        return TableWriter(
+            destination,
+            sender,
+            sink_name=self.sink_name,
+            max_rows=options.max_request_rows,
+            on_close=self.writer_closed,
+        )
 
     def stream_for(
         self, destination: TableDestination, layout: Future[TableLayout] | TableLayout

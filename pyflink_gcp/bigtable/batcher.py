@@ -5,10 +5,12 @@
   tables of the subtask once it holds ``batch_max_entries`` entries, ``batch_max_bytes`` bytes
   or ``batch_max_mutations`` cells (never more than Bigtable's 100,000: a batch over it is split).
 - Flow control: at most ``max_in_flight_entries`` / ``max_in_flight_bytes`` of a table are
-  unacknowledged; beyond that ``write`` blocks, which is Flink backpressure.
+  unacknowledged (an :class:`~pyflink_gcp.core.batching.InFlightWindow`); beyond that ``write``
+  blocks, which is Flink backpressure.
 - What a request does once sent (per-entry retries, rejections) is
-  :class:`~pyflink_gcp.bigtable.mutate_rows.MutateRowsOperation`'s; the batcher collects the
-  results, oldest first, and raises the first error on the processing thread.
+  :class:`~pyflink_gcp.bigtable.mutate_rows.MutateRowsOperation`'s; each request's completion
+  hands its rejected entries to the window, and the first error is raised on the processing
+  thread (at the next send or the flush).
 - :meth:`TableBatcher.flush` sends the partial request and waits for everything in flight; the
   core calls it before every checkpoint barrier and at the end of input (at least once).
 """
@@ -16,10 +18,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import math
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -35,6 +33,7 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
+from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
 from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -82,17 +81,20 @@ class TableBatcher(DestinationWriter[TableDestination]):
         self._sink = call.sink
         self._table_name = call.table_name
         self._app_profile_id = options.app_profile_id
-        self._max_entries = options.batch_max_entries
-        self._max_bytes = options.batch_max_bytes
         self._max_mutations = options.batch_max_mutations
-        self._max_in_flight_entries = options.max_in_flight_entries
-        self._max_in_flight_bytes = options.max_in_flight_bytes
+        #: The request being filled (its entries); the records behind them, their bytes and
+        #: age are the open batch's.
         self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
-        self._batch_since = math.inf
-        self._in_flight: deque[concurrent.futures.Future[list[FailedRecord]]] = deque()
-        self._in_flight_entries = 0
-        self._in_flight_bytes = 0
-        self._capacity = threading.Condition()
+        self.open_batch: OpenBatch[Any] = OpenBatch(
+            options.batch_max_entries, options.batch_max_bytes
+        )
+        self._window: InFlightWindow[FailedRecord] = InFlightWindow(
+            None,
+            what=call.what,
+            max_elements=options.max_in_flight_entries,
+            max_bytes=options.max_in_flight_bytes,
+            fail_fast=True,
+        )
         self._failures: list[FailedRecord] = []
         self._closed = False
 
@@ -105,53 +107,36 @@ class TableBatcher(DestinationWriter[TableDestination]):
             return
         batch = self._batch
         count = len(element.mutations)
-        if batch.entries and batch.mutations + count > self._max_mutations:
+        if self.open_batch.elements and batch.mutations + count > self._max_mutations:
             self._send_batch()
             batch = self._batch
-        if not batch.entries:
-            self._batch_since = time.monotonic()
         entry = batch.request.entries.add()
         fill_entry(entry, element)
-        batch.records.append(record)
-        batch.entries += 1
         batch.mutations += count
         size = entry.ByteSize()
-        batch.size += size
         self.bytes_accepted += size
-        if (
-            batch.entries >= self._max_entries
-            or batch.size >= self._max_bytes
-            or batch.mutations >= self._max_mutations
-        ):
+        if self.open_batch.append(record, size) or batch.mutations >= self._max_mutations:
             self._send_batch()
 
     def start_flush(self) -> None:
         """Send the partial batch now, so all tables' last requests overlap."""
-        if self._batch.entries:
+        if self.open_batch.elements:
             self._send_batch()
-
-    @property
-    def unsent_since(self) -> float:
-        """When the partial batch's first entry came (``inf`` without one): under checkpoint
-        markers a bundle end sends it only once it is due."""
-        return self._batch_since
-
-    @property
-    def unsent_records(self) -> int:
-        return self._batch.entries
 
     def flush(self) -> list[FailedRecord]:
-        if self._batch.entries:
+        if self.open_batch.elements:
             self._send_batch()
-        if self._in_flight:
-            concurrent.futures.wait(list(self._in_flight))
-            self._reap()
+        error = self._window.settle()
+        if isinstance(error, SinkError):
+            raise error
+        if error is not None:
+            raise self._send_error(error) from error
         failures, self._failures = self._failures, []
-        return failures
+        return failures + self._window.take_results()
 
     @property
     def is_clean(self) -> bool:
-        return not self._batch.entries and not self._in_flight and not self._failures
+        return not self.open_batch.elements and self._window.is_clean and not self._failures
 
     def close(self) -> None:
         # Clean on eviction; after a task failure, whatever is in flight is abandoned (the
@@ -199,46 +184,29 @@ class TableBatcher(DestinationWriter[TableDestination]):
         """Hand the current batch to the senders, waiting for in-flight capacity first."""
         batch = self._batch
         self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
-        self._batch_since = math.inf
-        with self._capacity:
-            while self._in_flight_entries and (
-                self._in_flight_entries + batch.entries > self._max_in_flight_entries
-                or self._in_flight_bytes + batch.size > self._max_in_flight_bytes
-            ):
-                self._capacity.wait(0.5)
-                self._reap()
-            self._in_flight_entries += batch.entries
-            self._in_flight_bytes += batch.size
+        batch.size = self.open_batch.bytes
+        batch.records = self.open_batch.cut()
+        batch.entries = len(batch.records)
+        try:
+            self._window.admit(batch.entries, batch.size)
+        except SinkError:
+            raise
+        except Exception as error:  # an earlier request's, raised on the processing thread
+            raise self._send_error(error) from error
         check = self._check
         if check is not None and check.succeeded():
             self._check = check = None
         run = self._call.run if check is None else partial(_run_checked, check, self._call.run)
-        future = self._submit(run, batch)
-        future.add_done_callback(partial(self._release, batch))
-        self._in_flight.append(future)
-        self._reap()
+        self._window.add(self._submit(run, batch), batch.entries, batch.size)
 
-    def _release(self, batch: MutateRowsBatch, _future: object = None) -> None:
-        """Return a completed request's share of the in-flight window (on a sender thread)."""
-        with self._capacity:
-            self._in_flight_entries -= batch.entries
-            self._in_flight_bytes -= batch.size
-            self._capacity.notify_all()
-
-    def _reap(self) -> None:
-        """Collect the results of completed requests, oldest first; raise the first error."""
-        in_flight = self._in_flight
-        while in_flight and in_flight[0].done():
-            future = in_flight.popleft()
-            error = future.exception()
-            if error is not None:
-                if isinstance(error, SinkError):
-                    raise error
-                raise WriteError(
-                    f"{self._call.what}: sending a MutateRows request failed: "
-                    f"{type(error).__name__}: {error}"
-                ) from error
-            self._failures.extend(future.result())
+    def _send_error(self, error: BaseException) -> SinkError:
+        """The job's error for a request that failed: its own, if it is the sink's."""
+        if isinstance(error, SinkError):
+            return error
+        return WriteError(
+            f"{self._call.what}: sending a MutateRows request failed: "
+            f"{type(error).__name__}: {error}"
+        )
 
 
 def _run_checked(

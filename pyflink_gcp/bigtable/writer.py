@@ -56,6 +56,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         resolver_name: Named by the creation-bound error.
     """
 
+    accepts_unroutable = True
     destination_type = TableDestination
     _config_fields: ClassVar[tuple[str, ...]] = (
         "sink_name",

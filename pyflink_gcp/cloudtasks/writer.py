@@ -5,9 +5,11 @@ Flink processing thread) the writer completes the serialized ``Task`` (name, che
 it once, prefixes the queue's pre-encoded ``parent`` field to make the ``CreateTaskRequest``
 bytes, and hands them to the subtask's ``grpc.aio`` channel (:mod:`pyflink_gcp.cloudtasks.client`
 says why that transport), shared by every queue. At most ``max_in_flight_requests`` calls are
-outstanding per subtask: when the window is full, ``write`` waits for the oldest call
-(backpressure); fewer after quota errors (RESOURCE_EXHAUSTED), which halve the window until
-calls succeed again (:class:`~pyflink_gcp.core.quota.QuotaWindow`). Before each checkpoint
+outstanding per subtask (:class:`CreateTaskCalls`, an
+:class:`~pyflink_gcp.core.batching.InFlightWindow` whose slots each call's completion frees):
+when the window is full, ``write`` waits for a slot (backpressure); fewer after quota errors
+(RESOURCE_EXHAUSTED), which halve the window until calls succeed again
+(:class:`~pyflink_gcp.core.quota.QuotaWindow`). Before each checkpoint
 barrier and at the end of input the sink calls :meth:`QueueWriter.flush` on every queue with
 calls in flight, which waits for each, retries transient failures with backoff, and hands
 rejected tasks to the failure handler. A new
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import deque
 from typing import Any, ClassVar
 
 from google.cloud import tasks_v2
@@ -42,6 +43,7 @@ from pyflink_gcp.cloudtasks.destinations import QueueDestination
 from pyflink_gcp.cloudtasks.options import CloudTasksWriterOptions
 from pyflink_gcp.cloudtasks.queues import QueueCheck
 from pyflink_gcp.cloudtasks.serialization import TaskPb
+from pyflink_gcp.core.batching import InFlightWindow
 from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SerializerError, WriteError
@@ -73,15 +75,11 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
     """Owns what every queue of a subtask shares: channels, the in-flight window, the queue check.
 
     Pickles as its configuration (sink name, options, endpoint, retry policy); :meth:`open`
-    creates the rest on the worker.
-
-    Attributes:
-        created: Tasks the service accepted.
-        already_existed: Named tasks the service already had (replays), counted as written.
-        retried: Calls retried after a transient error.
-        rejected: Tasks handed to the failure handler.
+    creates the rest on the worker: the channels and the :class:`CreateTaskCalls` every queue
+    writer is handed.
     """
 
+    accepts_unroutable = True
     destination_type = QueueDestination
     _config_fields: ClassVar[tuple[str, ...]] = ("sink_name", "options", "endpoint", "retry")
 
@@ -101,21 +99,38 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
     def _init_runtime(self) -> None:
         self._channels: list[Any] = []
         self._start_call: StartCall | None = None
-        self._window: deque[Any] = deque()
-        self._header: tuple[str, str] | None = None
+        #: The subtask's calls (window, counters); made by :meth:`open`.
+        self.calls: CreateTaskCalls | None = None
         self.queue_check: QueueCheck | None = None
         self.endpoint_name = f"{DEFAULT_HOST}:443"
-        self.created = 0
-        self.already_existed = 0
-        self.retried = 0
-        self.rejected = 0
-        # Read on every call: plain attributes rather than the options' properties.
         # One attempt never outlasts the retry deadline (a silent endpoint fails each attempt
         # only at its timeout).
         self._timeout = self.retry.attempt_timeout(self.options.rpc_timeout.total_seconds())
         self._max_in_flight = self.options.max_in_flight_requests
         #: The window's size now: ``max_in_flight_requests``, less after quota errors.
         self.quota = QuotaWindow(self._max_in_flight, f"sink '{self.sink_name}': CreateTask calls")
+
+    # -- counters (the calls'; read by tests and the log) -------------------------------------
+
+    @property
+    def created(self) -> int:
+        """Tasks the service accepted."""
+        return 0 if self.calls is None else self.calls.created
+
+    @property
+    def already_existed(self) -> int:
+        """Named tasks the service already had (replays), counted as written."""
+        return 0 if self.calls is None else self.calls.already_existed
+
+    @property
+    def retried(self) -> int:
+        """Calls retried after a transient error."""
+        return 0 if self.calls is None else self.calls.retried
+
+    @property
+    def rejected(self) -> int:
+        """Tasks handed to the failure handler."""
+        return 0 if self.calls is None else self.calls.rejected
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -126,7 +141,15 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         self.endpoint_name = endpoint.host or f"{DEFAULT_HOST}:443"
         self._channels = self._open_channels(endpoint)
         self._start_call = create_task_caller(self._channels)
-        self._header = client_header()
+        self.calls = CreateTaskCalls(
+            sink_name=self.sink_name,
+            start_call=self._start_call,
+            timeout_s=self._timeout,
+            header=client_header(),
+            retry=self.retry,
+            quota=self.quota,
+            endpoint_name=self.endpoint_name,
+        )
         if options.verify_queues:
             self.queue_check = QueueCheck(self.sink_name, endpoint, self.retry, self._timeout)
         _LOG.info(
@@ -144,12 +167,9 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
     def create_writer(self, destination: QueueDestination) -> QueueWriter:
         # The check starts here without waiting; the writer settles it by its flush.
         check = self.queue_check.start(destination) if self.queue_check is not None else None
-        return QueueWriter(destination, self, check)
-
-    def flush_shared(self) -> list[FailedRecord]:
-        # Every queue writer has waited for its calls by now: the window holds only done calls.
-        self._window.clear()
-        return []
+        if self.calls is None:
+            raise WriteError(f"sink '{self.sink_name}': the Cloud Tasks writer is not open")
+        return QueueWriter(destination, self.calls, self.options, check)
 
     def close(self) -> None:
         _LOG.info(
@@ -160,7 +180,6 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
             self.retried,
             self.rejected,
         )
-        self._window.clear()
         for channel in self._channels:
             channel.close()  # cancels calls still in flight; they are replayed after a restart
         self._channels = []
@@ -169,30 +188,75 @@ class CloudTasksWriterFactory(PicklesConfiguration, WriterFactory[QueueDestinati
         self.queue_check = None
         self._start_call = None
 
-    # -- shared pieces of the hot path -------------------------------------------------------
+
+class CreateTaskCalls:
+    """The ``CreateTask`` calls of one subtask, shared by its queue writers: the window of
+    calls in flight, the retry policy and the counters.
+
+    Each call's completion (on gRPC's thread) frees its slot in the window and tells the quota
+    window how it ended: quota errors shrink it, successes let it grow back. The outcomes
+    themselves are read by the queue's writer at its flush.
+
+    Args:
+        sink_name: For errors and the window's name.
+        start_call: Starts one raw call (:func:`~pyflink_gcp.cloudtasks.client.create_task_caller`).
+        timeout_s: The timeout of one attempt.
+        header: The client's identity header (:func:`~pyflink_gcp.cloudtasks.client.client_header`).
+        retry: The sink's retry policy.
+        quota: The subtask's quota window (its maximum is ``max_in_flight_requests``).
+        endpoint_name: The endpoint, named by errors.
+
+    Attributes:
+        created: Tasks the service accepted.
+        already_existed: Named tasks the service already had (replays), counted as written.
+        retried: Calls retried after a transient error.
+        rejected: Tasks handed to the failure handler.
+    """
+
+    def __init__(
+        self,
+        *,
+        sink_name: str,
+        start_call: StartCall,
+        timeout_s: float,
+        header: tuple[str, str],
+        retry: RetryPolicy,
+        quota: QuotaWindow,
+        endpoint_name: str,
+    ) -> None:
+        self.sink_name = sink_name
+        self.retry = retry
+        self.quota = quota
+        self.endpoint_name = endpoint_name
+        self._start_call = start_call
+        self._timeout = timeout_s
+        self._header = header
+        self.window: InFlightWindow[Any] = InFlightWindow(
+            quota.maximum,
+            what=f"sink '{sink_name}': CreateTask calls",
+            quota=quota,
+            collect=False,
+            on_done=self._done,
+        )
+        self.created = 0
+        self.already_existed = 0
+        self.retried = 0
+        self.rejected = 0
 
     def start(self, request: bytes, metadata: tuple[tuple[str, str], ...]) -> Any:
-        """Start one ``CreateTask`` call; first wait for the oldest if the window is full.
+        """Start one ``CreateTask`` call; first wait for a slot if the window is full."""
+        window = self.window
+        window.admit()
+        return window.add(self._start_call(request, timeout=self._timeout, metadata=metadata))
 
-        The calls that leave the window tell it how they ended: quota errors shrink it (several
-        calls are waited for then), successes let it grow back.
-        """
-        window = self._window
-        quota = self.quota
-        while len(window) >= quota.limit:
-            error = window.popleft().exception()  # blocks until done; outcome read at flush
-            if error is None:
-                quota.on_success()
-            elif self.retry.is_quota(error):
-                quota.on_quota_error(len(window) + 1)
-        assert self._start_call is not None, "the writer factory was not opened"
-        future = self._start_call(request, timeout=self._timeout, metadata=metadata)
-        window.append(future)
-        return future
+    def _done(self, error: BaseException | None) -> None:
+        if error is None:
+            self.quota.on_success()
+        elif self.retry.is_quota(error):
+            self.quota.on_quota_error(self.window.outstanding + 1)
 
     def metadata_for(self, queue: str) -> tuple[tuple[str, str], ...]:
         """Request metadata of a queue's calls: the routing header and the client's identity."""
-        assert self._header is not None, "the writer factory was not opened"
         return queue_metadata(queue, self._header)
 
 
@@ -201,7 +265,8 @@ class QueueWriter(DestinationWriter[QueueDestination]):
 
     Args:
         destination: The queue.
-        factory: What the subtask's queues share.
+        calls: What the subtask's queues share: the window, the retry policy, the counters.
+        options: The task size limit and the window's size.
         check: The queue's check, still running (None: the queue is known, or not checked):
             settled by :meth:`flush` before the calls' outcomes are read, so a missing queue
             fails with the check's error naming it and the command that creates it.
@@ -210,21 +275,22 @@ class QueueWriter(DestinationWriter[QueueDestination]):
     def __init__(
         self,
         destination: QueueDestination,
-        factory: CloudTasksWriterFactory,
+        calls: CreateTaskCalls,
+        options: CloudTasksWriterOptions,
         check: PendingCheck | None = None,
     ) -> None:
         super().__init__(destination)
-        self._factory = factory
+        self._calls = calls
         self._check = check
-        self._start = factory.start
-        self._sink = factory.sink_name
+        self._start = calls.start
+        self._sink = calls.sink_name
         self._parent = destination.resource_name
         self._task_prefix = self._parent + "/tasks/"
         # The queue's encoded ``parent`` field: each request is it and the task's bytes.
         self._request_head = request_head(self._parent)
-        self._metadata = factory.metadata_for(self._parent)
-        self._max_size = factory.options.max_task_size_bytes
-        self._compact_base = _COMPACT_FACTOR * factory.options.max_in_flight_requests
+        self._metadata = calls.metadata_for(self._parent)
+        self._max_size = options.max_task_size_bytes
+        self._compact_base = _COMPACT_FACTOR * options.max_in_flight_requests
         self._compact_at = self._compact_base
         self._pending: list[_Call] = []
         self._rejected: list[FailedRecord] = []
@@ -316,7 +382,7 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         self._pending = [
             call for call in self._pending if not call[0].done() or call[0].exception() is not None
         ]
-        self._factory.created += before - len(self._pending)
+        self._calls.created += before - len(self._pending)
         self._compact_at = max(self._compact_base, 2 * len(self._pending))
 
     # -- flush ---------------------------------------------------------------------------------
@@ -336,7 +402,7 @@ class QueueWriter(DestinationWriter[QueueDestination]):
         if check is not None:
             check.wait()  # at most the retry deadline and two attempts
             self._check = None
-        factory = self._factory
+        calls = self._calls
         failures, self._rejected = self._rejected, []
         pending, self._pending = self._pending, []
         self._compact_at = self._compact_base
@@ -348,14 +414,14 @@ class QueueWriter(DestinationWriter[QueueDestination]):
             for call in pending:
                 error = call[0].exception()
                 if error is None:
-                    factory.created += 1
+                    calls.created += 1
                     continue
                 if status_name(error) == "ALREADY_EXISTS":
-                    factory.already_existed += 1
-                elif factory.retry.is_transient(error):
+                    calls.already_existed += 1
+                elif calls.retry.is_transient(error):
                     retry.append(call)
                     last_error = error
-                    quota_errors += factory.retry.is_quota(error)
+                    quota_errors += calls.retry.is_quota(error)
                 else:
                     failures.append(self._classify(call, error))
             if not retry:
@@ -363,18 +429,18 @@ class QueueWriter(DestinationWriter[QueueDestination]):
             if quota_errors:
                 # Once per round, from the calls it made: a window that never filled (its
                 # calls are only read here) shrinks too, and the retries go out fewer at once.
-                factory.quota.on_quota_error(len(pending))
+                calls.quota.on_quota_error(len(pending))
             if backoff is None:
-                backoff = factory.retry.backoffs()
+                backoff = calls.retry.backoffs()
             assert last_error is not None
             backoff.wait_or_raise(
                 last_error,
                 f"sink '{self._sink}': creating {len(retry)} tasks in {self._parent} at "
-                f"{factory.endpoint_name}",
+                f"{calls.endpoint_name}",
             )
-            factory.retried += len(retry)
+            calls.retried += len(retry)
             pending = [(self._start(c[1], self._metadata), c[1], c[2], c[3]) for c in retry]
-        factory.rejected += len(failures)
+        calls.rejected += len(failures)
         return failures
 
     def _classify(self, call: _Call, error: BaseException) -> FailedRecord:
@@ -387,7 +453,7 @@ class QueueWriter(DestinationWriter[QueueDestination]):
                 f"(CreateTask answered {error_text(error)}); the sink never creates queues"
             )
         raise WriteError(
-            f"sink '{self._sink}': CreateTask in {self._parent} at {self._factory.endpoint_name} "
+            f"sink '{self._sink}': CreateTask in {self._parent} at {self._calls.endpoint_name} "
             f"failed with {error_text(error)} (record {short_repr(call[3])})"
         )
 

@@ -5,7 +5,9 @@ configuration; after :meth:`WriterFactory.open` it owns the clients shared by al
 a subtask) and one :class:`DestinationWriter` per active destination (the per-topic publisher, the
 per-table stream). The service-agnostic :class:`~pyflink_gcp.core.sink_writer.SinkWriter` drives
 them: it resolves, serializes, looks the writer up in the registry and flushes them all before
-each checkpoint barrier.
+each checkpoint barrier. A writer batches with the shapes of :mod:`pyflink_gcp.core.batching`
+(the open batch, the window of requests in flight) and is handed its collaborators (the
+service's client or transport, its options) by its factory rather than the factory itself.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from pyflink_gcp.core.batching import OpenBatch
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination
@@ -43,6 +46,10 @@ class DestinationWriter(ABC, Generic[D]):
     bytes_accepted: int = 0
     #: The part of ``bytes_accepted`` already counted in the metrics (the sink writer's).
     bytes_reported: int = 0
+    #: The batch being filled, for a writer that batches its records
+    #: (:mod:`~pyflink_gcp.core.batching`): :attr:`unsent_since` and :attr:`unsent_records`
+    #: read it. None: the writer sends records as they arrive, or tells otherwise.
+    open_batch: OpenBatch[Any] | None = None
 
     def __init__(self, destination: D) -> None:
         self.destination = destination
@@ -65,14 +72,17 @@ class DestinationWriter(ABC, Generic[D]):
         :meth:`~pyflink_gcp.core.sink_writer.SinkWriter.send_due`), so that thousands of
         destinations do not each send a one-record request at every bundle end. The default,
         ``-math.inf``, is always due: a writer that cannot tell keeps being sent at every
-        bundle end.
+        bundle end. A writer with an :attr:`open_batch` reports that batch's
+        :attr:`~pyflink_gcp.core.batching.OpenBatch.since`.
         """
-        return -math.inf
+        batch = self.open_batch
+        return -math.inf if batch is None else batch.since
 
     @property
     def unsent_records(self) -> int:
         """How many accepted records wait in the open batch (bounds what bundle ends may hold)."""
-        return 0
+        batch = self.open_batch
+        return 0 if batch is None else len(batch.elements)
 
     @abstractmethod
     def flush(self) -> list[FailedRecord]:
@@ -126,7 +136,8 @@ class WriterFactory(ABC, Generic[D]):
     record reaches a destination (and again after an eviction).
     """
 
-    #: Whether the resolver may return an UnroutableRecord (BigQuery only).
+    #: Whether the resolver (or a resolver-less sink's serializer) may return an
+    #: UnroutableRecord, which goes to the failure handler (every sink of this package).
     accepts_unroutable: bool = False
     #: The destination type the resolver must return.
     destination_type: type[Destination] = Destination

@@ -22,7 +22,8 @@ Example::
 
 Modules: ``sink`` (the sink and its builder), ``options``, ``serialization``, ``destinations``,
 ``client`` (emulator variable, endpoint, channel and calls), ``writer`` (the hot path: one
-publisher per topic) and ``dead_letter`` (the dead-letter queue any sink can use).
+publisher per topic), ``publishing`` (the subtask's publish transport: requests in flight,
+retries, ordering) and ``dead_letter`` (the dead-letter queue any sink can use).
 """
 
 try:

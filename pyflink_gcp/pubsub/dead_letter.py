@@ -26,7 +26,7 @@ from pyflink_gcp.pubsub.options import (
     MAX_MESSAGE_BYTES,
     MAX_MESSAGES_PER_REQUEST,
 )
-from pyflink_gcp.pubsub.writer import publish_batch
+from pyflink_gcp.pubsub.publishing import publish_batch
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub.dlq")
 

@@ -24,12 +24,10 @@ first one found, as the job fails anyway). Retries, sessions and the other failu
 from __future__ import annotations
 
 import logging
-import math
-import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
 from pyflink_gcp.core.endpoints import resolve_endpoint
 from pyflink_gcp.core.errors import (
     DestinationNotFoundError,
@@ -73,6 +71,7 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
     committer and the schema are runtime state, made in :meth:`open`.
     """
 
+    accepts_unroutable = True
     destination_type = DatabaseDestination
     _config_fields: ClassVar[tuple[str, ...]] = (
         "sink_name",
@@ -143,8 +142,23 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
         self.schema = self.session.read_schema()
         return self.schema
 
-    def create_writer(self, destination: DatabaseDestination) -> SpannerWriter:
-        return SpannerWriter(destination, self)
+    def create_writer(
+        self, destination: DatabaseDestination, writer_type: type[SpannerWriter] | None = None
+    ) -> SpannerWriter:
+        """The subtask's writer (``writer_type``: a subclass of :class:`SpannerWriter`)."""
+        if self.committer is None:
+            raise WriteError(f"sink '{self.sink_name}': the Spanner writer is not open")
+        return (writer_type or SpannerWriter)(
+            destination,
+            self.committer,
+            self.options,
+            schema=self.schema,
+            refresh_schema=self.refresh_schema,
+            sink_name=self.sink_name,
+            endpoint_name=self.endpoint_name,
+            fail_fast=self.fail_fast,
+            quota=self.quota,
+        )
 
     def close(self) -> None:
         api, session = self.api, self.session
@@ -160,25 +174,53 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
 
 
 class SpannerWriter(DestinationWriter[DatabaseDestination]):
-    """Batches the mutations of all tables of one subtask into ordered commits."""
+    """Batches the mutations of all tables of one subtask into ordered commits.
 
-    def __init__(self, destination: DatabaseDestination, factory: SpannerWriterFactory) -> None:
+    Args:
+        destination: The database.
+        committer: Commits a request with retries (the subtask's session).
+        options: The commit budget and the commits in flight.
+        schema: The database's schema as last read.
+        refresh_schema: Re-reads it (a table or column the writer does not know may be new).
+        sink_name: For errors and failed records.
+        endpoint_name: The endpoint, named by errors.
+        fail_fast: Commit nothing more after the first rejected record (``fail_job()``).
+        quota: The subtask's quota window over the commits in flight.
+    """
+
+    def __init__(
+        self,
+        destination: DatabaseDestination,
+        committer: Committer,
+        options: SpannerWriterOptions,
+        *,
+        schema: DatabaseSchema,
+        refresh_schema: Callable[[], DatabaseSchema],
+        sink_name: str,
+        endpoint_name: str,
+        fail_fast: bool,
+        quota: QuotaWindow,
+    ) -> None:
         super().__init__(destination)
-        self._factory = factory
-        self._committer = factory.committer
-        self._sink = factory.sink_name
-        options = factory.options
+        self._committer = committer
+        self._schema = schema
+        self._refresh_schema = refresh_schema
+        self._sink = sink_name
+        self._endpoint = endpoint_name
         self._max_mutations = options.max_mutations_per_commit
         self._max_bytes = options.max_commit_bytes
-        self._max_pending = options.max_in_flight_requests
-        self._quota = factory.quota
         #: A batch this full is committed at once if the committer is idle (group commit).
         self._eager_mutations = max(1, self._max_mutations // _EAGER_FRACTION)
-        self._fail_fast = factory.fail_fast
+        self._fail_fast = fail_fast
         self._shapes: dict[tuple[str, str, tuple[str, ...] | None], Shape] = {}
-        self._batch = Batch()
-        self._batch_since = math.inf
-        self._pending: list[Future[list[FailedRecord]]] = []
+        #: The commit being filled: its request is the Batch's, its (element, record) entries,
+        #: their bytes and its age the open batch's (``Batch.entries`` is the same list).
+        self.open_batch: OpenBatch[tuple[Any, Any]] = OpenBatch()
+        self._batch = self._new_batch()
+        #: Sealed commits not yet done, in order on the committer thread.
+        self._pending: InFlightWindow[FailedRecord] = InFlightWindow(
+            options.max_in_flight_requests, what=f"sink '{sink_name}': commits", quota=quota
+        )
         self._failures: list[FailedRecord] = []
         self._broken: BaseException | None = None
         self._executor: OrderedExecutor | None = None
@@ -241,14 +283,11 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
 
     def _accept(self, batch: Batch, element: Any, record: Any, cost: int, size: int) -> None:
         """Account for a record encoded into ``batch``; start a group commit when it is time."""
-        entries = batch.entries
-        if not entries:
-            self._batch_since = time.monotonic()
-        entries.append((element, record))
+        self.open_batch.append((element, record), size)
         batch.mutations += cost
         batch.bytes += size
         self.bytes_accepted += size
-        if batch.mutations >= self._eager_mutations and not len(entries) & 31:
+        if batch.mutations >= self._eager_mutations and not len(batch.entries) & 31:
             self._seal_if_idle()
 
     def _seal_if_idle(self) -> None:
@@ -258,7 +297,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         flush; while a commit runs, the next batch grows (up to the budget), so slow commits
         get large batches and fast ones small, frequent ones.
         """
-        if not self._pending or self._pending[-1].done():
+        if not self._pending.outstanding:
             self._seal()
 
     def _write_many(self, element: Any, record: Any) -> tuple[Any, int, int, Any]:
@@ -319,16 +358,15 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
     def _compile(self, mutation: Mutation, record: Any) -> Shape:
         if type(mutation) is not Mutation:
             self._check_element(mutation, record)
-        factory = self._factory
-        table = factory.schema.table(mutation.table)
+        table = self._schema.table(mutation.table)
         if table is None or (mutation.columns is not None and has_unknown_columns(table, mutation)):
             # The table or column may have been created since the writer opened.
             self._wait_pending()
             # Known shapes stay: the batches being filled are encoded (and split) with them.
-            factory.refresh_schema()
-            table = factory.schema.table(mutation.table)
+            self._schema = self._refresh_schema()
+            table = self._schema.table(mutation.table)
         if table is None:
-            known = ", ".join(factory.schema.table_names()) or "none"
+            known = ", ".join(self._schema.table_names()) or "none"
             raise DestinationNotFoundError(
                 f"sink '{self._sink}': table '{mutation.table}' does not exist in Spanner "
                 f"database {self.destination} (tables: {known}); the serializer returned "
@@ -373,28 +411,31 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
 
     # -- sealing and committing -------------------------------------------------------------
 
+    def _new_batch(self) -> Batch:
+        """An empty commit whose entries are the open batch's."""
+        batch = Batch()
+        batch.entries = self.open_batch.elements
+        return batch
+
     def _seal(self) -> Batch:
         """Hand the current batch to the committer thread; returns the new, empty batch."""
         batch = self._batch
-        self._batch = Batch()
-        self._batch_since = math.inf
+        self.open_batch.cut()
+        self._batch = self._new_batch()
         if not batch.entries:
             return self._batch
-        while len(self._pending) >= min(self._max_pending, self._quota.limit):
-            self._collect(self._pending.pop(0))
+        self._pending.admit()
         if self._executor is None:
             self._executor = OrderedExecutor(f"{self._sink}-commits")
-        self._pending.append(self._executor.submit(lambda: self._commit_batch(batch)))
+        self._pending.add(self._executor.submit(lambda: self._commit_batch(batch)))
         return self._batch
 
-    def _collect(self, future: Future[list[FailedRecord]]) -> None:
-        """Wait for one sealed batch; keep its failures for the next flush, raise its error."""
-        self._failures.extend(future.result())
-
     def _wait_pending(self) -> None:
-        """Wait for every sealed batch (their failures are kept for the next flush)."""
-        while self._pending:
-            self._collect(self._pending.pop(0))
+        """Wait for every sealed batch (their failures are kept for the next flush); raise
+        the first error."""
+        error = self._pending.settle()
+        if error is not None:
+            raise error
 
     def _commit_batch(self, batch: Batch) -> list[FailedRecord]:
         """Runs on the committer thread: commit, or split to isolate record-shaped failures."""
@@ -483,7 +524,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._committer.commit(
             request,
             f"sink '{self._sink}': commit of {records} record(s) ({mutations} mutations) to "
-            f"{self.destination} at {self._factory.endpoint_name}",
+            f"{self.destination} at {self._endpoint}",
         )
         self.commits += 1
         self.mutations_committed += mutations
@@ -491,29 +532,12 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
     # -- flushing ---------------------------------------------------------------------------
 
     def start_flush(self) -> None:
-        if self._batch.entries:
+        if self.open_batch.elements:
             self._seal()
-
-    @property
-    def unsent_since(self) -> float:
-        """When the open commit's first record came (``inf`` without one): under checkpoint
-        markers a bundle end seals it only once it is due (group commit still seals it early
-        whenever the committer is idle)."""
-        return self._batch_since
-
-    @property
-    def unsent_records(self) -> int:
-        return len(self._batch.entries)
 
     def flush(self) -> list[FailedRecord]:
         self.start_flush()
-        error: BaseException | None = None
-        while self._pending:
-            future = self._pending.pop(0)
-            try:
-                self._collect(future)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others
-                error = error or exc
+        error = self._pending.settle()  # every sealed commit, even after one failed
         if error is not None:
             self._broken = None
             if isinstance(error, SinkError):
@@ -523,11 +547,11 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
                 f"{type(error).__name__}: {error}"
             ) from error
         failures, self._failures = self._failures, []
-        return failures
+        return failures + self._pending.take_results()
 
     @property
     def is_clean(self) -> bool:
-        return not self._batch.entries and not self._pending and not self._failures
+        return not self.open_batch.elements and self._pending.is_clean and not self._failures
 
     def close(self) -> None:
         # Commits still queued are abandoned: after a failure their records are replayed.

@@ -107,7 +107,8 @@ class RecordingFactory(SpannerWriterFactory):
         recording.log_path = log_path
         return recording
 
-    def create_writer(self, destination: Any) -> SpannerWriter:
-        writer = RecordingWriter(destination, self)
+    def create_writer(self, destination: Any, writer_type: Any = None) -> SpannerWriter:
+        writer = super().create_writer(destination, RecordingWriter)
+        assert isinstance(writer, RecordingWriter)
         writer.log_path = self.log_path
         return writer

@@ -32,8 +32,8 @@ class CountingWriter(SpannerWriter):
 
 
 class CountingFactory(SpannerWriterFactory):
-    def create_writer(self, destination: Any) -> SpannerWriter:
-        return CountingWriter(destination, self)
+    def create_writer(self, destination: Any, writer_type: Any = None) -> SpannerWriter:
+        return super().create_writer(destination, writer_type or CountingWriter)
 
 
 @pytest.fixture(scope="module")

@@ -163,9 +163,8 @@ def writer(
     row_format: RowFormat = RowFormat.ARROW,
     **options: Any,
 ) -> TableWriter:
-    return TableWriter(
+    return factory(service, ordering, **options).writer_for(
         DEST,
-        factory(service, ordering, **options),
         TableLayout.of(ENCODER_SCHEMA, row_format=row_format),
     )
 

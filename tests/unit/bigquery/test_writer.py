@@ -45,11 +45,11 @@ def test_a_serializer_returning_something_else_than_a_row_is_a_clear_error() -> 
 def test_rows_larger_than_a_request_are_rejected_without_an_rpc() -> None:
     service = FakeService()
     made = factory(service, max_request_bytes=1_000)
-    w = TableWriter(DEST, made, TableLayout.of(ENCODER_SCHEMA))
+    w = made.writer_for(DEST, TableLayout.of(ENCODER_SCHEMA))
     # A NULL for a key that is no column is nothing to write.
     w.write({"id": 1, "bad": False, "zzz": None}, "small")
-    w2 = TableWriter(
-        DEST, made, TableLayout.of([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
+    w2 = made.writer_for(
+        DEST, TableLayout.of([SchemaField("id", "INT64"), SchemaField("s", "STRING")])
     )
     w2.write({"id": 2, "s": "x" * 5_000}, "huge")
     failed = w2.flush()
@@ -64,9 +64,8 @@ def test_a_millisecond_timestamp_is_refused_naming_table_column_value_and_unit(
     row_format: RowFormat,
 ) -> None:
     service = FakeService()
-    w = TableWriter(
+    w = factory(service).writer_for(
         DEST,
-        factory(service),
         TableLayout.of(
             [SchemaField("id", "INT64"), SchemaField("ts", "TIMESTAMP")], row_format=row_format
         ),
@@ -124,7 +123,7 @@ def test_a_change_row_on_a_buffered_stream_ends_the_job_naming_the_default_strea
     stream: Future[str] = Future()
     stream.set_result(f"{DEST.default_stream.removesuffix('_default')}buffered-1")
     made.stream_for = lambda destination, layout: stream  # type: ignore[method-assign]
-    w = TableWriter(DEST, made, TableLayout.of(CDC, ("id",)))
+    w = made.writer_for(DEST, TableLayout.of(CDC, ("id",)))
     assert w.sender.offsets is not None  # a BUFFERED stream's writer
     with pytest.raises(ConfigurationError) as err:
         w.write({"id": 1, "_CHANGE_TYPE": "UPSERT"}, "the record")

@@ -50,6 +50,9 @@ class FakeFuture:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return self._error
 
+    def add_done_callback(self, fn: Any) -> None:
+        fn(self)  # done already: a grpc.Future runs the callback at once
+
 
 class FakeChannel:
     """Answers each call with the next scripted outcome (None: OK) and records the requests."""
@@ -222,12 +225,11 @@ def test_in_flight_window_and_pending_stay_bounded() -> None:
     factory.channel.script.extend([None] * 50 + [grpc.StatusCode.INVALID_ARGUMENT])
     for i in range(51):
         writer.write(_task(), i)
-        assert len(factory._window) <= 4
+        assert factory.calls is not None and factory.calls.window.outstanding <= 4
         assert len(writer._pending) <= 16
     assert len(writer.flush()) == 1  # the failure survived compaction
     assert factory.created == 50
-    factory.flush_shared()
-    assert not factory._window
+    assert factory.calls.window.outstanding == 0
 
 
 def test_channels_spread_and_close() -> None:
@@ -249,10 +251,10 @@ def test_factory_pickles_as_its_configuration_only() -> None:
 
     factory, writer = _writer(retry_deadline=timedelta(seconds=3))
     writer.write(_task(), "record")
-    assert factory._window and factory._start_call is not None
+    assert factory.calls is not None and factory._start_call is not None
     copy = cloudpickle.loads(cloudpickle.dumps(factory))
     assert set(factory.__getstate__()) == {"sink_name", "options", "endpoint", "retry"}
-    assert copy._channels == [] and copy._start_call is None and not copy._window
+    assert copy._channels == [] and copy._start_call is None and copy.calls is None
     assert copy.queue_check is None and copy.created == 0
     assert copy.options == factory.options and copy.retry.deadline_s == 0.2
     # rpc_timeout is 30 s, but one attempt never outlasts the 0.2 s deadline (at least 5 s).
@@ -408,13 +410,14 @@ def test_request_bytes_equal_the_generated_encoding(body_size: int) -> None:
     factory = FakeFactory()
     factory.open(SubtaskInfo("hooks-sink"))
     sent: list[bytes] = []
-    start = factory.start
+    assert factory.calls is not None
+    start = factory.calls.start
 
     def recording_start(request: bytes, metadata: Any) -> Any:
         sent.append(request)
         return start(request, metadata)
 
-    factory.start = recording_start  # type: ignore[method-assign]
+    factory.calls.start = recording_start  # type: ignore[method-assign]
     writer = factory.create_writer(QUEUE)
     writer.write(_task("t-1", body=b"b" * body_size), "record")
     assert writer.flush() == []
@@ -424,3 +427,14 @@ def test_request_bytes_equal_the_generated_encoding(body_size: int) -> None:
     ).SerializeToString()
     assert sent == [expected]
     assert factory.channel.requests[0].task.http_request.body == b"b" * body_size
+
+
+def test_each_call_s_completion_frees_its_slot_and_a_quota_error_shrinks_the_window() -> None:
+    factory, writer = _writer(max_in_flight_requests=8)
+    factory.channel.script.extend([grpc.StatusCode.RESOURCE_EXHAUSTED, None, None])
+    for i in range(3):
+        writer.write(_task(), i)
+    assert factory.calls is not None and factory.calls.window.outstanding == 0
+    assert factory.quota.quota_errors >= 1 and factory.quota.limit < 8
+    assert writer.flush() == []  # the quota-refused task is retried
+    assert factory.created == 3 and factory.retried == 1

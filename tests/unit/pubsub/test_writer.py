@@ -35,12 +35,8 @@ from pyflink_gcp.pubsub import (
 )
 from pyflink_gcp.pubsub.client import PubsubMessagePb
 from pyflink_gcp.pubsub.options import MAX_MESSAGE_BYTES
-from pyflink_gcp.pubsub.writer import (
-    PubSubWriterFactory,
-    TopicPublisher,
-    message_size,
-    publish_batch,
-)
+from pyflink_gcp.pubsub.publishing import publish_batch
+from pyflink_gcp.pubsub.writer import PubSubWriterFactory, message_size
 from tests.unit.pubsub.fakes import FakeRpc, Status
 
 TOPIC = "projects/p/topics/orders"
@@ -211,13 +207,12 @@ def make_factory(rpc, publisher=None, writer=None, disposition=CreateDisposition
         endpoint=None,
         retry=FAST_RETRY,
     )
-    factory.rpc = rpc
-    factory.pool = ThreadPoolExecutor(max_workers=4)
+    factory.connect(rpc, ThreadPoolExecutor(max_workers=4))
     return factory
 
 
 def publisher_of(factory):
-    return TopicPublisher(TopicDestination.from_resource_name(TOPIC), factory)
+    return factory.create_writer(TopicDestination.from_resource_name(TOPIC))
 
 
 def test_batches_are_cut_at_max_messages_and_the_rest_is_sent_at_flush():
@@ -247,7 +242,7 @@ def test_the_open_batch_reports_its_age_until_it_is_sent():
     writer.write((b"d", "", None), 3)
     assert writer.unsent_since >= first and writer.unsent_records == 1
     writer.start_flush()
-    assert writer.unsent_since == math.inf and not writer.is_clean  # in flight until flushed
+    assert writer.unsent_since == math.inf and writer.unsent_records == 0  # handed over
     assert writer.flush() == [] and sorted(rpc.published) == [b"a", b"b", b"c", b"d"]
 
 
@@ -343,7 +338,8 @@ def test_in_flight_requests_per_topic_are_bounded_by_the_writer_option():
         PubSubPublisherOptions(max_messages=1),
         PubSubWriterOptions(max_in_flight_requests=2),
     )
-    factory.pool = ThreadPoolExecutor(max_workers=8)
+    factory.publisher.pool.shutdown()
+    factory.publisher.pool = ThreadPoolExecutor(max_workers=8)
     writer = publisher_of(factory)
     for i in range(12):
         writer.write((b"%d" % i, "", None), i)
@@ -398,7 +394,7 @@ def test_unordered_requests_are_started_as_futures_without_a_publish_thread():
     rpc = FakeRpc()
     factory = make_factory(rpc, PubSubPublisherOptions(max_messages=10))
     factory.pool.shutdown()
-    factory.pool = NoPool()
+    factory.publisher.pool = NoPool()
     writer = publisher_of(factory)
     for i in range(25):
         writer.write((b"m%d" % i, "", None), i)
@@ -484,16 +480,15 @@ def test_requests_in_flight_are_bounded_per_subtask_across_topics():
 
     rpc.publish = publish
     factory = make_factory(rpc, PubSubPublisherOptions(max_messages=1))
-    factory._window_size = 3
-    writers = [TopicPublisher(TopicDestination.of("p", f"topic{i}"), factory) for i in range(5)]
+    factory.publisher.window.max_requests = 3
+    writers = [factory.create_writer(TopicDestination.of("p", f"topic{i}")) for i in range(5)]
     for n in range(2):
         for i, writer in enumerate(writers):
             writer.write((b"%d-%d" % (i, n), "", None), None)
-    assert len(factory._window) <= 3
+    assert factory.publisher.window.outstanding <= 3
     for writer in writers:
         assert writer.flush() == []
-    factory.flush_shared()
-    assert peak[0] == 3 and len(factory._window) == 0
+    assert peak[0] == 3 and factory.publisher.window.outstanding == 0
     assert len(rpc.published) == 10
 
 

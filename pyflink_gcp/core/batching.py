@@ -1,0 +1,339 @@
+"""The two shapes every writer batches with: the batch being filled, and the requests in flight.
+
+Each sink turns records into requests the same way: records gather in an *open batch* until it
+is full (by count or bytes) or old enough, then the batch is *cut* and sent as one request, and
+a bounded number of requests run at once while the processing thread fills the next batch. The
+services differ in what a request is (a Publish, a MutateRows, a commit, an AppendRows) and in
+their cut rules (Spanner's mutation budget, BigQuery's change-data-capture keys), not in this
+bookkeeping, so it lives here once:
+
+- :class:`OpenBatch` holds the elements of the batch being filled, their bytes and the time its
+  first element came. The time is what lets the sink, under checkpoint markers, send a batch at
+  a bundle end only once it is due
+  (:attr:`~pyflink_gcp.core.writer.DestinationWriter.unsent_since`), so that thousands of
+  destinations do not each send a one-record request at every bundle end.
+- :class:`InFlightWindow` bounds the requests in flight and learns their outcomes by callback.
+  A request's completion callback (on whatever thread completes it: gRPC's polling thread, a
+  sender pool) releases its slot, records the first error and keeps the request's rejected
+  records; no thread waits on an answer. The processing thread blocks only in
+  :meth:`InFlightWindow.admit`, when the window is full (Flink backpressure), and in
+  :meth:`InFlightWindow.drain`, before a checkpoint barrier, where every request must be done.
+
+Both know no service and no client library: a request is any ``concurrent.futures.Future`` or
+``grpc.Future`` (anything with ``add_done_callback`` and ``exception``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+from pyflink_gcp.core.errors import WriteError
+from pyflink_gcp.core.quota import QuotaWindow
+
+E = TypeVar("E")
+R = TypeVar("R")
+
+#: The longest a blocked :meth:`InFlightWindow.admit` sleeps before it looks again: a quota
+#: window that grew back (it does not wake this window) is noticed within it.
+_RECHECK_S = 0.5
+
+
+class OpenBatch(Generic[E]):
+    """The batch being filled: its elements, their bytes, and since when it holds any.
+
+    Driven from the processing thread only. :meth:`append` says when the batch is full; the
+    writer then :meth:`cut` s it and sends what it returns. A service that must cut earlier
+    (the next element would not fit, :meth:`fits`; a key already in the batch) cuts on its
+    own rule first.
+
+    Args:
+        max_elements: The batch is full at this many elements.
+        max_bytes: The batch is full at this many bytes (the sizes given to :meth:`append`).
+
+    Attributes:
+        elements: The elements, in arrival order.
+        bytes: The sum of their sizes.
+        since: ``time.monotonic()`` when the first element came; ``math.inf`` when empty, so
+            an empty batch is never due.
+    """
+
+    __slots__ = ("bytes", "elements", "max_bytes", "max_elements", "since")
+
+    def __init__(self, max_elements: int = sys.maxsize, max_bytes: int = sys.maxsize) -> None:
+        if max_elements < 1 or max_bytes < 1:
+            raise ValueError(
+                f"OpenBatch needs positive limits, got {max_elements} elements, {max_bytes} bytes"
+            )
+        self.max_elements = max_elements
+        self.max_bytes = max_bytes
+        self.elements: list[E] = []
+        self.bytes = 0
+        self.since = math.inf
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    def __bool__(self) -> bool:
+        return bool(self.elements)
+
+    def append(self, element: E, size: int = 0) -> bool:
+        """Add one element of ``size`` bytes; True when the batch is now full."""
+        elements = self.elements
+        if not elements:
+            self.since = time.monotonic()
+        elements.append(element)
+        self.bytes = total = self.bytes + size
+        return len(elements) >= self.max_elements or total >= self.max_bytes
+
+    def fits(self, size: int) -> bool:
+        """Whether an element of ``size`` bytes can join without passing ``max_bytes`` (an
+        empty batch takes any element: one too large alone is the service's to refuse)."""
+        return not self.elements or self.bytes + size <= self.max_bytes
+
+    @property
+    def is_full(self) -> bool:
+        """Whether the batch reached either limit."""
+        return len(self.elements) >= self.max_elements or self.bytes >= self.max_bytes
+
+    def is_due(self, cutoff: float) -> bool:
+        """Whether the batch holds elements that came at ``cutoff`` (a monotonic time) or
+        before, i.e. is old enough to be sent at a bundle end."""
+        return self.since <= cutoff
+
+    def cut(self) -> list[E]:
+        """Take the elements out, leaving the batch empty (and not due)."""
+        elements = self.elements
+        self.elements = []
+        self.bytes = 0
+        self.since = math.inf
+        return elements
+
+
+class InFlightWindow(Generic[R]):
+    """A bound on the requests in flight, whose completions are learnt by callback.
+
+    The processing thread calls :meth:`admit` before it starts a request (waiting while the
+    window is full) and :meth:`add` with the request's future. When the future completes, its
+    callback, on the thread that completed it, gives the slot back and wakes a waiting
+    :meth:`admit`. With ``collect``, it also keeps what the request returned (a sequence of
+    rejected records, extended into :meth:`take_results`) or, if it failed, its error: the
+    first error is raised by :meth:`drain` (and, with ``fail_fast``, by the next
+    :meth:`admit`), so a failed request stops the writer without any thread having waited for
+    it.
+
+    The window bounds the count of requests (``max_requests``, lowered by a
+    :class:`~pyflink_gcp.core.quota.QuotaWindow` after quota errors) and, optionally, the
+    elements and bytes they carry. A request is always admitted into an empty window, so one
+    larger than the byte bound still goes out.
+
+    Args:
+        max_requests: Requests in flight at most; None: no bound on the count.
+        what: What the window bounds, for errors (``"sink 'orders': Publish requests"``).
+        quota: The quota window whose :attr:`~pyflink_gcp.core.quota.QuotaWindow.limit`
+            lowers ``max_requests`` while the service answers RESOURCE_EXHAUSTED.
+        max_elements: Elements in flight at most (the ``elements`` of :meth:`add`).
+        max_bytes: Bytes in flight at most (the ``size`` of :meth:`add`).
+        collect: Keep the requests' results and first error (a writer's own window); False
+            for a window that only bounds requests whose outcomes are read elsewhere.
+        fail_fast: :meth:`admit` raises the first error, so no request starts after one
+            failed; without it the error waits for :meth:`drain`.
+        on_done: Called with each request's error (None on success) after its slot is free,
+            on the completing thread: how a window tells a quota window the outcomes.
+    """
+
+    def __init__(
+        self,
+        max_requests: int | None = None,
+        *,
+        what: str = "requests",
+        quota: QuotaWindow | None = None,
+        max_elements: int | None = None,
+        max_bytes: int | None = None,
+        collect: bool = True,
+        fail_fast: bool = False,
+        on_done: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        self.max_requests = sys.maxsize if max_requests is None else max_requests
+        self.what = what
+        self.quota = quota
+        self.max_elements = sys.maxsize if max_elements is None else max_elements
+        self.max_bytes = sys.maxsize if max_bytes is None else max_bytes
+        self._collect = collect
+        self._fail_fast = fail_fast
+        self._on_done = on_done
+        # The counters' lock, taken as a plain lock where nobody waits (the completions), and
+        # as a condition by the waits, which alone are woken (``_waiting``).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0
+        self._requests = 0
+        self._elements = 0
+        self._bytes = 0
+        self._results: list[R] = []
+        self._error: BaseException | None = None
+        #: The request added last (a writer chaining ordered requests waits for it).
+        self.last: Any = None
+
+    @property
+    def limit(self) -> int:
+        """Requests allowed in flight now: ``max_requests``, less after quota errors."""
+        quota = self.quota
+        return self.max_requests if quota is None else min(self.max_requests, quota.limit)
+
+    @property
+    def outstanding(self) -> int:
+        """Requests added and not yet complete."""
+        return self._requests
+
+    @property
+    def outstanding_elements(self) -> int:
+        return self._elements
+
+    @property
+    def outstanding_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def is_clean(self) -> bool:
+        """Nothing in flight, and no result or error not yet taken."""
+        return not self._requests and not self._results and self._error is None
+
+    def _has_room(self, elements: int, size: int) -> bool:
+        quota = self.quota
+        if self._requests >= (
+            self.max_requests if quota is None else min(self.max_requests, quota.limit)
+        ):
+            return False
+        if not self._elements:
+            return True
+        return (
+            self._elements + elements <= self.max_elements and self._bytes + size <= self.max_bytes
+        )
+
+    def admit(self, elements: int = 0, size: int = 0, timeout: float | None = None) -> None:
+        """Wait until a request of ``elements`` elements and ``size`` bytes fits.
+
+        Args:
+            elements: The request's elements, against ``max_elements``.
+            size: The request's bytes, against ``max_bytes``.
+            timeout: Seconds to wait at most; None: as long as requests are in flight.
+
+        Raises:
+            BaseException: With ``fail_fast``, the first error of a completed request (taken:
+                raised once).
+            WriteError: No slot freed within ``timeout``.
+        """
+        if (self._error is None or not self._fail_fast) and self._has_room(elements, size):
+            return  # the common case, without the lock: only completions change the counts
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                error = self._error
+                if error is not None and self._fail_fast:
+                    self._error = None
+                    raise error
+                if self._has_room(elements, size):
+                    return
+                self._wait_until(
+                    deadline, timeout, "none of the {} requests in flight completed within"
+                )
+
+    def _wait_until(self, deadline: float | None, timeout: float | None, late: str) -> None:
+        """Wait (holding the condition) for a completion, a recheck, or ``deadline``.
+
+        Raises:
+            WriteError: ``deadline`` passed; ``late`` words it (``{}``: the requests in flight).
+        """
+        wait = _RECHECK_S
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WriteError(f"{self.what}: {late.format(self._requests)} {timeout:g}s")
+            wait = min(wait, left)
+        self._waiting += 1
+        try:
+            self._cond.wait(wait)
+        finally:
+            self._waiting -= 1
+
+    def add(self, future: Any, elements: int = 0, size: int = 0) -> Any:
+        """Count ``future`` (a request just started) in flight until it completes; returns it.
+
+        The caller made room with :meth:`admit` first (the window does not refuse a request).
+        """
+        with self._lock:
+            self._requests += 1
+            self._elements += elements
+            self._bytes += size
+        self.last = future
+        # Runs at once, on this thread, if the request already completed.
+        future.add_done_callback(partial(self._complete, elements=elements, size=size))
+        return future
+
+    def _complete(self, future: Any, elements: int, size: int) -> None:
+        """A request completed (on the thread that completed it): free its slot, keep its
+        outcome."""
+        try:
+            error = future.exception()
+        except (CancelledError, Exception) as exc:  # noqa: BLE001 - cancelled: a closed channel
+            error = exc
+        results: Iterable[R] = ()
+        if error is None and self._collect:
+            results = future.result() or ()
+        with self._lock:
+            self._requests -= 1
+            self._elements -= elements
+            self._bytes -= size
+            if self._collect:
+                if error is None:
+                    self._results.extend(results)
+                elif self._error is None:
+                    self._error = error
+            if self._waiting:
+                self._cond.notify_all()
+        if self._on_done is not None:
+            self._on_done(error)
+
+    def take_results(self) -> list[R]:
+        """The results of the requests completed so far (their rejected records), taken."""
+        with self._lock:
+            results, self._results = self._results, []
+        return results
+
+    def settle(self, timeout: float | None = None) -> BaseException | None:
+        """Wait until no request is in flight; return (and take) the first error, if any.
+
+        Args:
+            timeout: Seconds to wait at most; None: until every request completed.
+
+        Raises:
+            WriteError: Requests were still in flight after ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._requests:
+                self._wait_until(deadline, timeout, "{} requests were still in flight after")
+            error, self._error = self._error, None
+        return error
+
+    def drain(self, timeout: float | None = None) -> list[R]:
+        """Wait for every request in flight (even after one failed); return their results.
+
+        Raises:
+            BaseException: The first error of a request, once all completed.
+            WriteError: Requests were still in flight after ``timeout``.
+        """
+        error = self.settle(timeout)
+        if error is not None:
+            raise error
+        return self.take_results()
+
+    def __repr__(self) -> str:
+        return f"InFlightWindow({self.what}: {self._requests} in flight, limit {self.limit})"

@@ -1,0 +1,199 @@
+"""OpenBatch (elements, bytes, age, cut) and InFlightWindow (bound, callbacks, settle)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
+from pyflink_gcp.core.errors import WriteError
+from pyflink_gcp.core.quota import QuotaWindow
+
+# -- OpenBatch ---------------------------------------------------------------------------------
+
+
+def test_an_empty_batch_is_never_due_and_its_age_starts_with_the_first_element() -> None:
+    batch: OpenBatch[str] = OpenBatch(max_elements=3)
+    assert batch.since == math.inf and not batch.is_due(time.monotonic()) and not batch
+    before = time.monotonic()
+    batch.append("a", 10)
+    first = batch.since
+    assert before <= first <= time.monotonic() and batch.is_due(first)
+    assert not batch.is_due(first - 1)
+    batch.append("b", 5)
+    assert batch.since == first and len(batch) == 2 and batch.bytes == 15
+
+
+def test_append_says_full_at_the_element_or_byte_limit() -> None:
+    by_count: OpenBatch[int] = OpenBatch(max_elements=2)
+    assert by_count.append(1) is False
+    assert by_count.append(2) is True and by_count.is_full
+    by_bytes: OpenBatch[int] = OpenBatch(max_bytes=100)
+    assert by_bytes.append(1, 60) is False
+    assert not by_bytes.fits(41) and by_bytes.fits(40)
+    assert by_bytes.append(2, 40) is True
+
+
+def test_an_empty_batch_fits_an_element_over_the_byte_limit() -> None:
+    batch: OpenBatch[int] = OpenBatch(max_bytes=10)
+    assert batch.fits(1000)
+    assert batch.append(1, 1000) is True
+
+
+def test_cut_takes_the_elements_in_order_and_resets_the_batch() -> None:
+    batch: OpenBatch[str] = OpenBatch(max_elements=10)
+    for name in "abc":
+        batch.append(name, 1)
+    assert batch.cut() == ["a", "b", "c"]
+    assert batch.elements == [] and batch.bytes == 0 and batch.since == math.inf
+    assert batch.cut() == []
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        OpenBatch(max_elements=0)
+
+
+# -- InFlightWindow ----------------------------------------------------------------------------
+
+
+def done(result: object = None, error: BaseException | None = None) -> Future[object]:
+    future: Future[object] = Future()
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+    return future
+
+
+def test_a_completion_frees_its_slot_and_keeps_its_results() -> None:
+    window: InFlightWindow[str] = InFlightWindow(2)
+    first: Future[list[str]] = Future()
+    window.admit()
+    window.add(first)
+    assert window.outstanding == 1 and window.last is first and not window.is_clean
+    first.set_result(["rejected"])
+    assert window.outstanding == 0
+    assert window.take_results() == ["rejected"] and window.is_clean
+
+
+def test_admit_waits_for_a_slot_freed_by_another_thread() -> None:
+    window: InFlightWindow[str] = InFlightWindow(1)
+    pending: Future[list[str]] = Future()
+    window.add(pending)
+    timer = threading.Timer(0.1, pending.set_result, ([],))
+    timer.start()
+    start = time.monotonic()
+    window.admit()
+    assert time.monotonic() - start >= 0.09 and window.outstanding == 0
+    timer.join()
+
+
+def test_admit_gives_up_after_its_timeout_naming_the_window() -> None:
+    window: InFlightWindow[str] = InFlightWindow(1, what="sink 's': Publish requests")
+    window.add(Future())
+    with pytest.raises(WriteError, match=r"sink 's': Publish requests: none of the 1 requests"):
+        window.admit(timeout=0.05)
+
+
+def test_fail_fast_raises_the_first_error_once_from_admit() -> None:
+    window: InFlightWindow[str] = InFlightWindow(4, fail_fast=True)
+    window.add(done(error=ValueError("first")))
+    window.add(done(error=ValueError("second")))
+    with pytest.raises(ValueError, match="first"):
+        window.admit()
+    window.admit()  # taken
+    assert window.settle() is None
+
+
+def test_without_fail_fast_the_error_waits_for_the_drain() -> None:
+    window: InFlightWindow[str] = InFlightWindow(4)
+    window.add(done(error=ValueError("first")))
+    window.admit()
+    with pytest.raises(ValueError, match="first"):
+        window.drain()
+
+
+def test_drain_waits_for_all_then_raises_the_first_error() -> None:
+    window: InFlightWindow[str] = InFlightWindow(8)
+    slow: Future[list[str]] = Future()
+    window.add(done(error=RuntimeError("broken")))
+    window.add(slow)
+    threading.Timer(0.05, slow.set_result, (["late"],)).start()
+    with pytest.raises(RuntimeError, match="broken"):
+        window.drain(timeout=5)
+    assert window.outstanding == 0 and slow.done()
+    assert window.take_results() == ["late"]
+
+
+def test_settle_gives_up_after_its_timeout() -> None:
+    window: InFlightWindow[str] = InFlightWindow(8, what="w")
+    window.add(Future())
+    with pytest.raises(WriteError, match="w: 1 requests were still in flight"):
+        window.settle(timeout=0.05)
+
+
+def test_a_cancelled_request_counts_as_failed() -> None:
+    window: InFlightWindow[str] = InFlightWindow(2)
+    future: Future[list[str]] = Future()
+    window.add(future)
+    future.cancel()
+    assert window.outstanding == 0
+    assert window.settle() is not None
+
+
+def test_elements_and_bytes_bound_the_window_but_an_empty_window_admits_anything() -> None:
+    window: InFlightWindow[str] = InFlightWindow(None, max_elements=10, max_bytes=100)
+    window.admit(elements=50, size=5000)  # alone: admitted
+    first: Future[list[str]] = Future()
+    window.add(first, elements=6, size=10)
+    assert window.outstanding_elements == 6 and window.outstanding_bytes == 10
+    with pytest.raises(WriteError):
+        window.admit(elements=5, size=10, timeout=0.05)  # 11 elements
+    with pytest.raises(WriteError):
+        window.admit(elements=1, size=91, timeout=0.05)  # 101 bytes
+    window.admit(elements=4, size=90)
+    first.set_result([])
+    assert window.outstanding_elements == 0 and window.outstanding_bytes == 0
+
+
+def test_a_quota_window_lowers_the_bound_and_on_done_sees_each_outcome() -> None:
+    quota = QuotaWindow(4)
+    outcomes: list[BaseException | None] = []
+    window: InFlightWindow[str] = InFlightWindow(
+        8, quota=quota, collect=False, on_done=outcomes.append
+    )
+    assert window.limit == 4
+    quota.on_quota_error()
+    quota.on_quota_error()
+    assert window.limit == 1
+    window.add(done(error=ValueError("quota")))
+    window.add(done([]))
+    assert len(outcomes) == 2 and isinstance(outcomes[0], ValueError) and outcomes[1] is None
+    # Without collect, outcomes are not kept: the window only bounds.
+    assert window.settle() is None and window.take_results() == []
+
+
+def test_callbacks_from_many_threads_keep_the_counts_exact() -> None:
+    window: InFlightWindow[int] = InFlightWindow(16)
+    peak = [0]
+    lock = threading.Lock()
+
+    def request(i: int) -> list[int]:
+        with lock:
+            peak[0] = max(peak[0], window.outstanding)
+        time.sleep(0.001)
+        return [i] if i % 10 == 0 else []
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for i in range(500):
+            window.admit()
+            assert window.outstanding < 16
+            window.add(pool.submit(request, i))
+        results = window.drain(timeout=30)
+    assert sorted(results) == list(range(0, 500, 10))
+    assert window.outstanding == 0 and 1 <= peak[0] <= 16 and window.is_clean
