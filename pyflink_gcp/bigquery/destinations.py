@@ -1,15 +1,36 @@
-"""BigQuery destinations: a table, identified by its resource name."""
+"""BigQuery destinations: a table, identified by its resource name, and BigQuery's table id rule."""
 
 from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination, with_project
+from pyflink_gcp.core.names import NameRule
+from pyflink_gcp.core.types import Destination
+
+#: A BigQuery table id: what :class:`TableDestination` accepts (before a partition decorator)
+#: and templates render (``pyflink_gcp.routing.names.bigquery_table_id``).
+#:
+#: BigQuery allows Unicode letters, marks and numbers, connectors (``_``), dashes and spaces
+#: (general categories L, M, N, Pc, Pd, Zs), up to 1,024 UTF-8 bytes, with no rule for the first
+#: character (https://cloud.google.com/bigquery/docs/tables#table_naming; the REST reference's
+#: TableReference says 1,024 *characters*, so the stricter byte count is checked): ``orders
+#: 2024``, ``étudiant-01`` and ``00_お客様`` are valid. ``sanitize`` is conservative: values keep
+#: only ``[A-Za-z0-9_-]``, so a name built from record values is also a plain identifier for
+#: the bq tool, legacy SQL and the SQL connectors; spaces and non-ASCII letters become ``_``.
+#: Table names are case-sensitive by default, so case is kept.
+TABLE_ID = NameRule(
+    "BigQuery table id",
+    allowed="_-",
+    replacement="_",
+    min_length=1,
+    max_length=1024,
+    unicode_categories=("L", "M", "N", "Pc", "Pd", "Zs"),
+    max_bytes=1024,
+    characters="letters, marks, numbers, connectors such as '_', dashes and spaces",
+)
 
 # Dataset ids: letters, digits and underscores, up to 1,024 characters.
 _DATASET_ID = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
-# Table ids: letters (any script), digits, underscores and dashes, up to 1,024 characters.
-_TABLE_ID = re.compile(r"^[\w\-]{1,1024}$")
 # Partition ids of a decorator (``t$20240101``): yyyy, yyyymm, yyyymmdd or yyyymmddhh of a
 # time-unit partitioning, the start of an integer range (possibly negative), or one of the
 # special partitions (https://cloud.google.com/bigquery/docs/managing-partitioned-table-data).
@@ -28,19 +49,23 @@ class TableDestination(Destination):
     """
 
     __slots__ = ()
+    _ids = ("project", "dataset", "table")
 
     def __init__(self, project: str, dataset: str, table: str) -> None:
-        if not project or "/" in project:
+        if not project or not isinstance(project, str) or "/" in project:
             raise ValueError(f"invalid BigQuery project id {project!r}")
-        if not _DATASET_ID.match(dataset or ""):
+        if not isinstance(dataset, str) or not _DATASET_ID.match(dataset):
             raise ValueError(
                 f"invalid BigQuery dataset id {dataset!r}: 1-1024 letters, digits or underscores"
             )
-        base, dollar, partition = (table or "").partition("$")
-        if not _TABLE_ID.match(base):
+        if not isinstance(table, str):
+            raise ValueError(f"invalid BigQuery table id {table!r}: not a string")
+        base, dollar, partition = table.partition("$")
+        reason = TABLE_ID.validate(base)
+        if reason is not None:
             raise ValueError(
-                f"invalid BigQuery table id {table!r}: 1-1024 letters, digits, underscores or "
-                "dashes, optionally with a partition decorator ($20240101)"
+                f"invalid BigQuery table id {table!r}: {base!r} {reason} (a partition "
+                "decorator such as $20240101 may follow)"
             )
         if dollar and not _PARTITION_ID.match(partition):
             raise ValueError(
@@ -55,15 +80,13 @@ class TableDestination(Destination):
         """``of(project, dataset, table)``; ``of(dataset, table)`` is in ``GOOGLE_CLOUD_PROJECT``.
 
         The variable is read where the value is built (on the task managers for a resolver)
-        and becomes part of the resource name, so equality stays the resource name.
+        and becomes part of the resource name, so equality stays the resource name. Equal
+        arguments return the same (immutable) value from a bounded cache.
 
         Raises:
             ValueError: An invalid id, or no project given and the variable unset.
         """
-        project, dataset, table = with_project(
-            "TableDestination", ids, ("project", "dataset", "table")
-        )
-        return TableDestination(project, dataset, table)
+        return TableDestination._of(ids)
 
     @staticmethod
     def from_table_id(table_id: str) -> TableDestination:

@@ -1,22 +1,35 @@
-"""The Bigtable destination value: a table, named ``projects/{p}/instances/{i}/tables/{t}``."""
+"""The Bigtable destination value: a table, named ``projects/{p}/instances/{i}/tables/{t}``, and
+Bigtable's table id rule."""
 
 from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination, with_project
+from pyflink_gcp.core.names import NameRule
+from pyflink_gcp.core.types import Destination
 
-# Bigtable's own id rules, checked here so a resolver bug fails on the record that caused it
-# (the resolver's error names the record) rather than later as an RPC error naming nothing.
-_TABLE_ID = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}")
+#: A Bigtable table id: what :class:`TableDestination` accepts and templates render
+#: (``pyflink_gcp.routing.names.bigtable_table_id``).
+#:
+#: ``[_a-zA-Z0-9][-_.a-zA-Z0-9]*`` (the Admin API's ``Table.name`` pattern,
+#: https://cloud.google.com/bigtable/docs/reference/admin/rest/v2/projects.instances.tables),
+#: at most 50 characters (``CreateTableRequest.tableId``: "Maximum 50 characters").
+#: ``sanitize`` replaces with ``_``; a name may not start with ``-`` or ``.``.
+TABLE_ID = NameRule(
+    "Bigtable table id",
+    allowed="-_.",
+    replacement="_",
+    min_length=1,
+    max_length=50,
+    first="_",
+    first_digit=True,
+)
+
+# Bigtable's instance and project id rules, checked here so a resolver bug fails on the record
+# that caused it (the resolver's error names the record) rather than later as an RPC error
+# naming nothing.
 _INSTANCE_ID = re.compile(r"[a-z][-a-z0-9]{0,32}")
 _PROJECT_ID = re.compile(r"[-a-z0-9.:]{1,100}")
-
-# Resolvers call ``of`` once per record; most jobs name a handful of tables, so the validated
-# value is cached and the hot path is one dict lookup. Bounded so that a resolver naming a new
-# table per record cannot grow it without limit.
-_CACHE: dict[tuple[str, str, str], TableDestination] = {}
-_CACHE_MAX = 4096
 
 
 class TableDestination(Destination):
@@ -30,24 +43,24 @@ class TableDestination(Destination):
     """
 
     __slots__ = ()
+    _ids = ("project", "instance", "table")
 
     def __init__(self, project: str, instance: str, table: str) -> None:
         for what, value, pattern in (
             ("project", project, _PROJECT_ID),
             ("instance", instance, _INSTANCE_ID),
-            ("table", table, _TABLE_ID),
         ):
             if not isinstance(value, str) or not pattern.fullmatch(value):
                 raise ValueError(
                     f"invalid Bigtable {what} id {value!r} in TableDestination.of"
                     f"({project!r}, {instance!r}, {table!r})"
-                    + (
-                        ": table ids are 1-50 characters of [-_.a-zA-Z0-9], not starting "
-                        "with '-' or '.'"
-                        if what == "table"
-                        else ""
-                    )
                 )
+        reason = TABLE_ID.validate(table) if isinstance(table, str) else "is not a string"
+        if reason is not None:
+            raise ValueError(
+                f"invalid Bigtable table id {table!r} in TableDestination.of"
+                f"({project!r}, {instance!r}, {table!r}): it {reason}"
+            )
         self._init_name(f"projects/{project}/instances/{instance}/tables/{table}")
 
     @staticmethod
@@ -56,27 +69,14 @@ class TableDestination(Destination):
         ``instance`` in ``project``; ``of(instance, table)`` is in ``GOOGLE_CLOUD_PROJECT``.
 
         The variable is read where the value is built (on the task managers for a resolver)
-        and becomes part of the resource name, so equality stays the resource name.
+        and becomes part of the resource name, so equality stays the resource name. Equal
+        arguments return the same (immutable) value from a bounded cache.
 
         Raises:
             ValueError: An id that Bigtable would reject, or no project given and the variable
                 unset.
         """
-        if len(ids) == 3:
-            project, instance, table = ids
-        else:
-            project, instance, table = with_project(
-                "TableDestination", ids, ("project", "instance", "table")
-            )
-        key = (project, instance, table)
-        cached = _CACHE.get(key)
-        if cached is not None:
-            return cached
-        destination = TableDestination(*key)
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[key] = destination
-        return destination
+        return TableDestination._of(ids)
 
     @property
     def project(self) -> str:

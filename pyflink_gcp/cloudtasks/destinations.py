@@ -1,15 +1,28 @@
-"""Cloud Tasks destinations: a queue, identified by its resource name."""
+"""Cloud Tasks destinations: a queue, identified by its resource name, and the queue id rule."""
 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
-from pyflink_gcp.core.types import Destination, with_project
+from pyflink_gcp.core.names import NameRule
+from pyflink_gcp.core.types import Destination
 
-# Queue ids: 1-100 letters, digits and hyphens. Projects and locations are checked loosely
-# (non-empty, no slash): the service is the authority on which ones exist.
-_QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
+#: A Cloud Tasks queue id: what :class:`QueueDestination` accepts and templates render
+#: (``pyflink_gcp.routing.names.cloudtasks_queue_id``).
+#:
+#: Letters, numbers and hyphens, at most 100 characters
+#: (https://cloud.google.com/tasks/docs/reference/rest/v2/projects.locations.queues, ``name``).
+#: Underscores are not allowed, so ``sanitize`` replaces with ``-``.
+QUEUE_ID = NameRule(
+    "Cloud Tasks queue id",
+    allowed="-",
+    replacement="-",
+    min_length=1,
+    max_length=100,
+)
+
+# Projects and locations are checked loosely (non-empty, no slash): the service is the
+# authority on which ones exist.
 _SEGMENT = re.compile(r"[^/\s]+")
 
 
@@ -21,6 +34,7 @@ class QueueDestination(Destination):
     """
 
     __slots__ = ()
+    _ids = ("project", "location", "queue")
 
     def __init__(self, project: str, location: str, queue: str) -> None:
         if not isinstance(project, str) or not _SEGMENT.fullmatch(project):
@@ -29,10 +43,9 @@ class QueueDestination(Destination):
             raise ValueError(
                 f"QueueDestination needs a location such as 'us-central1', got {location!r}"
             )
-        if not isinstance(queue, str) or not _QUEUE_ID.fullmatch(queue):
-            raise ValueError(
-                f"invalid Cloud Tasks queue id {queue!r}: 1-100 letters, digits and hyphens"
-            )
+        reason = QUEUE_ID.validate(queue) if isinstance(queue, str) else "is not a string"
+        if reason is not None:
+            raise ValueError(f"invalid Cloud Tasks queue id {queue!r}: it {reason}")
         self._init_name(f"projects/{project}/locations/{location}/queues/{queue}")
 
     @staticmethod
@@ -43,17 +56,12 @@ class QueueDestination(Destination):
         The variable is read where the value is built (on the task managers for a resolver)
         and becomes part of the resource name, so equality stays the resource name.
         Resolvers call this once per record; equal arguments return the same (immutable) value
-        from a small cache, so the hot path skips validation and allocation.
+        from a bounded cache, so the hot path skips validation and allocation.
 
         Raises:
             ValueError: An invalid id, or no project given and the variable unset.
         """
-        if len(ids) == 3:
-            return _cached(*ids)
-        project, location, queue = with_project(
-            "QueueDestination", ids, ("project", "location", "queue")
-        )
-        return _cached(project, location, queue)
+        return QueueDestination._of(ids)
 
     @staticmethod
     def from_resource_name(name: str) -> QueueDestination:
@@ -66,7 +74,7 @@ class QueueDestination(Destination):
             or parts[4] != "queues"
         ):
             raise ValueError(f"not a Cloud Tasks queue resource name: {name!r}")
-        return _cached(parts[1], parts[3], parts[5])
+        return QueueDestination._of((parts[1], parts[3], parts[5]))
 
     @property
     def project(self) -> str:
@@ -80,8 +88,3 @@ class QueueDestination(Destination):
     def queue(self) -> str:
         """The queue id (the last segment of the resource name)."""
         return self._name.split("/")[5]
-
-
-@lru_cache(maxsize=4096)
-def _cached(project: str, location: str, queue: str) -> QueueDestination:
-    return QueueDestination(project, location, queue)

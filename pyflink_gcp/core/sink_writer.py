@@ -140,7 +140,7 @@ class SinkWriter:
         self.due_after_s = config.max_buffer_time_ms / 1000.0
         #: How often the background thread looks for due batches between bundles.
         self.tick_s = max(0.001, self.due_after_s / 2)
-        #: Batches left open at bundle ends (young enough), counted for tests and benchmarks.
+        #: Batches left open at bundle ends because they were younger than ``due_after_s``.
         self.batches_held = 0
         self._lock = threading.Lock()
         self._holding = False
@@ -247,6 +247,11 @@ class SinkWriter:
             ) from exc
         if element is None:
             self.skipped += 1
+            return
+        if type(element) is UnroutableRecord:
+            # A sink without a resolver (Spanner) learns from its serializer that a record
+            # names no valid destination.
+            self._check_destination(element, record)
             return
         writer = self._registry.get(destination)
         writer.write(element, record)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 #: The variable a destination built without a project takes its project from.
 PROJECT_VARIABLE = "GOOGLE_CLOUD_PROJECT"
+
+#: Destinations ``of()`` keeps built, of every type together, at most; the cache is emptied
+#: when full, so a resolver naming a new destination per record cannot grow it without bound.
+MAX_BUILT_DESTINATIONS = 4_096
+_BUILT: dict[tuple[Any, ...], Destination] = {}
 
 # Flink encodes "no timestamp" as Long.MIN_VALUE; anything this far in the past is treated as absent.
 _NO_TIMESTAMP_BELOW = -(2**62)
@@ -20,14 +25,42 @@ class Destination:
     resource name, and ``str(d)`` is the resource name. Two destinations built separately for
     the same resource therefore reach the same writer state in the registry.
 
-    Subclasses set ``_name`` once in ``__init__`` (through :meth:`_init_name`) and never mutate.
+    Subclasses set ``_name`` once in ``__init__`` (through :meth:`_init_name`) and never mutate,
+    name their ids in ``_ids`` and implement ``of(*ids)`` with :meth:`_of`.
     """
 
     __slots__ = ("_name",)
     _name: str
+    #: The names of the ids ``of()`` takes, the project first (``("project", "topic")``).
+    _ids: ClassVar[tuple[str, ...]] = ()
 
     def _init_name(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
+
+    @classmethod
+    def _of(cls, ids: tuple[Any, ...]) -> Self:
+        """What every ``of(*ids)`` does: the destination of ``ids``, built once.
+
+        Without the project, it is ``GOOGLE_CLOUD_PROJECT``'s (:func:`with_project`). Resolvers
+        call ``of()`` once per record and most jobs name a handful of destinations, so a value
+        built (and validated) once is kept, by its type and full ids, in one bounded cache
+        shared by every destination type: the hot path is one dict lookup. Invalid ids are
+        not kept; each call raises again.
+
+        Raises:
+            ValueError: An invalid id, or no project given and the variable unset.
+            TypeError: Neither the full number of ids nor one fewer.
+        """
+        if len(ids) != len(cls._ids):
+            ids = with_project(cls.__name__, ids, cls._ids)
+        key = (cls, ids)
+        built = _BUILT.get(key)
+        if built is None:
+            built = cls(*ids)  # type: ignore[call-arg]
+            if len(_BUILT) >= MAX_BUILT_DESTINATIONS:
+                _BUILT.clear()
+            _BUILT[key] = built
+        return built  # type: ignore[return-value]
 
     @property
     def resource_name(self) -> str:
@@ -102,8 +135,10 @@ class UnroutableRecord:
     """What a resolver returns for a record that has no valid destination.
 
     It creates no per-destination state and never reaches the serializer; the sink's failure
-    handler decides what happens to it (fail the job, drop it, or dead-letter ``payload``).
-    Only sinks that document it accept it (BigQuery).
+    handler decides what happens to it (fail the job, drop it, or dead-letter ``payload`` with
+    ``dlq-destination=unresolved``). Every sink of this package accepts it. A sink without a
+    resolver (Spanner, whose mutations name their tables) takes it from its serializer
+    instead, for a record that names no valid table.
 
     Attributes:
         payload: The bytes to dead-letter.

@@ -1,14 +1,26 @@
-"""Pub/Sub destinations: a topic, identified by its resource name."""
+"""Pub/Sub destinations: a topic, identified by its resource name, and Pub/Sub's topic id rule."""
 
 from __future__ import annotations
 
-import re
+from pyflink_gcp.core.names import NameRule
+from pyflink_gcp.core.types import Destination
 
-from pyflink_gcp.core.types import Destination, with_project
-
-# Pub/Sub topic ids: 3-255 characters, start with a letter, then letters, digits, - _ . ~ + %,
-# and never start with "goog".
-_TOPIC_ID = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
+#: A Pub/Sub topic id: what :class:`TopicDestination` accepts and templates render
+#: (``pyflink_gcp.routing.names.pubsub_topic_id``).
+#:
+#: It must start with a letter, contain only letters, numbers, ``-``, ``_``, ``.``, ``~``, ``+``
+#: and ``%``, be 3 to 255 characters long and not start with ``goog``
+#: (https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.topics, ``Topic.name``).
+#: ``sanitize`` replaces anything else with ``_``. Letters are ASCII only (``[A-Za-z]``).
+TOPIC_ID = NameRule(
+    "Pub/Sub topic id",
+    allowed="-_.~+%",
+    replacement="_",
+    min_length=3,
+    max_length=255,
+    first="",
+    reserved_prefixes=("goog",),
+)
 
 
 class TopicDestination(Destination):
@@ -19,15 +31,14 @@ class TopicDestination(Destination):
     """
 
     __slots__ = ()
+    _ids = ("project", "topic")
 
     def __init__(self, project: str, topic: str) -> None:
-        if not project:
+        if not project or not isinstance(project, str):
             raise ValueError("TopicDestination needs a project id")
-        if not _TOPIC_ID.match(topic or "") or topic.startswith("goog"):
-            raise ValueError(
-                f"invalid Pub/Sub topic id {topic!r}: 3-255 characters, starting with a letter, "
-                "of letters, digits and - _ . ~ + %, not starting with 'goog'"
-            )
+        reason = TOPIC_ID.validate(topic) if isinstance(topic, str) else "is not a string"
+        if reason is not None:
+            raise ValueError(f"invalid Pub/Sub topic id {topic!r}: it {reason}")
         self._init_name(f"projects/{project}/topics/{topic}")
 
     @staticmethod
@@ -35,13 +46,13 @@ class TopicDestination(Destination):
         """``of(project, topic)``; ``of(topic)`` is the topic in ``GOOGLE_CLOUD_PROJECT``.
 
         The variable is read where the value is built (on the task managers for a resolver)
-        and becomes part of the resource name, so equality stays the resource name.
+        and becomes part of the resource name, so equality stays the resource name. Equal
+        arguments return the same (immutable) value from a bounded cache.
 
         Raises:
             ValueError: An invalid id, or no project given and the variable unset.
         """
-        project, topic = with_project("TopicDestination", ids, ("project", "topic"))
-        return TopicDestination(project, topic)
+        return TopicDestination._of(ids)
 
     @staticmethod
     def from_resource_name(name: str) -> TopicDestination:

@@ -5,7 +5,8 @@ field, map it, send what is missing, unmatched or unparseable to a default desti
 name built from record fields and event time), as picklable objects a sink checks when it is
 built: every destination they can return is of the sink's destination type, and
 ``unroutable=True`` is refused by a sink that does not accept
-:class:`~pyflink_gcp.core.types.UnroutableRecord` (only BigQuery does).
+:class:`~pyflink_gcp.core.types.UnroutableRecord` (every sink of this package accepts it; a
+sink of another package may not).
 
 ```python
 orders = route_by_field(
@@ -25,15 +26,12 @@ from typing import Any
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import describe_callable, short_repr
+from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
 from pyflink_gcp.routing import names
 from pyflink_gcp.routing._helpers import MISSING
 from pyflink_gcp.routing.fields import UNPARSEABLE, FieldPath
-from pyflink_gcp.routing.names import NameRule
 from pyflink_gcp.routing.templates import Template, TemplateValueError
-
-#: Destinations a template resolver keeps built, by name, at most.
-_CACHED_NAMES = 4_096
 
 
 def _payload(record: Any) -> bytes:
@@ -52,7 +50,12 @@ class _Routing:
     """What both resolvers share: the fallback, the unroutable switch, the build-time check."""
 
     def __init__(
-        self, fallback: Destination | None, unroutable: bool, what: str, required: bool = True
+        self,
+        fallback: Destination | None,
+        unroutable: bool,
+        what: str,
+        required: bool = True,
+        payload: Callable[[Any], bytes] | None = None,
     ) -> None:
         if (
             fallback is not None
@@ -67,6 +70,8 @@ class _Routing:
             raise ConfigurationError(f"{what}: fallback must be a destination, got {fallback!r}")
         self.fallback = fallback
         self.unroutable = bool(unroutable)
+        #: The dead-letter payload of an unroutable record.
+        self.payload = payload if payload is not None else _payload
 
     def _destinations(self) -> list[Any]:
         return [self.fallback] if self.fallback is not None else []
@@ -90,7 +95,7 @@ class _Routing:
         if self.fallback is not None:
             return self.fallback
         if self.unroutable:
-            return UnroutableRecord.of(_payload(record), reason)
+            return UnroutableRecord.of(self.payload(record), reason)
         raise ValueError(reason)  # the sink fails the job, naming the resolver and the record
 
 
@@ -250,13 +255,15 @@ def route_by_field(
         fallback: Where records go whose field is missing, whose value has no route, or whose
             payload is not JSON.
         unroutable: Send those records to the failure handler instead
-            (:class:`~pyflink_gcp.core.types.UnroutableRecord`; BigQuery sinks only).
+            (:class:`~pyflink_gcp.core.types.UnroutableRecord`, dead-lettered with
+            ``dlq-destination=unresolved``).
     """
     return FieldRouter(path, routes, fallback, unroutable)
 
 
 class DestinationNames:
-    """Names to destinations of one service, and that service's naming rule."""
+    """Names to destinations of one service, and that service's naming rule: the rule its
+    destination type validates with, so a name the rule accepts is one the type accepts."""
 
     def __init__(self, make: Callable[[str], Destination], rule: NameRule | None, label: str):
         self.make = make
@@ -275,7 +282,7 @@ def bigquery_tables(project: str, dataset: str) -> DestinationNames:
     from pyflink_gcp.bigquery.destinations import TableDestination
 
     return DestinationNames(
-        lambda name: TableDestination(project, dataset, name),  # of() with every id given
+        lambda name: TableDestination.of(project, dataset, name),
         names.bigquery_table_id,
         f"tables of {project}.{dataset}",
     )
@@ -286,7 +293,7 @@ def pubsub_topics(project: str) -> DestinationNames:
     from pyflink_gcp.pubsub.destinations import TopicDestination
 
     return DestinationNames(
-        lambda name: TopicDestination(project, name),  # of() with every id given
+        lambda name: TopicDestination.of(project, name),
         names.pubsub_topic_id,
         f"topics of {project}",
     )
@@ -325,9 +332,12 @@ class TemplateRouter(_Routing):
         fallback: Destination | None,
         unroutable: bool,
         fields: tuple[str, ...] | None,
+        payload: Callable[[Any], bytes] | None = None,
     ) -> None:
         text = template.text if isinstance(template, Template) else template
-        super().__init__(fallback, unroutable, f"route_by_template({text!r})", required=False)
+        super().__init__(
+            fallback, unroutable, f"route_by_template({text!r})", required=False, payload=payload
+        )
         if not callable(to):
             raise ConfigurationError(
                 f"route_by_template({text!r}): 'to' turns a name into a destination, such as "
@@ -343,31 +353,23 @@ class TemplateRouter(_Routing):
         # The function itself, a call less for every name built.
         self._make = to.make if isinstance(to, DestinationNames) else to
         self.fields = fields
-        self._cache: dict[str, Destination] = {}
         if fields is not None:
             self.template.check_fields(fields, f"route_by_template({text!r})")
 
     def resolve(self, record: Any, context: WriterContext) -> Any:
         try:
             name = self.template.render(record, context, checked=False)
-            # Destinations are immutable values: one per name, built (and its name checked
-            # against the service's rules) once, in a bounded cache.
-            destination = self._cache.get(name)
-            if destination is None:
+            try:
+                # A service's of() keeps the destinations it built (core.types), and checks a
+                # new name by the rule the template sanitized with: one lookup per record.
+                return self._make(name)
+            except ValueError:
+                # The reason, naming the template and the record; a function of the name
+                # without a rule fails the job with its own error.
                 self.template.check(name, record)
-                if len(self._cache) >= _CACHED_NAMES:
-                    self._cache.clear()
-                destination = self._cache[name] = self._make(name)
+                raise
         except TemplateValueError as exc:
             return self._cannot_route(record, str(exc))
-        return destination
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._cache = {}
 
     __call__ = resolve
 
@@ -382,6 +384,7 @@ def route_by_template(
     fallback: Destination | None = None,
     unroutable: bool = False,
     fields: tuple[str, ...] | list[str] | None = None,
+    payload: Callable[[Any], bytes] | None = None,
 ) -> TemplateRouter:
     """A resolver that routes each record to the destination named by ``template``.
 
@@ -393,11 +396,20 @@ def route_by_template(
             values by its service's naming rules), or any function of the name.
         fallback: Where a record goes whose name cannot be rendered (a missing field, a value
             that makes no valid name).
-        unroutable: Send those records to the failure handler instead (BigQuery sinks only).
-            With neither, such a record fails the job with an error naming it.
+        unroutable: Send those records to the failure handler instead
+            (:class:`~pyflink_gcp.core.types.UnroutableRecord`, dead-lettered with
+            ``dlq-destination=unresolved``). With neither, such a record fails the job with an
+            error naming it.
         fields: The record's field names, if known: an unknown placeholder is then an error
             now rather than a fallback per record.
+        payload: The dead-letter bytes of an unroutable record (default: its bytes, or its
+            JSON); the SQL connectors give the row's JSON in their value forms.
     """
     return TemplateRouter(
-        template, to, fallback, unroutable, tuple(fields) if fields is not None else None
+        template,
+        to,
+        fallback,
+        unroutable,
+        tuple(fields) if fields is not None else None,
+        payload,
     )

@@ -95,7 +95,7 @@ class LiveRules(_Routing):
         initial: The rules before any change arrives (value → destination name).
         fallback: Where a record goes whose field is missing or unparseable, or whose value
             has no rule (never had one, or its rule was deleted).
-        unroutable: Send those records to the failure handler instead (BigQuery sinks only).
+        unroutable: Send those records to the failure handler instead (an UnroutableRecord).
     """
 
     def __init__(

@@ -18,7 +18,7 @@ DataStream job. The rules, in short (``docs/templates.md`` has them in full):
 - With a spec, dates and times use ``strftime``; a number under a time spec is epoch
   milliseconds and a string is parsed as ISO-8601; anything else goes through ``format()``.
   Without one, strings are kept, booleans are ``true``/``false``, dates and times are ISO-8601.
-- A sanitizer (a :class:`~pyflink_gcp.routing.names.NameRule`) replaces the characters the
+- A sanitizer (a :class:`~pyflink_gcp.core.names.NameRule`) replaces the characters the
   service does not allow in each placeholder's value, and the rendered name is validated.
 
 A template is parsed once, into literal text and placeholders, and rendering joins strings:
@@ -34,10 +34,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.functions import short_repr
+from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import WriterContext
 from pyflink_gcp.routing._helpers import MISSING, field_of, row_type
 from pyflink_gcp.routing._times import TIME_DIRECTIVE, EpochFormat, from_epoch_millis
-from pyflink_gcp.routing.names import NameRule
 
 __all__ = [
     "EVENT_TIME",

@@ -1,10 +1,34 @@
-"""The Spanner destination value: a database, ``projects/{p}/instances/{i}/databases/{d}``."""
+"""The Spanner destination value: a database, ``projects/{p}/instances/{i}/databases/{d}``, and
+Spanner's table name rule."""
 
 from __future__ import annotations
 
 import re
 
-from pyflink_gcp.core.types import Destination, with_project
+from pyflink_gcp.core.names import NameRule
+from pyflink_gcp.core.types import Destination
+
+#: A Spanner (GoogleSQL dialect) table name: what templates render for a Spanner table
+#: (``pyflink_gcp.routing.names.spanner_table_name``, the ``gcp-spanner`` SQL connector's
+#: ``table``).
+#:
+#: ``{a—z|A—Z}[{a—z|A—Z|0—9|_}+]`` in the DDL grammar
+#: (https://cloud.google.com/spanner/docs/reference/standard-sql/data-definition-language) and 1
+#: to 128 characters (https://cloud.google.com/spanner/quotas, "Table name length"). Spanner
+#: compares names without regard to case (``Orders`` and ``orders`` are one table), while the
+#: sink keeps one destination per distinct string, so keep the case of a template's values
+#: consistent. A :class:`~pyflink_gcp.spanner.Mutation` is not checked by it: its table may be
+#: ``schema.table`` in a named schema, and the schema read when a subtask opens is the
+#: authority on which tables exist. PostgreSQL-dialect databases allow only 63 characters;
+#: build a :class:`~pyflink_gcp.core.names.NameRule` with ``max_length=63`` for them.
+TABLE_NAME = NameRule(
+    "Spanner table name",
+    allowed="_",
+    replacement="_",
+    min_length=1,
+    max_length=128,
+    first="",
+)
 
 # Spanner's own id rules, checked at build() so that a typo fails before the job starts rather
 # than as a NOT_FOUND on the workers.
@@ -25,6 +49,7 @@ class DatabaseDestination(Destination):
     """
 
     __slots__ = ()
+    _ids = ("project", "instance", "database")
 
     def __init__(self, project: str, instance: str, database: str) -> None:
         for what, value, pattern, rule in (
@@ -51,10 +76,7 @@ class DatabaseDestination(Destination):
             ValueError: An id that Spanner would reject, or no project given and the variable
                 unset.
         """
-        project, instance, database = with_project(
-            "DatabaseDestination", ids, ("project", "instance", "database")
-        )
-        return DatabaseDestination(project, instance, database)
+        return DatabaseDestination._of(ids)
 
     @property
     def project(self) -> str:

@@ -54,7 +54,6 @@ from pyflink_gcp.bigquery import (
     MissingValues,
     OrderingMode,
     SchemaUpdate,
-    TableDestination,
     TableSchema,
     UnknownFields,
     WriteMethod,
@@ -62,9 +61,7 @@ from pyflink_gcp.bigquery import (
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, TableSchemaError
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.core.types import UnroutableRecord
-from pyflink_gcp.routing import names
-from pyflink_gcp.routing.templates import Template, TemplateValueError
+from pyflink_gcp.routing import bigquery_tables, names, route_by_template
 from pyflink_gcp.table.adapter import configure, destination_template, writer_options
 from pyflink_gcp.table.options import CONNECTORS
 from pyflink_gcp.table.pubsub import row_json
@@ -306,22 +303,6 @@ class ChangeRows:
         return row
 
 
-class TableTemplate:
-    """The resolver: the table the ``table`` template names; unroutable when it renders none."""
-
-    def __init__(self, project: str, dataset: str, template: Template) -> None:
-        self.project = project
-        self.dataset = dataset
-        self.template = template
-
-    def resolve(self, record: dict[str, Any], context: Any) -> TableDestination | UnroutableRecord:
-        try:
-            table = self.template.render(record, context)
-        except TemplateValueError as exc:
-            return UnroutableRecord.of(row_json(record), str(exc))
-        return TableDestination(self.project, self.dataset, table)
-
-
 def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     """The BigQuery sink of a ``gcp-bigquery`` table."""
     builder = BigQuerySink.builder()
@@ -335,7 +316,14 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
         )
     )
     template = destination_template(values, "table", table, names.bigquery_table_id)
-    builder.set_destination_resolver(TableTemplate(values["project"], values["dataset"], template))
+    builder.set_destination_resolver(
+        route_by_template(
+            template,
+            bigquery_tables(values["project"], values["dataset"]),
+            unroutable=True,
+            payload=row_json,
+        )
+    )
     try:
         schema = table_schema(table.columns, table.primary_key, values)
     except ConfigurationError as exc:

@@ -23,7 +23,8 @@ BYTES are written as they are in both.
 Under ``create-disposition = create-if-needed`` a missing table is created with the families
 ``column-family`` and one per ROW column, keeping every version (Bigtable's default for a new
 family). A row whose template renders no valid table id, or whose row key is NULL, is
-unroutable: it goes to the failure handler as its JSON.
+unroutable: it goes to the failure handler as its JSON (the table from the resolver, the row
+key from the serializer).
 """
 
 from __future__ import annotations
@@ -38,13 +39,11 @@ from pyflink_gcp.bigtable import (
     RowMutationEntry,
     SetCell,
     TableCreateOptions,
-    TableDestination,
 )
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
-from pyflink_gcp.routing import names
-from pyflink_gcp.routing.templates import Template, TemplateValueError
+from pyflink_gcp.routing import bigtable_tables, names, route_by_template
 from pyflink_gcp.table.adapter import configure, destination_template
 from pyflink_gcp.table.pubsub import row_json, value_text
 from pyflink_gcp.table.rows import LTZ, NTZ, TableInfo
@@ -100,7 +99,8 @@ def _micros(value: datetime) -> int:
 
 
 class RowCells:
-    """The serializer: one ``RowMutationEntry`` per row, a ``SetCell`` per non-NULL value.
+    """The serializer: one ``RowMutationEntry`` per row, a ``SetCell`` per non-NULL value; a row
+    whose row key is NULL is unroutable.
 
     Attributes:
         row_key: The row key column.
@@ -132,7 +132,12 @@ class RowCells:
         self.cells = tuple(cells)
         self.families = tuple(families)
 
-    def __call__(self, record: dict[str, Any], context: Any) -> RowMutationEntry | None:
+    def __call__(
+        self, record: dict[str, Any], context: Any
+    ) -> RowMutationEntry | UnroutableRecord | None:
+        key = record[self.row_key]
+        if key is None:
+            return UnroutableRecord.of(row_json(record), f"row key column {self.row_key} is NULL")
         stamp = None
         if self.timestamp is not None and record[self.timestamp] is not None:
             stamp = _micros(record[self.timestamp])
@@ -151,26 +156,7 @@ class RowCells:
                     mutations.append(SetCell(column, qualifier, encode(value), stamp))
         if not mutations:
             return None  # every value NULL: nothing to write (counted as skipped)
-        return RowMutationEntry(_text_bytes(record[self.row_key]), mutations)
-
-
-class BigtableTableTemplate:
-    """The resolver: the table the ``table`` template names; unroutable without one or a key."""
-
-    def __init__(self, project: str, instance: str, template: Template, row_key: str) -> None:
-        self.project = project
-        self.instance = instance
-        self.template = template
-        self.row_key = row_key
-
-    def resolve(self, record: dict[str, Any], context: Any) -> TableDestination | UnroutableRecord:
-        if record[self.row_key] is None:
-            return UnroutableRecord.of(row_json(record), f"row key column {self.row_key} is NULL")
-        try:
-            table = self.template.render(record, context)
-        except TemplateValueError as exc:
-            return UnroutableRecord.of(row_json(record), str(exc))
-        return TableDestination.of(self.project, self.instance, table)
+        return RowMutationEntry(_text_bytes(key), mutations)
 
 
 def _check_timestamp_column(table: TableInfo, values: dict[str, Any]) -> None:
@@ -190,7 +176,12 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     configure(builder, IDENTIFIER, values, table)
     template = destination_template(values, "table", table, names.bigtable_table_id)
     builder.set_destination_resolver(
-        BigtableTableTemplate(values["project"], values["instance"], template, values["row-key"])
+        route_by_template(
+            template,
+            bigtable_tables(values["project"], values["instance"]),
+            unroutable=True,
+            payload=row_json,
+        )
     )
     serializer = RowCells(table, values)
     builder.set_serializer(serializer)

@@ -29,7 +29,7 @@ from pyflink_gcp.cloudtasks import CloudTasksSerializationSchema, CloudTasksSink
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
-from pyflink_gcp.routing import names
+from pyflink_gcp.routing import TemplateRouter, cloudtasks_queues, names, route_by_template
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 from pyflink_gcp.table.adapter import configure, destination_template
 from pyflink_gcp.table.pubsub import (
@@ -58,26 +58,33 @@ class UrlTemplate:
         return self.template.render(record, context)
 
 
-class QueueTemplate:
-    """The resolver: the queue the ``queue`` template names; unroutable when the queue or the
-    URL template renders nothing for the row (the serializer renders the URL again)."""
+class QueueAndUrl:
+    """The resolver: the queue ``route_by_template`` names for the ``queue`` template; also
+    unroutable when the URL template renders nothing for the row (the serializer renders the
+    URL again).
 
-    def __init__(
-        self, project: str, location: str, template: Template, url: Template | None
-    ) -> None:
-        self.project = project
-        self.location = location
-        self.template = template
+    Args:
+        queues: The ``queue`` template's resolver (unroutable rows to the failure handler).
+        url: The ``url`` template, or None when it is constant.
+    """
+
+    def __init__(self, queues: TemplateRouter, url: Template | None) -> None:
+        self.queues = queues
         self.url = url
 
     def resolve(self, record: dict[str, Any], context: Any) -> QueueDestination | UnroutableRecord:
+        destination: QueueDestination | UnroutableRecord = self.queues.resolve(record, context)
+        if self.url is None or type(destination) is UnroutableRecord:
+            return destination
         try:
-            queue = self.template.render(record, context)
-            if self.url is not None:
-                self.url.render(record, context)
+            self.url.render(record, context)
         except TemplateValueError as exc:
             return UnroutableRecord.of(row_json(record), str(exc))
-        return QueueDestination.of(self.project, self.location, queue)
+        return destination
+
+    def check_sink(self, sink_name: str, destination_type: type, accepts_unroutable: bool) -> None:
+        """The queue resolver's build-time check (``pyflink_gcp.routing``)."""
+        self.queues.check_sink(sink_name, destination_type, accepts_unroutable)
 
 
 def _url_template(values: dict[str, Any], table: TableInfo) -> Template:
@@ -98,11 +105,13 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     configure(builder, IDENTIFIER, values, table)
     queue = destination_template(values, "queue", table, names.cloudtasks_queue_id)
     url = _url_template(values, table)
-    builder.set_destination_resolver(
-        QueueTemplate(
-            values["project"], values["location"], queue, None if url.is_constant else url
-        )
+    queues = route_by_template(
+        queue,
+        cloudtasks_queues(values["project"], values["location"]),
+        unroutable=True,
+        payload=row_json,
     )
+    builder.set_destination_resolver(QueueAndUrl(queues, None if url.is_constant else url))
     target: Any = url.render({}) if url.is_constant else UrlTemplate(url)
     schema = CloudTasksSerializationSchema.http_target(target).with_http_method(
         values["http-method"]

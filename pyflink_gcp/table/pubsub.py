@@ -15,6 +15,9 @@ Messages (``payload.format``):
 Attributes come from ``attributes.columns`` (each named after its column, the value as text;
 NULL leaves it out) and from the entries of ``attributes.map-column`` (a MAP<STRING, STRING>).
 ``ordering-key.column`` sets each message's ordering key and turns message ordering on.
+
+A row whose ``topic`` template renders no valid topic id (a NULL column, say) is unroutable: it
+goes to the failure handler as its JSON.
 """
 
 from __future__ import annotations
@@ -27,14 +30,8 @@ from decimal import Decimal
 from typing import Any
 
 from pyflink_gcp.core.runtime import DynamicSink
-from pyflink_gcp.pubsub import (
-    PubSubPublisherOptions,
-    PubSubSerializationSchema,
-    PubSubSink,
-    TopicDestination,
-)
-from pyflink_gcp.routing import names
-from pyflink_gcp.routing.templates import Template
+from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubSerializationSchema, PubSubSink
+from pyflink_gcp.routing import names, pubsub_topics, route_by_template
 from pyflink_gcp.table.adapter import configure, destination_template, mapped
 from pyflink_gcp.table.rows import TableInfo
 
@@ -135,23 +132,16 @@ class ColumnAttributes:
         return out or None
 
 
-class TopicTemplate:
-    """The resolver: the topic the ``topic`` template names for the row, in ``project``."""
-
-    def __init__(self, project: str, template: Template) -> None:
-        self.project = project
-        self.template = template
-
-    def resolve(self, record: dict[str, Any], context: Any) -> TopicDestination:
-        return TopicDestination(self.project, self.template.render(record, context))
-
-
 def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     """The Pub/Sub sink of a ``gcp-pubsub`` table."""
     builder = PubSubSink.builder()
     configure(builder, IDENTIFIER, values, table)
     template = destination_template(values, "topic", table, names.pubsub_topic_id)
-    builder.set_destination_resolver(TopicTemplate(values["project"], template))
+    builder.set_destination_resolver(
+        route_by_template(
+            template, pubsub_topics(values["project"]), unroutable=True, payload=row_json
+        )
+    )
     if values["payload.format"] == "raw":
         payload: Any = ColumnPayload(values["payload.column"])
     else:

@@ -11,37 +11,40 @@ A table declared with ``PRIMARY KEY (...) NOT ENFORCED`` takes a changelog: inse
 ``UPDATE_AFTER`` rows are upserts (``insert_or_update``) and a ``DELETE`` deletes the row of its
 key. The key columns must be the Spanner table's primary key, in the same order.
 
-Spanner's sink has no resolver (each mutation names its table), so a row whose ``table``
-template renders no table name (a NULL column, say) fails the job, naming the row.
+Spanner's sink has no resolver (each mutation names its table): a row whose ``table``
+template renders no valid table name (a NULL column, say) is unroutable from the serializer,
+and goes to the failure handler as its JSON.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pyflink_gcp.core.errors import SerializerError
 from pyflink_gcp.core.runtime import DynamicSink
+from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.routing import names
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 from pyflink_gcp.spanner import DatabaseDestination, Mutation, SpannerSink
 from pyflink_gcp.table.adapter import configure, destination_template
+from pyflink_gcp.table.pubsub import row_json
 from pyflink_gcp.table.rows import DeletedRow, TableInfo
 
 IDENTIFIER = "gcp-spanner"
 
 
 class RowMutations:
-    """The serializer: the row's ``insert_or_update``, or its key's delete for a DeletedRow."""
+    """The serializer: the row's ``insert_or_update``, or its key's delete for a DeletedRow;
+    unroutable when the template names no table for the row."""
 
     def __init__(self, template: Template, primary_key: tuple[str, ...]) -> None:
         self.template = template
         self.primary_key = primary_key
 
-    def __call__(self, record: dict[str, Any], context: Any) -> Mutation:
+    def __call__(self, record: dict[str, Any], context: Any) -> Mutation | UnroutableRecord:
         try:
             table = self.template.render(record, context)
         except TemplateValueError as exc:
-            raise SerializerError(str(exc)) from exc
+            return UnroutableRecord.of(row_json(record), str(exc))
         if isinstance(record, DeletedRow):
             return Mutation.delete(table, tuple(record[k] for k in self.primary_key))
         return Mutation.insert_or_update(table, record)

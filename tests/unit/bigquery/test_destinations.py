@@ -1,4 +1,5 @@
-"""Table destinations: values named by their resource, validated when built."""
+"""Table destinations: values named by their resource, validated when built by BigQuery's table
+id rule, the one routing sanitizes and checks template names with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import pickle
 import pytest
 
 from pyflink_gcp.bigquery import TableDestination
+from pyflink_gcp.bigquery.destinations import TABLE_ID
+from pyflink_gcp.core.types import WriterContext
+from pyflink_gcp.routing import bigquery_tables, names, route_by_template
 
 
 def test_destinations_are_values_named_by_their_resource() -> None:
@@ -49,21 +53,6 @@ def test_a_table_id_has_two_or_three_parts() -> None:
         TableDestination.from_table_id("a.b.c.d")
 
 
-def test_a_table_without_project_is_in_google_cloud_project(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    short = TableDestination.of("ds", "t")
-    assert short == TableDestination.of("env-project", "ds", "t")
-    assert TableDestination.from_table_id("ds.t") == short
-    assert pickle.loads(pickle.dumps(short)) == short
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
-        TableDestination.from_table_id("ds.t")
-    with pytest.raises(TypeError, match=r"TableDestination.of\(dataset, table\)"):
-        TableDestination.of("t")
-
-
 @pytest.mark.parametrize(
     "partition", ["2024", "202401", "20240101", "2024010113", "-40", "__UNPARTITIONED__"]
 )
@@ -74,3 +63,45 @@ def test_a_partition_decorator_names_a_partition_of_its_base_table(partition: st
     assert t.base == TableDestination.of("p", "d", "orders")
     base = t.base
     assert base.partition is None and base.base is base
+
+
+def test_a_table_id_without_project_is_in_google_cloud_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
+    assert TableDestination.from_table_id("ds.t") == TableDestination.of("env-project", "ds", "t")
+
+
+@pytest.mark.parametrize("table", ["orders 2024", "étudiant-01", "ग्राहक", "00_お客様", "t" * 1024])
+def test_table_ids_follow_bigquerys_rule_as_routing_does(table: str) -> None:
+    """BigQuery's own examples: Unicode letters, marks, numbers, connectors, dashes and spaces.
+    The destination type and routing's rule are one rule and agree."""
+    assert TABLE_ID is names.bigquery_table_id
+    assert TABLE_ID.validate(table) is None
+    assert TableDestination.of("p", "d", table).table == table
+
+
+@pytest.mark.parametrize(
+    ("table", "reason"),
+    [
+        ("orders:2024", "contains ':' at position 6"),
+        ("é" * 600, "has 1200 UTF-8 bytes"),
+        ("t" * 1025, "has 1025 characters"),
+    ],
+)
+def test_a_table_id_routing_refuses_the_destination_type_refuses_with_the_same_reason(
+    table: str, reason: str
+) -> None:
+    assert (names.bigquery_table_id.validate(table) or "").startswith(reason)
+    with pytest.raises(ValueError, match=f"invalid BigQuery table id .*{reason}"):
+        TableDestination.of("p", "d", table)
+
+
+def test_orders_2024_is_routed_by_a_template_and_built_by_the_type_alike() -> None:
+    expected = TableDestination.of("p", "d", "orders 2024")
+    constant = route_by_template("orders 2024", bigquery_tables("p", "d"))
+    assert constant({"id": 1}, WriterContext()) == expected
+    by_year = route_by_template("orders {year}", bigquery_tables("p", "d"), unroutable=True)
+    assert by_year({"year": 2024}, WriterContext()) == expected
+    # A value is sanitized (the space becomes '_'); literal text keeps what BigQuery allows.
+    assert by_year({"year": "20 24"}, WriterContext()).table == "orders 20_24"

@@ -58,20 +58,3 @@ def test_table_destination_is_a_value() -> None:
 def test_invalid_ids_are_rejected(args: tuple) -> None:
     with pytest.raises(ValueError, match="invalid Bigtable"):
         TableDestination.of(*args)
-
-
-def test_a_table_without_project_is_in_google_cloud_project(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The variable is read when the value is built and becomes part of its resource name."""
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    short = TableDestination.of("inst", "t-1")
-    assert short == TableDestination.of("env-project", "inst", "t-1")
-    assert short.resource_name.startswith("projects/env-project/")
-    assert pickle.loads(pickle.dumps(short)) == short
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    assert short.resource_name.startswith("projects/env-project/")
-    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
-        TableDestination.of("inst", "t-1")
-    with pytest.raises(TypeError, match="GOOGLE_CLOUD_PROJECT"):
-        TableDestination.of("t-1")

@@ -44,20 +44,3 @@ def test_queue_destination_is_immutable() -> None:
     queue = QueueDestination.of("p", "l", "q")
     with pytest.raises(AttributeError):
         queue._name = "x"  # type: ignore[misc]
-
-
-def test_a_queue_without_project_is_in_google_cloud_project(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The variable is read when the value is built and becomes part of its resource name."""
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    short = QueueDestination.of("us-central1", "q-1")
-    assert short == QueueDestination.of("env-project", "us-central1", "q-1")
-    assert short.resource_name.startswith("projects/env-project/")
-    assert pickle.loads(pickle.dumps(short)) == short
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    assert short.resource_name.startswith("projects/env-project/")
-    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
-        QueueDestination.of("us-central1", "q-1")
-    with pytest.raises(TypeError, match="GOOGLE_CLOUD_PROJECT"):
-        QueueDestination.of("q-1")

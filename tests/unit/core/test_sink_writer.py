@@ -117,6 +117,23 @@ def test_unroutable_record_goes_to_the_failure_handler_when_accepted(tmp_path):
     assert writer.router.dropped == 1 and len(writer.registry) == 0
 
 
+def test_an_unroutable_record_from_the_serializer_goes_to_the_failure_handler(tmp_path):
+    """A sink without a resolver (Spanner) learns from its serializer that a record names no
+    valid destination; it creates no writer state either."""
+    writer = open_writer(
+        tmp_path,
+        by_region,
+        lambda r, c: UnroutableRecord.of(b"x", "no table") if r["region"] is None else r,
+        failure_handler=FailureHandler.log_and_drop(),
+    )
+    writer._factory.accepts_unroutable = True
+    writer.write({"region": None})
+    writer.write({"region": "eu"})
+    writer.flush()
+    assert writer.router.dropped == 1 and writer.records_written == 1
+    assert [w.destination.resource_name for w in writer.registry] == ["files/eu"]
+
+
 def test_rejected_records_follow_the_failure_handler(tmp_path):
     writer = open_writer(tmp_path, by_region, failure_handler=FailureHandler.log_and_drop())
     writer.write({"region": "a", "reject": True})
@@ -216,18 +233,18 @@ def test_start_sends_hands_over_without_making_anything_durable(tmp_path):
 
 def test_marked_writer_waits_at_markers_and_after_long_markerless_spells(tmp_path):
     """Under markers an ordinary bundle end only sends, unless no marker came for a long time."""
-    from pyflink_gcp.core import runtime
+    from pyflink_gcp.core import operators
 
     sink = FileSink(str(tmp_path), by_region)
-    function = runtime.MarkedWriterProcessFunction(sink._sink_config())
+    function = operators.MarkedWriterProcessFunction(sink._sink_config())
     writer = function._writer = open_writer(tmp_path, by_region)
     writer.write({"region": "a", "i": 0})
     function._on_bundle_end()
     assert lines(tmp_path, "a") == []  # handed over, not waited for
-    function.process_element((runtime.MARKER_TAG, 3), None)
+    function.process_element((operators.MARKER_TAG, 3), None)
     assert [r["i"] for r in lines(tmp_path, "a")] == [0] and function.markers == 1
     writer.write({"region": "a", "i": 1})
-    writer.flushed_at -= runtime.MARKERLESS_FLUSH_S + 1
+    writer.flushed_at -= operators.MARKERLESS_FLUSH_S + 1
     function._on_bundle_end()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0, 1]
 
@@ -357,15 +374,15 @@ def test_an_error_of_a_background_send_fails_the_next_record(tmp_path):
 
 
 def test_a_marked_bundle_end_sends_due_batches_and_a_markerless_spell_flushes(tmp_path):
-    from pyflink_gcp.core import runtime
+    from pyflink_gcp.core import operators
 
     sink = FileSink(str(tmp_path), by_region)
-    function = runtime.MarkedWriterProcessFunction(sink._sink_config())
+    function = operators.MarkedWriterProcessFunction(sink._sink_config())
     writer = function._writer = aged_writer(tmp_path, max_buffer_time_ms=60_000)
     writer.write({"region": "a", "i": 0})
     function._on_bundle_end()
     assert writers_by_name(writer)["a"].started_on == [] and writer.batches_held == 1
-    writer.flushed_at -= runtime.MARKERLESS_FLUSH_S + 1
+    writer.flushed_at -= operators.MARKERLESS_FLUSH_S + 1
     function._on_bundle_end()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0]
     writer.close()

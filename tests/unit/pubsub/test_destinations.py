@@ -17,22 +17,6 @@ def test_equality_is_the_resource_name() -> None:
     assert pickle.loads(pickle.dumps(a)) == a
 
 
-def test_a_topic_without_project_is_in_google_cloud_project(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The variable is read when the value is built and becomes part of its resource name."""
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    short = TopicDestination.of("orders")
-    assert short == TopicDestination.of("env-project", "orders")
-    assert pickle.loads(pickle.dumps(short)) == short
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    assert short.project == "env-project"
-    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
-        TopicDestination.of("orders")
-    with pytest.raises(TypeError, match=r"TopicDestination.of\(topic\)"):
-        TopicDestination.of("p", "orders", "extra")
-
-
 def test_impossible_topic_ids_fail_when_built() -> None:
     with pytest.raises(ValueError, match="invalid Pub/Sub topic id 'ab'"):
         TopicDestination.of("p", "ab")

@@ -1,12 +1,19 @@
-"""The per-service naming rules: what sanitize() keeps and replaces, what validate() refuses."""
+"""The per-service naming rules: what sanitize() keeps and replaces, what validate() refuses, and
+that each is the rule its service's destination type validates with."""
 
 from __future__ import annotations
 
+import importlib
 import pickle
+import re
 
 import cloudpickle
 import pytest
 
+from pyflink_gcp.bigquery import TableDestination as BigQueryTable
+from pyflink_gcp.bigtable import TableDestination as BigtableTable
+from pyflink_gcp.cloudtasks import QueueDestination
+from pyflink_gcp.pubsub import TopicDestination
 from pyflink_gcp.routing import names
 from pyflink_gcp.routing.names import NameRule
 
@@ -295,3 +302,64 @@ def test_a_rule_with_impossible_settings_is_refused(kwargs, message):
     settings.update(kwargs)
     with pytest.raises(ValueError, match=message):
         NameRule("x id", **settings)
+
+
+# --- one rule per service -------------------------------------------------------------------
+
+#: The rule routing re-exports: (its name here, the service's module, its name there).
+RE_EXPORTS = [
+    ("bigquery_table_id", "pyflink_gcp.bigquery.destinations", "TABLE_ID"),
+    ("pubsub_topic_id", "pyflink_gcp.pubsub.destinations", "TOPIC_ID"),
+    ("cloudtasks_queue_id", "pyflink_gcp.cloudtasks.destinations", "QUEUE_ID"),
+    ("bigtable_table_id", "pyflink_gcp.bigtable.destinations", "TABLE_ID"),
+    ("spanner_table_name", "pyflink_gcp.spanner.destinations", "TABLE_NAME"),
+]
+
+
+@pytest.mark.parametrize(("name", "module", "attribute"), RE_EXPORTS)
+def test_routing_re_exports_the_rule_of_the_services_destinations_module(name, module, attribute):
+    assert getattr(names, name) is getattr(importlib.import_module(module), attribute)
+    assert name in names.__all__ and name in dir(names)
+
+
+def test_an_unknown_rule_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="has no attribute 'kafka_topic'"):
+        names.kafka_topic  # noqa: B018
+
+
+def _topic(name):
+    return TopicDestination.of("p", name)
+
+
+def _queue(name):
+    return QueueDestination.of("p", "l", name)
+
+
+def _bigtable(name):
+    return BigtableTable.of("p", "inst", name)
+
+
+def _bigquery(name):
+    return BigQueryTable.of("p", "d", name)
+
+
+@pytest.mark.parametrize(
+    ("rule", "build", "name"),
+    [
+        (rule, build, name)
+        for rule, build, samples in [
+            (names.pubsub_topic_id, _topic, ["abc", "ab", "9ev", "goog-x", "a/b", "Ev.v1~x+y%z"]),
+            (names.cloudtasks_queue_id, _queue, ["q", "a_b", "q" * 100, "q" * 101, "Queue-1"]),
+            (names.bigtable_table_id, _bigtable, ["_t", "-t", ".t", "9t.v-1", "t" * 51, "a b"]),
+            (names.bigquery_table_id, _bigquery, ["orders 2024", "a.b", "é" * 600, "", "t-1"]),
+        ]
+        for name in samples
+    ],
+)
+def test_the_destination_type_accepts_exactly_what_its_rule_validates(rule, build, name):
+    reason = rule.validate(name)
+    if reason is None:
+        assert str(build(name)).endswith("/" + name)
+    else:
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            build(name)

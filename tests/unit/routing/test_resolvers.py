@@ -92,9 +92,15 @@ def test_the_sink_refuses_a_router_of_another_service_at_build() -> None:
     )
     with pytest.raises(ConfigurationError, match="not a TopicDestination"):
         pubsub_sink(wrong)
-    with pytest.raises(ConfigurationError, match="which this sink does not accept"):
-        pubsub_sink(by_region(unroutable=True))
     pubsub_sink(by_region(fallback=OTHER))  # fits
+    pubsub_sink(by_region(unroutable=True))  # every sink of the package takes unroutable records
+
+
+def test_a_sink_that_does_not_take_unroutable_records_refuses_unroutable_true() -> None:
+    """The check a sink of another package (a factory without ``accepts_unroutable``) makes."""
+    by_region(fallback=OTHER).check_sink("custom", TopicDestination, False)
+    with pytest.raises(ConfigurationError, match="which this sink does not accept"):
+        by_region(unroutable=True).check_sink("custom", TopicDestination, False)
 
 
 def test_templates_render_sanitized_names_per_service() -> None:

@@ -25,20 +25,3 @@ def test_database_destination_value() -> None:
 def test_invalid_database_ids(ids: tuple[str, str, str]) -> None:
     with pytest.raises(ValueError, match="invalid Spanner"):
         DatabaseDestination.of(*ids)
-
-
-def test_a_database_without_project_is_in_google_cloud_project(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The variable is read when the value is built and becomes part of its resource name."""
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "env-project")
-    short = DatabaseDestination.of("inst", "db1")
-    assert short == DatabaseDestination.of("env-project", "inst", "db1")
-    assert short.resource_name.startswith("projects/env-project/")
-    assert pickle.loads(pickle.dumps(short)) == short
-    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
-    assert short.resource_name.startswith("projects/env-project/")
-    with pytest.raises(ValueError, match="GOOGLE_CLOUD_PROJECT is not set"):
-        DatabaseDestination.of("inst", "db1")
-    with pytest.raises(TypeError, match="GOOGLE_CLOUD_PROJECT"):
-        DatabaseDestination.of("db1")

@@ -105,9 +105,14 @@ def test_created_tables_get_the_family_and_one_per_row_column():
 
 
 def test_rows_without_a_table_or_a_row_key_are_unroutable():
-    resolver = _sink()._sink_config().resolver
-    assert isinstance(resolver.resolve({**RECORD, "id": None}, None), UnroutableRecord)
-    assert isinstance(resolver.resolve({**RECORD, "region": None}, None), UnroutableRecord)
+    config = _sink()._sink_config()
+    no_table = config.resolver.resolve({**RECORD, "region": None}, None)
+    assert isinstance(no_table, UnroutableRecord)
+    assert "placeholder {region}: the value is missing (None)" in no_table.reason
+    # The row key is the serializer's: it makes the row unroutable after the table resolved.
+    no_key = config.serializer({**RECORD, "id": None}, None)
+    assert isinstance(no_key, UnroutableRecord)
+    assert no_key.reason == "row key column id is NULL"
 
 
 def test_the_timestamp_column_must_be_a_timestamp():

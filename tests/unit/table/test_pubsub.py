@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from pyflink_gcp.core.errors import ResolverError
+from pyflink_gcp.core.errors import RecordRejectedError
 from pyflink_gcp.core.sink_writer import SinkWriter
 from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.table.pubsub import build_sink, row_json
@@ -79,10 +79,13 @@ def test_raw_payload_attributes_and_ordering_key_come_from_columns():
     assert serializer.serialize({**record, "body": None}, None) is None
 
 
-def test_a_row_whose_template_renders_no_topic_fails_the_job():
+def test_a_row_whose_template_renders_no_topic_goes_to_the_failure_handler():
     values = parse("gcp-pubsub", {"project": "p", "topic": "ev-{region}"}, TABLE.names)
     writer = SinkWriter(build_sink(values, TABLE)._sink_config())
-    with pytest.raises(ResolverError, match="TemplateValueError"):
+    # The default handler fails the job, naming the unresolved destination and the reason.
+    with pytest.raises(
+        RecordRejectedError, match=r"destination 'unresolved' rejected .*\{region\}"
+    ):
         writer.write({"id": 1, "region": None, "body": None, "labels": None, "customer": None})
 
 
