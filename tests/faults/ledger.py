@@ -13,7 +13,11 @@ destination:
 - which records were exposed at a fault: handed before it and again after it (a failover
   hands again everything after the barrier of the checkpoint it restores), or for a fault
   the job rode out, handed after the last completed checkpoint and before the fault ended;
-- which ids the destination need not hold: dropped after the finish and never handed on.
+- which ids the destination need not hold: those whose last word, in the latest attempt of
+  the map that reached them, is a drop after the finish. An id an earlier attempt handed on
+  and a later attempt dropped was rolled back by the restore between them (a restore re-reads
+  only what its checkpoint did not cover), so the sink owes it nothing; an exactly-once sink
+  must not show it at all.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class Ledger:
         times: The epoch ms of every hand-on by the map, sorted (for :meth:`between`).
         when: Each id's hand-on times by the map (epoch ms), in log order.
         dropped: The ``(first, last)`` ranges of ids dropped after the finish.
+        last_word: Per id, whether the latest map attempt that reached it (attempts ordered by
+            their log's creation) dropped it; an attempt's hand-on and its drop of one id cannot
+            both happen.
         logs: How many of the sink's logs (writer subtask attempts that took a record) were
             read.
     """
@@ -46,6 +53,7 @@ class Ledger:
     times: list[int] = field(default_factory=list)
     when: dict[int, list[int]] = field(default_factory=dict)
     dropped: list[tuple[int, int]] = field(default_factory=list)
+    last_word: dict[int, tuple[int, bool]] = field(default_factory=dict)
     logs: int = 0
 
     @property
@@ -70,34 +78,45 @@ class Ledger:
             if len(times) > 1 and min(times) < at_ms and any(at_ms <= t < end for t in times)
         )
 
+    def finally_dropped(self, ids: list[int]) -> set[int]:
+        """Those of ``ids`` whose last word is a drop after the finish: the destination need
+        not hold them. An id an earlier attempt handed on is among them when a later attempt
+        dropped it: the restore between the two rolled the handing back (the later attempt
+        could only re-read it because the restored checkpoint did not cover it)."""
+        return {i for i in ids if self.last_word.get(i, (0, False))[1]}
+
+    def rolled_back(self) -> set[int]:
+        """Ids handed to the sink by some attempt and finally dropped: an exactly-once sink
+        must not show them (their writes belong to an attempt a restore rolled back)."""
+        return {
+            i
+            for i, (_, dropped) in self.last_word.items()
+            if dropped and (i in self.handed or i in self.emitted)
+        }
+
     def never_handed(self, ids: list[int]) -> set[int]:
-        """Those of ``ids`` that were dropped after the finish and never handed to the sink:
-        the destination need not hold them. An id the map handed on or the writer took in any
-        attempt is not among them, even if a later attempt dropped it (that attempt's drop
-        does not undo the handing)."""
-        ranges = sorted(self.dropped)
-        firsts = [r[0] for r in ranges]
-        out = set()
-        for i in ids:
-            if i in self.handed or i in self.emitted:
-                continue
-            at = bisect.bisect_right(firsts, i) - 1
-            if at >= 0 and ranges[at][0] <= i <= ranges[at][1]:
-                out.add(i)
-        return out
+        """Those of ``ids`` that were finally dropped and never handed to the sink."""
+        return {
+            i for i in self.finally_dropped(ids) if i not in self.handed and i not in self.emitted
+        }
 
 
 def read_ledger(control: Path) -> Ledger:
     """Reads every emission log under ``control``; a torn last line (the process was killed
     while writing it) is skipped: its record was not handed on, as the line comes first."""
     ledger = Ledger()
-    for log in sorted((control / LOGS).glob("*.log")):
+    for log in sorted((control / LOGS).glob("*.log"), key=_created):
         sink = log.name.startswith("sink-")
         ledger.logs += sink
+        attempt = _created(log)
         for line in log.read_text().splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[0] == "d":
-                ledger.dropped.append((int(parts[1]), int(parts[2])))
+                first, last = int(parts[1]), int(parts[2])
+                ledger.dropped.append((first, last))
+                if not sink:
+                    for record in range(first, last + 1):
+                        _say(ledger, record, attempt, dropped=True)
             elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
                 record, at = int(parts[0]), int(parts[1])
                 if sink:
@@ -106,5 +125,18 @@ def read_ledger(control: Path) -> Ledger:
                     ledger.emitted[record] += 1
                     ledger.times.append(at)
                     ledger.when.setdefault(record, []).append(at)
+                    _say(ledger, record, attempt, dropped=False)
     ledger.times.sort()
     return ledger
+
+
+def _created(log: Path) -> int:
+    """When a log's attempt opened it: the ``<time_ns>`` job.py ends each log's name with."""
+    stem = log.stem.rsplit("-", 1)[-1]
+    return int(stem) if stem.isdigit() else 0
+
+
+def _say(ledger: Ledger, record: int, attempt: int, *, dropped: bool) -> None:
+    seen = ledger.last_word.get(record)
+    if seen is None or attempt >= seen[0]:
+        ledger.last_word[record] = (attempt, dropped)
