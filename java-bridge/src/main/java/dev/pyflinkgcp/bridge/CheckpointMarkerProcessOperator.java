@@ -30,6 +30,9 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     private final BundleSettings bundle;
 
+    /** One more lease on the slot's Python worker ({@link SlotWorkerLease}). */
+    private transient SlotWorkerLease slotWorker;
+
     /**
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
      *     {@code typed}
@@ -68,6 +71,10 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
         } catch (Exception e) {
             throw errors.classify(e);
         }
+        slotWorker =
+                SlotWorkerLease.take(
+                        getContainingTask().getEnvironment().getMemoryManager(),
+                        getOperatorName());
     }
 
     @Override
@@ -106,11 +113,20 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     /**
      * Lets a flush a cancel interrupted end before the runner closes ({@link RunningFlush}): a
-     * flush abandoned there can end the TaskManager.
+     * flush abandoned there can end the TaskManager. The slot's Python worker is then closed by
+     * whoever releases it last, which this operator's extra lease makes a thread of ours ({@link
+     * SlotWorkerLease}).
      */
     @Override
     public void close() throws Exception {
-        RunningFlush.close(this, getOperatorName(), super::close);
+        boolean flushEnded = false;
+        try {
+            flushEnded = RunningFlush.close(this, getOperatorName(), super::close);
+        } finally {
+            SlotWorkerLease lease = slotWorker;
+            slotWorker = null;
+            SlotWorkerLease.release(lease, flushEnded);
+        }
     }
 
     /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */

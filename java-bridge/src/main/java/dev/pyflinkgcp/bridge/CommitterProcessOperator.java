@@ -99,6 +99,9 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     private final BundleSettings bundle;
 
+    /** One more lease on the slot's Python worker ({@link SlotWorkerLease}). */
+    private transient SlotWorkerLease slotWorker;
+
     /** Received since the last snapshot: the next checkpoint's set. */
     private transient List<byte[]> received;
 
@@ -191,6 +194,10 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         } catch (Exception e) {
             throw errors.classify(e);
         }
+        slotWorker =
+                SlotWorkerLease.take(
+                        getContainingTask().getEnvironment().getMemoryManager(),
+                        getOperatorName());
         // No checkpoint can be taken before this returns: a failure here restores them again.
         for (List<byte[]> set : restored.values()) {
             commit(restoredCheckpointId, set, MODE_RESTORED);
@@ -319,11 +326,20 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     /**
      * Lets a flush a cancel interrupted end before the runner closes ({@link RunningFlush}): a
-     * flush abandoned there can end the TaskManager.
+     * flush abandoned there can end the TaskManager. The slot's Python worker is then closed by
+     * whoever releases it last, which this operator's extra lease makes a thread of ours ({@link
+     * SlotWorkerLease}).
      */
     @Override
     public void close() throws Exception {
-        RunningFlush.close(this, getOperatorName(), super::close);
+        boolean flushEnded = false;
+        try {
+            flushEnded = RunningFlush.close(this, getOperatorName(), super::close);
+        } finally {
+            SlotWorkerLease lease = slotWorker;
+            slotWorker = null;
+            SlotWorkerLease.release(lease, flushEnded);
+        }
     }
 
     /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */

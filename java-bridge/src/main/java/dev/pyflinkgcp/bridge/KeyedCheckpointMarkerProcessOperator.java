@@ -27,6 +27,9 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     private final BundleSettings bundle;
 
+    /** One more lease on the slot's Python worker ({@link SlotWorkerLease}). */
+    private transient SlotWorkerLease slotWorker;
+
     private transient Object lastKey;
 
     /**
@@ -72,6 +75,10 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
         } catch (Exception e) {
             throw errors.classify(e);
         }
+        slotWorker =
+                SlotWorkerLease.take(
+                        getContainingTask().getEnvironment().getMemoryManager(),
+                        getOperatorName());
     }
 
     @Override
@@ -112,11 +119,20 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     /**
      * Lets a flush a cancel interrupted end before the runner closes ({@link RunningFlush}): a
-     * flush abandoned there can end the TaskManager.
+     * flush abandoned there can end the TaskManager. The slot's Python worker is then closed by
+     * whoever releases it last, which this operator's extra lease makes a thread of ours ({@link
+     * SlotWorkerLease}).
      */
     @Override
     public void close() throws Exception {
-        RunningFlush.close(this, getOperatorName(), super::close);
+        boolean flushEnded = false;
+        try {
+            flushEnded = RunningFlush.close(this, getOperatorName(), super::close);
+        } finally {
+            SlotWorkerLease lease = slotWorker;
+            slotWorker = null;
+            SlotWorkerLease.release(lease, flushEnded);
+        }
     }
 
     /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */

@@ -152,11 +152,13 @@ final class RunningFlush {
      * Waits for the running flush, then closes the operator with {@code close}; Beam's
      * negative-reference-count error, which can only come from a flush that outlasted the wait,
      * is logged instead of thrown.
+     *
+     * @return whether the running flush, if any, ended within the wait
      */
-    static void close(
+    static boolean close(
             AbstractExternalPythonFunctionOperator<?> operator, String name, Closer close)
             throws Exception {
-        await(operator, name, WAIT);
+        boolean ended = await(operator, name, WAIT);
         try {
             close.close();
         } catch (Exception e) {
@@ -170,6 +172,7 @@ final class RunningFlush {
                     name,
                     e);
         }
+        return ended;
     }
 
     /** The operator's own close, {@code super::close}. */
