@@ -6,8 +6,9 @@ package warns at every job and its writers wait at every bundle end. It is compi
 requires`` therefore lists: that package is the jars alone (no Python dependencies), so an
 isolated build installs it instead of the whole ``apache-flink`` with Beam, pandas and pyarrow.
 
-The compile reuses :func:`pyflink_gcp.core.bridge.build`, loaded from its file so that nothing
-else of the package (which imports gRPC and PyFlink's Python side) is needed at build time. A jar
+The compile reuses :func:`pyflink_gcp.tools.bridge_build.build` (the one ``pyflink-gcp bridge
+build`` runs), loaded from its file with the two modules it imports, so that nothing else of the
+package (which imports gRPC and PyFlink's Python side) is needed at build time. A jar
 that ``make setup`` already built from the same sources against the same Flink version is used
 as it is. Without a JDK the wheel build fails with a message saying so; an editable install
 skips the hook (``make setup`` builds the jar in place there).
@@ -38,16 +39,27 @@ def _load(name: str, path: Path) -> types.ModuleType:
     return module
 
 
-def _bridge_module() -> types.ModuleType:
-    """``pyflink_gcp.core.bridge`` and the one module it imports, without their packages."""
-    saved = {name: sys.modules.get(name) for name in ("pyflink_gcp", "pyflink_gcp.core")}
-    for name, path in (("pyflink_gcp", _PACKAGE), ("pyflink_gcp.core", _PACKAGE / "core")):
+def _bridge_build_module() -> types.ModuleType:
+    """``pyflink_gcp.tools.bridge_build`` and the two modules it imports, without their
+    packages (whose ``__init__`` would import the whole library)."""
+    packages = {
+        "pyflink_gcp": _PACKAGE,
+        "pyflink_gcp.core": _PACKAGE / "core",
+        "pyflink_gcp.tools": _PACKAGE / "tools",
+    }
+    modules = {
+        "pyflink_gcp.core.errors": _PACKAGE / "core" / "errors.py",
+        "pyflink_gcp.core.bridge": _PACKAGE / "core" / "bridge.py",
+        "pyflink_gcp.tools.bridge_build": _PACKAGE / "tools" / "bridge_build.py",
+    }
+    saved = {name: sys.modules.get(name) for name in [*packages, *modules]}
+    for name, path in packages.items():
         stub = types.ModuleType(name)
         stub.__path__ = [str(path)]
         sys.modules[name] = stub
     try:
-        _load("pyflink_gcp.core.errors", _PACKAGE / "core" / "errors.py")
-        return _load("pyflink_gcp.core.bridge", _PACKAGE / "core" / "bridge.py")
+        loaded = [_load(name, path) for name, path in modules.items()]
+        return loaded[-1]
     finally:
         for name, module in saved.items():
             if module is None:
@@ -83,10 +95,10 @@ class BuildPyWithBridge(build_py):
             super().run()
             return
         _pyflink_root()
-        bridge = _bridge_module()
+        bridge_build = _bridge_build_module()
         try:
-            jar = Path(bridge.build())
-        except bridge.ConfigurationError as exc:
+            jar = Path(bridge_build.build())
+        except bridge_build.ConfigurationError as exc:
             raise SystemExit(
                 f"pyflink-gcp: cannot build the Java bridge jar the wheel must contain: {exc}. "
                 "Install a JDK 11 or newer (javac on PATH or in JAVA_HOME/bin) and build again."

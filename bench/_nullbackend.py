@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyflink_gcp.emulators.tools import cache_root
+from pyflink_gcp.tools.emulators.tools import cache_root
 
 SOURCE = Path(__file__).resolve().parent / "nullbackend"
 

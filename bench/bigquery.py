@@ -73,7 +73,7 @@ from pyflink_gcp.bigquery import (
 from pyflink_gcp.bigquery.file_loads import FileLoadsWriterFactory
 from pyflink_gcp.bigquery.rows import RowEncoder
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, BufferedBigQueryWriterFactory
-from pyflink_gcp.emulators import emulators_for
+from pyflink_gcp.tools.emulators import emulators_for
 from tests.support.jobs import record_stream
 
 PROJECT = "test-project"

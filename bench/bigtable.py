@@ -46,7 +46,7 @@ from pyflink_gcp.bigtable import (
     TableDestination,
 )
 from pyflink_gcp.bigtable.writer import BigtableWriterFactory
-from pyflink_gcp.emulators import emulators_for
+from pyflink_gcp.tools.emulators import emulators_for
 from tests.support.jobs import make_env, record_stream
 
 PROJECT = "test-project"

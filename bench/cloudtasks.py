@@ -69,7 +69,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._common import flink_env, run_job, source, table, warm_up
 from bench._cpu import cpu_seconds, jvm_pid, per_record
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 PROJECT = "bench-project"
 LOCATION = "us-central1"
@@ -148,7 +148,7 @@ def describe_cpu(cpu: dict[str, float]) -> str:
 
 def _serve_receiver(conn: Any) -> None:
     """Runs an HTTP receiver (runs in its own process, so its CPU is its own)."""
-    from pyflink_gcp.emulators.receiver import Receiver
+    from pyflink_gcp.tools.emulators.receiver import Receiver
 
     receiver = Receiver().start()
     conn.send(receiver.url)
@@ -200,7 +200,7 @@ class Backend:
             )
             what = "paused queues hold"
         else:
-            from pyflink_gcp.emulators.receiver import fetch_received
+            from pyflink_gcp.tools.emulators.receiver import fetch_received
 
             deadline = time.monotonic() + 120
             stored = len(fetch_received(self.receiver_url, timeout=30))

@@ -88,7 +88,7 @@ def load(rows: list[dict[str, Any]], directory: str) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import bigquery, storage  # type: ignore[attr-defined]
 
-    from pyflink_gcp.emulators import EmulatorStack
+    from pyflink_gcp.tools.emulators import EmulatorStack
 
     with EmulatorStack(services=("bigquery", "gcs")) as stack:
         os.environ.update(stack.env)

@@ -73,9 +73,9 @@ from bench._common import (
     warm_up,
 )
 from bench._cpu import _processes, _tree, job_cpu, window_cpu
-from pyflink_gcp.emulators import EmulatorStack
 from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions, TopicDestination
 from pyflink_gcp.pubsub.writer import PubSubWriterFactory
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.support.jobs import record_stream
 
 PROJECT = "bench-project"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._common import NoOp, flink_env, run_job, source, table, timed
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 PROJECT = "bench-project"
 

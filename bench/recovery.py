@@ -41,8 +41,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pyflink_gcp.cluster import ClusterSettings, StandaloneCluster
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.cluster import ClusterSettings, StandaloneCluster
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "cluster" / "jobs" / "pubsub_numbered.py"

@@ -29,8 +29,8 @@ from pyflink_gcp.bigtable import (
     SetCell,
     TableCreateOptions,
 )
-from pyflink_gcp.emulators import emulators_for
 from pyflink_gcp.routing import bigtable_tables, route_by_template
+from pyflink_gcp.tools.emulators import emulators_for
 
 DAY_MS = 86_400_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

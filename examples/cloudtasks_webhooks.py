@@ -43,7 +43,7 @@ from pyflink_gcp.cloudtasks import (
     CloudTasksWriterOptions,
     QueueDestination,
 )
-from pyflink_gcp.emulators import fetch_received
+from pyflink_gcp.tools.emulators import fetch_received
 
 QUEUES = 4
 EVENT_TYPES = ["order.created", "order.paid", "order.shipped", "order.refunded"]

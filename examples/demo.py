@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from pyflink_gcp.emulators import ALL_SERVICES, EmulatorStack, setup_tools
+from pyflink_gcp.tools.emulators import ALL_SERVICES, EmulatorStack, setup_tools
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

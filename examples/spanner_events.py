@@ -26,8 +26,8 @@ import warnings
 from typing import Any
 
 from pyflink_gcp import FailureHandler
-from pyflink_gcp.emulators import emulators_for
 from pyflink_gcp.spanner import DatabaseDestination, Mutation, SpannerSink, SpannerWriterOptions
+from pyflink_gcp.tools.emulators import emulators_for
 
 USERS = 500
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)

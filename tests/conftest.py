@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 
 import pytest
 
+from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.gateway import drain_gateway_stderr
-from pyflink_gcp.emulators import (
+from pyflink_gcp.tools import bridge_build
+from pyflink_gcp.tools.emulators import (
     ALL_SERVICES,
     EmulatorStack,
     Receiver,
@@ -40,6 +43,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     config.addinivalue_line("filterwarnings", "ignore:You are using a Python version:FutureWarning")
     config.addinivalue_line("filterwarnings", "ignore:grpcio < 1.83.0:FutureWarning")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Rebuilds the Java bridge jar when its sources changed since ``make setup``.
+
+    The library only looks the jar up, so a run straight after an edit of ``java-bridge/``
+    would otherwise test the old operators. Up to date, this only hashes the sources.
+    """
+    try:
+        bridge_build.build()
+    except ConfigurationError as err:
+        warnings.warn(f"the tests run without a current Java bridge jar: {err}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -439,7 +439,7 @@ class BufferedStreamCommitter(Committer):
         self._channel: Any = None
         self._calls: StreamCalls | None = None
         self._pool: ThreadPoolExecutor | None = None
-        #: Streams flushed (or finalized) so far, for tests and logs.
+        #: Streams flushed (or finalized) so far.
         self.flushes = 0
         #: Streams of this attempt's sets not finalized yet: stream -> table id.
         self._open: dict[str, str] = {}

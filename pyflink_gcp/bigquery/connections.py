@@ -214,7 +214,7 @@ class ConnectionPool:
         self._slots: dict[tuple[str, str | None], list[list[Any]]] = {}
         self._retired: set[SharedConnection] = set()
         self._closed = False
-        #: AppendRows connections opened so far (tests, the benchmark).
+        #: AppendRows connections opened so far.
         self.connections_opened = 0
 
     @property

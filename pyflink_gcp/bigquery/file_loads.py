@@ -298,7 +298,7 @@ class FileLoadsWriterFactory(PicklesConfiguration, CommittingWriterFactory):
         self._staged: dict[str, list[StagedFile]] = {}
         self._locations: dict[str, str] = {}
         self._lock = threading.Lock()
-        #: Files and bytes this subtask uploaded (tests, logs, the benchmark).
+        #: Files and bytes this subtask uploaded.
         self.files_staged = 0
         self.bytes_staged = 0
 

@@ -118,7 +118,7 @@ class EncoderCache:
         self.capacity = capacity
         self._entries: OrderedDict[tuple[Any, ...], TableLayout] = OrderedDict()
         self._lock = threading.Lock()
-        #: Layouts built (a schema not held) and shared (tests, logs).
+        #: Layouts built (a schema not held yet) and shared (a schema held).
         self.built = 0
         self.shared = 0
 

@@ -1,4 +1,4 @@
-"""Counters of one subtask's Bigtable writing, for tests, benchmarks and the closing log line."""
+"""Counters of one subtask's Bigtable writing: requests, entries, retries, batchers, tables."""
 
 from __future__ import annotations
 

@@ -45,9 +45,9 @@ class WriterRegistry(Generic[D]):
       when its slot is needed again (their failures are returned through ``on_failures``), at
       the next :meth:`finish_releases` (every flush of the sink), or back in use if its
       destination comes again first. Active and releasing writers together stay within
-      ``max_active``, so the cap bounds memory and connections as before, but records cycling
-      over more destinations than the cap cost one blocking wait per batch of releases instead
-      of one blocking flush per record.
+      ``max_active``, so the cap bounds memory and connections, and records cycling over more
+      destinations than the cap cost one blocking wait per batch of releases, not one blocking
+      flush per record.
 
     Releases are routine at a cap, so they are logged at DEBUG and counted (``released``;
     ``evicted`` counts them with the idle evictions).

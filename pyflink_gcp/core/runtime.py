@@ -1,61 +1,47 @@
-"""The PyFlink side: the sink base that ``ds.sink_to(...)`` accepts and the writer operator.
+"""The job wiring: the sink base ``ds.sink_to(...)`` accepts and the writer operator it adds.
 
-How the pieces meet (facts pinned to PyFlink 2.3):
+This module runs in the client, when the job graph is built; what runs on the worker is in
+:mod:`pyflink_gcp.core.operators`. How the pieces meet (facts pinned to PyFlink 2.3):
 
 - ``DataStream.sink_to(sink)`` applies ``sink.get_transformer()`` when the sink implements
   ``SupportsPreprocessing``, then calls Java ``sinkTo`` with ``sink.get_java_function()``. The
   transformer adds the Python writer operator; the Java sink is a ``DiscardingSink``.
 - The writer operator is always the *process-mode* Python operator, built with a copy of the job
-  configuration where ``python.execution-mode=process``, so it keeps its pre-barrier hook inside
-  a thread-mode job too.
-- The hook: the Java operator's ``prepareSnapshotPreBarrier`` ends the current bundle and waits
-  for the Python side, which evaluates the operator's metric gauges at every bundle end. The
-  writer registers its flush as a gauge, so every checkpoint barrier waits for a full flush.
-  Bundles also end every ``max_buffered_records`` records and ``max_buffer_time_ms``; those are
-  set on the operator's own configuration copy, so they are the writer's size/time flush
-  thresholds and do not affect other operators. The writer starts a chain of its own so that
-  PyFlink does not fuse it into a preceding Python operator (whose bundle settings would win,
-  and whose operator has no markers), unless the builder's ``set_chain_with_upstream()`` asks
-  for the fusion (one JVM round trip less per record): the writer then takes the Python
-  functions before it into its own operator (:mod:`pyflink_gcp.core.fusion`), markers and
-  thresholds kept, where it can.
+  configuration where ``python.execution-mode=process``, so it keeps its pre-barrier hook (the
+  flush gauge of :mod:`~pyflink_gcp.core.operators`) inside a thread-mode job too. Bundles end
+  every ``max_buffered_records`` records and ``max_buffer_time_ms``; those are set on the
+  operator's own configuration copy, so they are the writer's size/time flush thresholds and do
+  not affect other operators.
+- The writer starts a chain of its own so that PyFlink does not fuse it into a preceding Python
+  operator (whose bundle settings would win, and whose operator has no markers), unless the
+  builder's ``set_chain_with_upstream()`` asks for the fusion (one JVM round trip less per
+  record): the writer then takes the Python functions before it into its own operator
+  (:mod:`pyflink_gcp.core.fusion`), markers and thresholds kept, where it can.
 - On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
   one key stays on one subtask (and in order).
-- **Checkpoint markers.** Python alone cannot tell a checkpoint's bundle end from a size/time
-  one, so the hook above has to wait for every write at every bundle end. Where it can, the
-  writer runs instead as the Java bridge's ``CheckpointMarkerProcessOperator``
-  (:mod:`pyflink_gcp.core.bridge`), which puts a ``(MARKER_TAG, checkpoint_id)`` element into
-  the input just before each barrier's bundle end and one at the end of input. The writer then
-  waits for its writes at those markers only; an ordinary bundle end hands the batches that are
-  due (``max_buffer_time`` old) to the senders and goes on, so writes stay in flight while
-  records keep coming and young batches keep filling (after ``MARKERLESS_FLUSH_S`` without a
-  marker, an ordinary bundle end waits for everything). The barrier still waits for the
-  marker's flush, so the delivery guarantee is the same. On a keyed stream the marker
-  carries the subtask's last key. On a typed stream (records that are not pickled Python
-  objects) every element goes to Python as the row ``(marker, record)`` (on a keyed stream
-  the value is wrapped); the operator is told which at construction. With
+- **Checkpoint markers.** Where it can, the writer runs as the Java bridge's
+  ``CheckpointMarkerProcessOperator`` (:mod:`pyflink_gcp.core.bridge`), whose jar is then
+  shipped with the job; the writer function then waits for its writes only at checkpoints and
+  the end of input. On a keyed stream the marker carries the subtask's last key; on a typed
+  stream the operator is told to wrap every element in a row. With
   ``set_checkpoint_markers(False)``, without the bridge jar, or fused by PyFlink itself, every
   bundle end waits.
-- **Errors a restart cannot fix.** Every :class:`NonRetriableSinkError` leaving the writer
-  function (from ``open``, a record, a marker or a bundle end) is marked on its way out
-  (:func:`~pyflink_gcp.core.errors.mark_non_retriable`); the bridge's operator finds the mark in
-  the failure PyFlink reports and rethrows it as Flink's ``SuppressRestartsException``, so the
-  job fails once with that error instead of restarting forever. PyFlink's own operator (no
-  bridge jar, ``set_checkpoint_markers(False)``, PyFlink's own fusion) cannot do that:
-  the job then restarts on these errors as on any other, and a warning says so when the job is
-  built.
+- **Errors a restart cannot fix.** Only the bridge's operator turns a marked
+  :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` into Flink's
+  ``SuppressRestartsException``. PyFlink's own operator (no bridge jar,
+  ``set_checkpoint_markers(False)``, PyFlink's own fusion) cannot: the job then restarts on
+  these errors as on any other, and a warning says so when the job is built. A sink that cannot
+  run without the bridge (a write method that commits after the checkpoint) is refused then.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from pyflink.common import Configuration
 from pyflink.datastream import DataStream, KeyedStream
 from pyflink.datastream.connectors.base import Sink, StreamTransformer, SupportsPreprocessing
-from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
 from pyflink_gcp.core import fusion
 from pyflink_gcp.core.bridge import (
@@ -65,168 +51,18 @@ from pyflink_gcp.core.bridge import (
 )
 from pyflink_gcp.core.commit import commits
 from pyflink_gcp.core.commit_operator import add_committer_operator, writer_uid
-from pyflink_gcp.core.errors import (
-    NON_RETRIABLE_MARKER,
-    ConfigurationError,
-    NonRetriableSinkError,
-    mark_non_retriable,
+from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, ConfigurationError
+from pyflink_gcp.core.operators import (
+    MARKER_TAG,
+    MarkedWriterProcessFunction,
+    TypedMarkedWriterProcessFunction,
+    WriterProcessFunction,
 )
-from pyflink_gcp.core.metrics import SINK_GROUP
-from pyflink_gcp.core.runtime_info import subtask_info
-from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
+from pyflink_gcp.core.sink_writer import SinkConfig
+
+__all__ = ["DynamicSink", "add_writer_operator"]
 
 _LOG = logging.getLogger("pyflink_gcp.runtime")
-
-FLUSH_GAUGE = "pyflinkGcpFlushes"
-
-#: The first item of a marker element; the Java operator pickles ``(MARKER_TAG, id)``.
-MARKER_TAG = "\x00pyflink-gcp:checkpoint"
-#: The id of the marker sent at the end of input.
-END_OF_INPUT = -1
-#: Under markers, an ordinary bundle end still waits for everything when no marker came for
-#: this long: a job without checkpoints (or with rare ones) then still retries failed writes
-#: and surfaces errors within this time, and no failed write is held indefinitely.
-MARKERLESS_FLUSH_S = 30.0
-
-
-class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
-    """The writer operator's Python function, on a plain or a keyed stream.
-
-    PyFlink's process-mode runtime tells a keyed function from a plain one by the function type
-    the operator is built with (``KEYED_PROCESS`` or ``PROCESS``), not by its class: either way it
-    calls ``open``, ``process_element`` and ``close``, and ``on_timer`` only for timers, which a
-    writer never registers. So one class is both kinds of function, and its subclasses differ
-    only in what their input elements are. This one writes every element and waits for its
-    writes at every bundle end.
-    """
-
-    #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
-    _marked = False
-
-    def __init__(self, config: SinkConfig) -> None:
-        self._config = config
-        self._writer: SinkWriter | None = None
-        self.markers = 0
-
-    def open(self, runtime_context: RuntimeContext) -> None:
-        try:
-            self._open(runtime_context)
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-
-    def _open(self, runtime_context: RuntimeContext) -> None:
-        group = runtime_context.get_metrics_group()
-        if group is None:
-            raise ConfigurationError(
-                f"sink '{self._config.sink_name}': Python metrics are disabled "
-                "(python.metric.enabled=false). pyflink-gcp flushes before each checkpoint "
-                "barrier through the operator's metric hook; without it records could be lost "
-                "on failure, so the sink refuses to run. Enable python.metric.enabled."
-            )
-        info = subtask_info(runtime_context, self._config)
-        writer = SinkWriter(self._config)
-        sink_group = group.add_group(SINK_GROUP)
-        writer.open(info, sink_group)
-        self._writer = writer
-        group.gauge(FLUSH_GAUGE, self._on_bundle_end)
-        sink_group.gauge("activeWriters", lambda: len(writer.registry))
-        sink_group.gauge("writersReleased", lambda: writer.registry.released)
-        sink_group.gauge("recordsWritten", lambda: writer.records_written)
-        sink_group.gauge("recordsSkipped", lambda: writer.skipped)
-        sink_group.gauge("recordsDropped", lambda: writer.router.dropped)
-        sink_group.gauge("recordsDeadLettered", lambda: writer.router.dead_lettered)
-        sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
-        sink_group.gauge("checkpointMarkers", lambda: self.markers)
-        for name, read in self._config.factory.gauges().items():
-            sink_group.gauge(name, read)
-
-    def _on_bundle_end(self) -> int:
-        assert self._writer is not None
-        try:
-            if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
-                self._writer.send_due()
-            else:
-                self._writer.flush()
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-        return self._writer.flushes
-
-    def _on_marker(self, marker_id: int) -> list[Any] | None:
-        """A checkpoint barrier (or the end of input) follows: everything written must be durable.
-
-        Returns:
-            A committing writer's committables, the operator's output to the committer (they
-            leave before the barrier); None for every other writer.
-        """
-        writer = self._writer
-        assert writer is not None
-        self.markers += 1
-        try:
-            writer.flush()
-            committables = writer.prepare(marker_id) if writer.commits else None
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-        _LOG.debug(
-            "%s: flushed for %s",
-            self._config.sink_name,
-            "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
-        )
-        return committables
-
-    def _write(self, value: Any, ctx: Any) -> list[Any] | None:
-        """Write one record; no output (the return type is ``process_element``'s)."""
-        writer = self._writer
-        assert writer is not None
-        writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
-        try:
-            writer.write(value)
-        except NonRetriableSinkError as exc:
-            mark_non_retriable(exc)
-            raise
-        return None
-
-    process_element = _write
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-
-class MarkedWriterProcessFunction(WriterProcessFunction):
-    """The writer of pickled Python objects under a marker operator.
-
-    A marker is the tuple ``(MARKER_TAG, checkpoint id)`` among the records (a keyed stream's
-    values); the writer waits for its writes only there.
-    """
-
-    _marked = True
-
-    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
-            return self._on_marker(value[1])
-        self._write(value, ctx)
-        return None
-
-
-class TypedMarkedWriterProcessFunction(WriterProcessFunction):
-    """The writer of typed records under a marker operator that wraps them.
-
-    Every element (a keyed stream's value) is the row ``(marker, record)``: ``(None, record)``
-    for a record of the stream's type, ``(checkpoint id, None)`` for a marker.
-    """
-
-    _marked = True
-
-    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        marker = value[0]
-        if marker is None:
-            self._write(value[1], ctx)
-            return None
-        return self._on_marker(marker)
 
 
 def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataStream:

@@ -10,10 +10,9 @@ text before it, string literals removed, opens one more ``{`` than it closes and
 ``[`` as ``]``), only its value is decoded (``json.JSONDecoder.raw_decode``); otherwise the
 whole document is, as ``json.loads`` would (bytes decoded by the encoding it detects, only
 whitespace after the document), without its per-call overhead: the whole parse then costs what
-``json.loads`` costs. ``bench/routing.py`` measures both against ``json.loads`` alone on 1 KB
-and 10 KB documents. A document read the fast way is not
-validated past its routing field: it routes even if it is broken further on (the sink's
-serializer sees the whole payload later). One whose field cannot be read is
+``json.loads`` costs (``bench/README.md``, "Routing helpers", compares both with
+``json.loads``). A document read the fast way is not validated past its routing field: it
+routes even if it is broken further on (the sink's serializer sees the whole payload later). One whose field cannot be read is
 :data:`UNPARSEABLE` to the caller.
 """
 

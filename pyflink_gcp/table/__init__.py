@@ -36,8 +36,7 @@ __all__ = ["create_committer", "create_writer", "register"]
 def register(t_env: Any) -> str:
     """Make the connectors available to ``t_env``: the bridge jar on its ``pipeline.jars``.
 
-    Builds the jar first where it is missing or stale (a source checkout with a JDK). The jar
-    is appended to the jars already configured, never replacing them; setting ``pipeline.jars``
+    The jar is appended to the jars already configured, never replacing them; setting ``pipeline.jars``
     through the table config also puts it on the client's class loader, where the planner finds
     the factories.
 
@@ -45,13 +44,14 @@ def register(t_env: Any) -> str:
         The jar's URL.
 
     Raises:
-        ConfigurationError: No jar can be had (no JDK to compile it and none shipped).
+        ConfigurationError: There is no jar (a source checkout where ``pyflink-gcp bridge build``
+            did not run yet).
     """
     from pyflink.common import Configuration
 
-    from pyflink_gcp.core.bridge import build
+    from pyflink_gcp.core.bridge import require_jar
 
-    url = build().as_uri()
+    url = require_jar().as_uri()
     config = t_env.get_config()
     current = config.get("pipeline.jars", None)
     jars = Configuration.parse_list_value(current) if current else []

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from pyflink_gcp.cluster import StandaloneCluster
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.cluster import StandaloneCluster
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 
 @contextmanager

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.cluster import StandaloneCluster
 from pyflink_gcp.core import bridge
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.cluster import StandaloneCluster
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.cluster.conftest import running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]

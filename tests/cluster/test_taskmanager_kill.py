@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.cluster.conftest import running_cluster
 from tests.support.pubsub import make_topics, pull_all, unique
 

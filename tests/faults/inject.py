@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyflink_gcp.cluster import ClusterError, StandaloneCluster
-from pyflink_gcp.cluster.standalone import TERMINAL_STATES
-from pyflink_gcp.emulators import EmulatorStack
-from pyflink_gcp.emulators.processes import group_members
+from pyflink_gcp.tools.cluster import ClusterError, StandaloneCluster
+from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES
+from pyflink_gcp.tools.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators.processes import group_members
 
 KINDS = ("tm-kill", "worker-kill", "task-exception", "emulator-pause", "emulator-restart")
 #: How long an emulator fault keeps the service away.

@@ -175,14 +175,14 @@ def skip_flush_at_checkpoints() -> None:
     without a failover still writes every record (at the end); a failover restores a
     checkpoint whose records were never sent, and loses them: what the suite must catch.
     """
-    from pyflink_gcp.core import runtime, sink_writer
+    from pyflink_gcp.core import operators, sink_writer
 
-    original = runtime.WriterProcessFunction._on_marker
+    original = operators.WriterProcessFunction._on_marker
     if getattr(original, "broken", False):
         return
 
     def on_marker(self: Any, marker_id: int) -> Any:
-        if marker_id == runtime.END_OF_INPUT:
+        if marker_id == operators.END_OF_INPUT:
             return original(self, marker_id)
         self.markers += 1
         writer = self._writer
@@ -193,7 +193,7 @@ def skip_flush_at_checkpoints() -> None:
         return 0
 
     on_marker.broken = True  # type: ignore[attr-defined]
-    runtime.WriterProcessFunction._on_marker = on_marker  # type: ignore[method-assign]
+    operators.WriterProcessFunction._on_marker = on_marker  # type: ignore[method-assign]
     sink_writer.SinkWriter.send_due = send_nothing  # type: ignore[method-assign,assignment]
     sink_writer.SinkWriter._send_due = send_nothing  # type: ignore[method-assign]
 

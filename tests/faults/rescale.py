@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pyflink_gcp.cluster import StandaloneCluster
+from pyflink_gcp.tools.cluster import StandaloneCluster
 from tests.faults.inject import settle, tended_wait
 from tests.faults.ledger import read_ledger
 from tests.faults.targets import Config
@@ -81,7 +81,7 @@ def rescale(
 def stop_with_savepoint(cluster: StandaloneCluster, job: str, directory: Path) -> str:
     """Stops the job with a savepoint (REST ``POST /jobs/<id>/stop``, no drain) and returns
     the savepoint's location."""
-    from pyflink_gcp.emulators.processes import http_json
+    from pyflink_gcp.tools.emulators.processes import http_json
 
     url = f"{cluster.rest_url}/jobs/{job}"
     body = {"targetDirectory": directory.as_uri(), "drain": False}
@@ -103,7 +103,7 @@ def stop_with_savepoint(cluster: StandaloneCluster, job: str, directory: Path) -
 
 def http_cancel(cluster: StandaloneCluster, job: str) -> None:
     """Cancels the job (REST ``PATCH /jobs/<id>``) and waits until it ended."""
-    from pyflink_gcp.emulators.processes import http_json
+    from pyflink_gcp.tools.emulators.processes import http_json
 
     http_json("PATCH", f"{cluster.rest_url}/jobs/{job}?mode=cancel", timeout=10.0)
     cluster.wait_for_job(job, timeout=120)

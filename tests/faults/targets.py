@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyflink_gcp.emulators import EmulatorStack, fetch_received
+from pyflink_gcp.tools.emulators import EmulatorStack, fetch_received
 from tests.support.pubsub import make_topics, pull_all
 
 PARITIES = ("even", "odd")

@@ -15,8 +15,8 @@ import pytest
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 
-from pyflink_gcp.emulators import EmulatorStack, fetch_received
-from pyflink_gcp.emulators.processes import group_members
+from pyflink_gcp.tools.emulators import EmulatorStack, fetch_received
+from pyflink_gcp.tools.emulators.processes import group_members
 
 pytestmark = pytest.mark.integration
 
@@ -340,7 +340,7 @@ def test_emulators_of_a_killed_process_are_stopped_by_the_reaper(tmp_path: Path)
 
     script = (
         "import sys, time\n"
-        "from pyflink_gcp.emulators import EmulatorStack\n"
+        "from pyflink_gcp.tools.emulators import EmulatorStack\n"
         "stack = EmulatorStack(services=('bigtable',), keep_logs=False).start()\n"
         "print(stack.processes['bigtable'].pgid, flush=True)\n"
         "time.sleep(600)\n"

@@ -28,12 +28,16 @@ command.run()
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """What the sdist holds of the build: setup.py, the package's bridge module, the SQL
+    """What the sdist holds of the build: setup.py, the package's bridge modules, the SQL
     connectors' option list (the build generates the jar's option resource from it),
     java-bridge/."""
     shutil.copyfile(ROOT / "setup.py", tmp_path / "setup.py")
     shutil.copytree(ROOT / "java-bridge" / "src", tmp_path / "java-bridge" / "src")
-    for package, names in (("core", ("errors.py", "bridge.py")), ("table", ("options.py",))):
+    for package, names in (
+        ("core", ("errors.py", "bridge.py")),
+        ("tools", ("bridge_build.py",)),
+        ("table", ("options.py",)),
+    ):
         directory = tmp_path / "pyflink_gcp" / package
         directory.mkdir(parents=True)
         for name in names:

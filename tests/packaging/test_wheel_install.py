@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 pytestmark = pytest.mark.e2e
 

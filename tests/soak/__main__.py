@@ -39,9 +39,9 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from pyflink_gcp.cluster import ClusterSettings, StandaloneCluster
-from pyflink_gcp.cluster.standalone import TERMINAL_STATES
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.cluster import ClusterSettings, StandaloneCluster
+from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.faults.inject import live_taskmanagers, replace_dead_taskmanagers, settle, tended_wait
 from tests.faults.rescale import http_cancel
 from tests.soak.job import LOGS, Churn

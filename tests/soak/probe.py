@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyflink_gcp.cluster import StandaloneCluster
-from pyflink_gcp.emulators.processes import group_members
+from pyflink_gcp.tools.cluster import StandaloneCluster
+from pyflink_gcp.tools.emulators.processes import group_members
 
 #: A TaskManager JVM's main class, to tell the JVM from the start script in its group.
 TM_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"

@@ -16,7 +16,7 @@ import time
 import warnings
 from typing import Any
 
-from pyflink_gcp.emulators import EmulatorStack, fetch_received
+from pyflink_gcp.tools.emulators import EmulatorStack, fetch_received
 from tests.support.pubsub import make_topics, pull_all
 
 LOCATION = "us-central1"

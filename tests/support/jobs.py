@@ -8,6 +8,8 @@
   restarts from its last checkpoint and replays; :class:`FailAt` one at each of several record
   ids, slowly enough that checkpoints complete between them. Both can hold the failure back
   until a checkpoint completed (``after_checkpoint``, see ``tests/support/restore.py``).
+- :class:`Paced` passes records through at a bounded rate, so a job lasts long enough for
+  checkpoints, kills or a cancel to land while it runs.
 """
 
 from __future__ import annotations
@@ -230,6 +232,21 @@ class FailAt(MapFunction):
 
     def _marker(self, i: int) -> str:
         return os.path.join(self._directory, f"failed-{i}")
+
+
+class Paced(MapFunction):
+    """Pass records through, sleeping ``seconds`` after every ``every`` records a subtask sees."""
+
+    def __init__(self, every: int = 1, seconds: float = 0.01) -> None:
+        self._every = every
+        self._seconds = seconds
+        self._seen = 0
+
+    def map(self, value: Any) -> Any:
+        self._seen += 1
+        if self._seen % self._every == 0:
+            time.sleep(self._seconds)
+        return value
 
 
 def child_environ(**overrides: str) -> dict[str, str]:

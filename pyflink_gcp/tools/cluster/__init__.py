@@ -6,8 +6,8 @@ directory of their own, so jobs can be submitted with ``flink run -py`` and Task
 the way they die on a real cluster. See ``docs/deploy.md``.
 """
 
-from pyflink_gcp.cluster.config import ClusterError, ClusterSettings, flink_home
-from pyflink_gcp.cluster.standalone import StandaloneCluster, Submission, TaskManager
+from pyflink_gcp.tools.cluster.config import ClusterError, ClusterSettings, flink_home
+from pyflink_gcp.tools.cluster.standalone import StandaloneCluster, Submission, TaskManager
 
 __all__ = [
     "ClusterError",

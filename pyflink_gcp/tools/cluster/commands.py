@@ -22,15 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyflink_gcp.cluster.config import ClusterError, ClusterSettings
-from pyflink_gcp.cluster.standalone import StandaloneCluster
-from pyflink_gcp.emulators import cache_root
-from pyflink_gcp.emulators.processes import Stopped, pid_alive, stop_on_signals
+from pyflink_gcp.tools.cluster.config import ClusterError, ClusterSettings
+from pyflink_gcp.tools.cluster.standalone import StandaloneCluster
+from pyflink_gcp.tools.emulators import cache_root
+from pyflink_gcp.tools.emulators.commands import ENV_FILE, control_root
+from pyflink_gcp.tools.emulators.processes import Stopped, pid_alive, stop_on_signals
 
 __all__ = ["down", "emulator_env", "parse_env", "running_clusters", "state_root", "up"]
-
-#: The file of a running ``emulators up``'s control directory holding its variables.
-EMULATOR_ENV_FILE = "env.json"
 
 
 def state_root() -> Path:
@@ -77,7 +75,7 @@ def emulator_env(pid: int | None = None, root: Path | None = None) -> dict[str, 
         ClusterError: Not exactly one such process runs, or it has not published its
             variables yet (it does once every emulator is ready).
     """
-    root = root or cache_root() / "up"
+    root = root or control_root()
     running = [
         d
         for d in (root.iterdir() if root.is_dir() else ())
@@ -90,7 +88,7 @@ def emulator_env(pid: int | None = None, root: Path | None = None) -> dict[str, 
             f"{f' with pid {pid}' if pid is not None else ''} (found: {found}; pass "
             "--emulators-pid)"
         )
-    path = running[0] / EMULATOR_ENV_FILE
+    path = running[0] / ENV_FILE
     try:
         env = json.loads(path.read_text())
     except (OSError, ValueError) as err:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from pyflink_gcp.emulators.processes import LOOPBACK, free_port
+from pyflink_gcp.tools.emulators.processes import LOOPBACK, free_port
 
 __all__ = [
     "ClusterError",

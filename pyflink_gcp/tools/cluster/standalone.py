@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pyflink_gcp.cluster.config import (
+from pyflink_gcp.tools.cluster.config import (
     ClusterError,
     ClusterLayout,
     ClusterPorts,
@@ -38,7 +38,7 @@ from pyflink_gcp.cluster.config import (
     process_env,
     write_conf_dir,
 )
-from pyflink_gcp.emulators.processes import (
+from pyflink_gcp.tools.emulators.processes import (
     LOOPBACK,
     EmulatorError,
     GroupReaper,

@@ -6,11 +6,11 @@ and Cloud Tasks the Go ``cloud-tasks-emulator``. A small HTTP receiver stands in
 Cloud Tasks targets. See ``docs/emulators.md``.
 """
 
-from pyflink_gcp.emulators.processes import EmulatorError, EmulatorStartError
-from pyflink_gcp.emulators.receiver import Receiver, fetch_received
-from pyflink_gcp.emulators.scoped import emulators_for
-from pyflink_gcp.emulators.stack import EmulatorStack, stop_all_stacks
-from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, cache_root, setup_tools
+from pyflink_gcp.tools.emulators.processes import EmulatorError, EmulatorStartError
+from pyflink_gcp.tools.emulators.receiver import Receiver, fetch_received
+from pyflink_gcp.tools.emulators.scoped import emulators_for
+from pyflink_gcp.tools.emulators.stack import EmulatorStack, stop_all_stacks
+from pyflink_gcp.tools.emulators.tools import ALL_SERVICES, Tools, cache_root, setup_tools
 
 __all__ = [
     "ALL_SERVICES",

@@ -15,7 +15,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pyflink_gcp.emulators.processes import LOOPBACK
+from pyflink_gcp.tools.emulators.processes import LOOPBACK
 
 __all__ = ["INSPECT_PATH", "Receiver", "fetch_received"]
 

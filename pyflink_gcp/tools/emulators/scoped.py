@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyflink_gcp.emulators.stack import EmulatorStack
+from pyflink_gcp.tools.emulators.stack import EmulatorStack
 
 __all__ = ["emulators_for"]
 

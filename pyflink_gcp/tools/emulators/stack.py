@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from pyflink_gcp.emulators.processes import (
+from pyflink_gcp.tools.emulators.processes import (
     LOOPBACK,
     EmulatorError,
     EmulatorStartError,
@@ -36,8 +36,8 @@ from pyflink_gcp.emulators.processes import (
     tcp_open,
     wait_until,
 )
-from pyflink_gcp.emulators.receiver import Receiver
-from pyflink_gcp.emulators.tools import ALL_SERVICES, Tools, setup_tools
+from pyflink_gcp.tools.emulators.receiver import Receiver
+from pyflink_gcp.tools.emulators.tools import ALL_SERVICES, Tools, setup_tools
 
 __all__ = ["EmulatorStack", "stop_all_stacks"]
 

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyflink_gcp.emulators.processes import EmulatorError
+from pyflink_gcp.tools.emulators.processes import EmulatorError
 
 __all__ = [
     "ALL_SERVICES",

@@ -8,13 +8,11 @@ methods hold every row once."""
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from typing import Any
 
 import pytest
 from google.cloud.bigquery import SchemaField, TimePartitioning, TimePartitioningType
-from pyflink.datastream.functions import MapFunction
 
 from pyflink_gcp.bigquery import (
     BigQuerySerializer,
@@ -34,7 +32,7 @@ from tests.integration.bigquery.support import (
     query,
     schema_updates,
 )
-from tests.support.jobs import FailAt, make_env, record_stream
+from tests.support.jobs import FailAt, Paced, make_env, record_stream
 from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
@@ -68,16 +66,6 @@ def v2_record(i: int) -> dict[str, Any]:
         "amount": i / 4,
         "tags": ["v2", str(i % 5)],
     }
-
-
-class Paced(MapFunction):
-    """50 ms every 10 records: the v2 job lasts about 5 s a subtask, so checkpoints complete
-    before the kill (which waits for one) and the restart restores one."""
-
-    def map(self, value: dict[str, Any]) -> dict[str, Any]:
-        if value["id"] % 10 == 0:
-            time.sleep(0.05)
-        return value
 
 
 class Orders(BigQuerySerializer):
@@ -148,7 +136,10 @@ def test_v2_adds_its_columns_to_v1_tables_and_loses_nothing_through_a_killed_wor
     extra = {**failover.conf(), "python.fn-execution.bundle.size": "50"}
     env = make_env(parallelism=2, checkpoint_ms=500, process_workers=True, restarts=5, extra=extra)
     kill = FailAt(str(tmp_path), (KILL_AT,), True, after_checkpoint=failover.checkpoints)
-    record_stream(env, V2_COUNT, v2_record).map(Paced()).map(kill).sink_to(
+    # 50 ms every 10 records: the v2 job lasts about 5 s a subtask, so checkpoints complete
+    # before the kill (which waits for one) and the restart restores one.
+    paced = Paced(every=10, seconds=0.05)
+    record_stream(env, V2_COUNT, v2_record).map(paced).map(kill).sink_to(
         sink(project, dataset, method, V2_FIELDS, loads)
     )
     env.execute("orders v2")

@@ -24,7 +24,7 @@ from pyflink_gcp.cloudtasks import (
     QueueDestination,
 )
 from pyflink_gcp.core import FailureHandler
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.cloudtasks.support import (
     LOCATION,
     create_queues,

@@ -16,6 +16,7 @@ from pyflink.common import Row
 from pyflink.common.typeinfo import Types
 
 from pyflink_gcp.core import bridge
+from pyflink_gcp.tools import bridge_build
 from tests.support.fakes import FileDestination, FileSink
 from tests.support.jobs import FailOnce, make_env, record_stream
 from tests.support.restore import Failover
@@ -91,9 +92,9 @@ def run(
 
 
 def test_the_bridge_jar_is_built_and_up_to_date():
-    jar = bridge.build()
+    jar = bridge_build.build()
     assert jar.is_file() and jar == bridge.JAR
-    assert bridge.build() == jar  # the second call finds it up to date
+    assert bridge_build.build() == jar  # the second call finds it up to date
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
@@ -213,9 +214,10 @@ def test_the_java_marker_unpickles_to_the_tag_and_the_id(checkpoint_id):
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
-    from pyflink_gcp.core.runtime import MARKER_TAG, _java_class
+    from pyflink_gcp.core.operators import MARKER_TAG
+    from pyflink_gcp.core.runtime import _java_class
 
-    add_jars_to_context_class_loader([bridge.build().as_uri()])
+    add_jars_to_context_class_loader([bridge_build.build().as_uri()])
     get_gateway()  # the gateway JVM loads the jar
     markers = _java_class(bridge.MARKERS)
     data = bytes(markers.pickle(MARKER_TAG, checkpoint_id))
@@ -230,9 +232,10 @@ def test_markers_go_out_before_barriers_until_the_one_end_of_input_marker(typed)
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
-    from pyflink_gcp.core.runtime import END_OF_INPUT, MARKER_TAG, _java_class
+    from pyflink_gcp.core.operators import END_OF_INPUT, MARKER_TAG
+    from pyflink_gcp.core.runtime import _java_class
 
-    add_jars_to_context_class_loader([bridge.build().as_uri()])
+    add_jars_to_context_class_loader([bridge_build.build().as_uri()])
     get_gateway()
     markers = _java_class(bridge.MARKERS)(MARKER_TAG, typed)
 

@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 from pyflink.common import JobStatus
-from pyflink.datastream.functions import MapFunction
 
 from pyflink_gcp.core import FailureHandler
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.sink_writer import SinkConfig
 from tests.support.committing import StagingCommitter, StagingFactory
 from tests.support.fakes import FileDestination
-from tests.support.jobs import make_env, record_stream
+from tests.support.jobs import Paced, make_env, record_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
 
@@ -55,14 +54,6 @@ class SlowCommitter(StagingCommitter):
 class SlowCommitFactory(StagingFactory):
     def create_committer(self) -> SlowCommitter:
         return SlowCommitter(self)
-
-
-class Paced(MapFunction):
-    """A source that lasts: one record every 10 ms."""
-
-    def map(self, value: Any) -> Any:
-        time.sleep(0.01)
-        return value
 
 
 def record(i: int) -> dict:
@@ -107,7 +98,8 @@ def test_a_cancel_during_a_commit_lets_the_commit_end_before_the_committer_close
             max_buffered_records=100,
         )
     )
-    record_stream(env, 1_000_000, record).map(Paced()).sink_to(sink)
+    # A source that lasts: one record every 10 ms.
+    record_stream(env, 1_000_000, record).map(Paced(every=1, seconds=0.01)).sink_to(sink)
     client = env.execute_async("cancel during a commit")
     started = tmp_path / "commit-started"
     wait_for(started.exists, 120, "the first commit")

@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pyflink.datastream.functions import MapFunction
 
 from bench._nullbackend import NullBackend, running
 from bench.scale import (
@@ -50,7 +49,7 @@ from pyflink_gcp.cloudtasks import (
 from pyflink_gcp.core import FailureHandler
 from pyflink_gcp.pubsub import PubSubSink, PubSubWriterOptions
 from pyflink_gcp.spanner import DatabaseDestination, SpannerSink, SpannerWriterOptions
-from tests.support.jobs import make_env, record_stream
+from tests.support.jobs import Paced, make_env, record_stream
 
 pytestmark = pytest.mark.e2e
 
@@ -66,19 +65,6 @@ QUOTA_RATE = 0.3
 QUOTA_WINDOW_S = 20.0
 #: Shorter than the quota window: quota errors must not use it up.
 RETRY_DEADLINE = timedelta(seconds=10)
-
-
-class Paced(MapFunction):
-    """Pass records through, pausing 50 ms every :data:`PAUSE_EVERY`."""
-
-    def __init__(self) -> None:
-        self._seen = 0
-
-    def map(self, value: Any) -> Any:
-        self._seen += 1
-        if self._seen % PAUSE_EVERY == 0:
-            time.sleep(0.05)
-        return value
 
 
 class InBackend:
@@ -164,9 +150,9 @@ def test_quota_errors_slow_the_sink_without_failing_it(backend: NullBackend, ser
     configure(backend, DESTINATIONS, 0.0)
     backend.inject_quota_errors(QUOTA_RATE, QUOTA_WINDOW_S)
     env = make_env(parallelism=1, checkpoint_ms=1_000, restarts=0)
-    record_stream(env, RECORDS, Records(DESTINATIONS)).map(Paced()).sink_to(
-        build_sink(service, backend.env)
-    )
+    record_stream(env, RECORDS, Records(DESTINATIONS)).map(
+        Paced(every=PAUSE_EVERY, seconds=0.05)
+    ).sink_to(build_sink(service, backend.env))
     start = time.monotonic()
     env.execute(f"quota errors {service}")  # raises if the job failed
     elapsed = time.monotonic() - start

@@ -32,8 +32,8 @@ from pyflink_gcp.cloudtasks import (
 )
 from pyflink_gcp.core import FailureHandler
 from pyflink_gcp.core.metrics import metric_identifier
-from pyflink_gcp.emulators import EmulatorStack
 from pyflink_gcp.spanner import Mutation, SpannerSink, SpannerWriterOptions
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.e2e.metrics.test_rest_metrics import free_port, per_destination, poll_writer_metrics
 from tests.integration.bigtable.support import PROJECT as BIGTABLE_PROJECT
 from tests.integration.bigtable.support import create_table, read_table

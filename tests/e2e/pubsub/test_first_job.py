@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.support.jobs import REPO_ROOT, child_environ
 
 pytestmark = pytest.mark.e2e

@@ -22,9 +22,9 @@ import pytest
 from pyflink.common import JobStatus
 from pyflink.table import DataTypes, Schema, TableDescriptor
 
-from pyflink_gcp.core import bridge
 from pyflink_gcp.table.options import OptionError
 from pyflink_gcp.table.parsing import parse
+from pyflink_gcp.tools import bridge_build
 from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover, checkpoint_completed
@@ -205,7 +205,7 @@ public class SqlJob {
 """
 
 
-@pytest.mark.skipif(shutil.which("javac", path=bridge._java_path()) is None, reason="no JDK")
+@pytest.mark.skipif(shutil.which("javac", path=bridge_build.java_path()) is None, reason="no JDK")
 def test_a_java_table_environment_without_python_client_writes_through_the_connector(
     project: str, tmp_path: Path
 ) -> None:
@@ -218,11 +218,11 @@ def test_a_java_table_environment_without_python_client_writes_through_the_conne
     classpath = [
         *map(str, sorted((root / "lib").glob("*.jar"))),
         *map(str, sorted((root / "opt").glob("flink-python-*.jar"))),
-        str(bridge.build()),
+        str(bridge_build.build()),
     ]
     (tmp_path / "SqlJob.java").write_text(JAVA_JOB)
-    javac = shutil.which("javac", path=bridge._java_path())
-    java = shutil.which("java", path=bridge._java_path())
+    javac = shutil.which("javac", path=bridge_build.java_path())
+    java = shutil.which("java", path=bridge_build.java_path())
     assert javac and java
     cp = os.pathsep.join(classpath)
     subprocess.run(

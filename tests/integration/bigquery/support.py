@@ -21,9 +21,6 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from pyflink_gcp.core import SubtaskInfo
-from pyflink_gcp.core.sink_writer import SinkWriter
-
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
@@ -76,14 +73,6 @@ def table_names(project: str, dataset: str) -> list[str]:
         return sorted(t.table_id for t in client.list_tables(f"{project}.{dataset}"))
     finally:
         client.close()
-
-
-def open_writer(sink: Any, subtask: int = 0, parallelism: int = 1) -> SinkWriter:
-    """The sink's subtask writer, opened in this process (no Flink)."""
-    config = sink._sink_config()
-    writer = SinkWriter(config)
-    writer.open(SubtaskInfo(config.sink_name, subtask, parallelism))
-    return writer
 
 
 # -- observing the Storage Write API --------------------------------------------------------

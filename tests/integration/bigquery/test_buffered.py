@@ -16,7 +16,7 @@ from google.cloud.bigquery_storage_v1.services.big_query_write.transports import
 from pyflink_gcp.bigquery.buffered import BufferedStreamCommitter, StreamCommit
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.bigquery.support import finalized_flush_answer, query
 from tests.integration.bigquery.test_emulator_flush_rows import _DESCRIPTOR, _ROW, _buffered_stream
 

@@ -18,7 +18,7 @@ from google.cloud.bigquery_storage_v1.services.big_query_write.transports import
 )
 from google.protobuf import descriptor_pb2
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.bigquery.support import (
     decoder,
     finalized_flush_answer,

@@ -18,7 +18,7 @@ from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery, storage  # type: ignore[attr-defined]
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.bigquery.support import bq_client, unique
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,9 @@ from pyflink_gcp.bigquery import (
     UnknownFields,
 )
 from pyflink_gcp.core import RecordSchemaError
-from tests.integration.bigquery.support import ByRegion, bq_client, make_dataset, open_writer, query
+from tests.integration.bigquery.support import ByRegion, bq_client, make_dataset, query
 from tests.support.dead_letters import MemoryDeadLetterQueue
+from tests.support.writers import open_writer
 
 pytestmark = pytest.mark.integration
 

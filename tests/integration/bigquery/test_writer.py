@@ -30,11 +30,11 @@ from tests.integration.bigquery.support import (
     AppendRecorder,
     make_dataset,
     make_table,
-    open_writer,
     query,
     table_names,
 )
 from tests.support.dead_letters import MemoryDeadLetterQueue
+from tests.support.writers import open_writer
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.bigtable.support import BigtableProxy, unique
 
 

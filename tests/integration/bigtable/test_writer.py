@@ -9,7 +9,6 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import cloudpickle
 import grpc
 import pytest
 
@@ -44,16 +43,15 @@ from tests.integration.bigtable.support import (
     list_tables,
     read_table,
 )
+from tests.support import writers
 from tests.support.dead_letters import MemoryDeadLetterQueue
 
 pytestmark = pytest.mark.integration
 
 
 def open_writer(sink: BigtableSink) -> SinkWriter:
-    config = cloudpickle.loads(cloudpickle.dumps(sink._sink_config()))
-    writer = SinkWriter(config)
-    writer.open(SubtaskInfo(config.sink_name))
-    return writer
+    """The sink's writer, its configuration pickled first as a worker receives it."""
+    return writers.open_writer(sink, pickled=True)
 
 
 def factory_of(writer: SinkWriter) -> BigtableWriterFactory:

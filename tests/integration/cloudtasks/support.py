@@ -11,7 +11,7 @@ import grpc
 from google.cloud import tasks_v2
 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 
 LOCATION = "us-central1"
 

@@ -20,11 +20,9 @@ from pyflink_gcp.cloudtasks import (
 from pyflink_gcp.core import (
     DestinationNotFoundError,
     FailureHandler,
-    SubtaskInfo,
     WriteError,
 )
-from pyflink_gcp.core.sink_writer import SinkWriter
-from pyflink_gcp.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.integration.cloudtasks.support import (
     LOCATION,
     create_queues,
@@ -32,14 +30,9 @@ from tests.integration.cloudtasks.support import (
     wait_for_dispatches,
 )
 from tests.support.dead_letters import MemoryDeadLetterQueue
+from tests.support.writers import open_writer
 
 pytestmark = pytest.mark.integration
-
-
-def _open(sink: CloudTasksSink) -> SinkWriter:
-    writer = SinkWriter(sink._sink_config())
-    writer.open(SubtaskInfo(sink.name))
-    return writer
 
 
 def _sink(
@@ -82,7 +75,7 @@ def test_tasks_reach_the_receiver_with_body_headers_and_queue(
     run = suffix()
     queues = create_queues(stack, [f"it-{run}-{i}" for i in range(4)])
     prefix = f"/it/{run}"
-    writer = _open(_sink(project, queues, stack.receiver_url + prefix))
+    writer = open_writer(_sink(project, queues, stack.receiver_url + prefix))
     records = [{"id": i, "customer": i % 10, "amount": i * 1.5} for i in range(400)]
     for record in records:
         writer.write(record)
@@ -136,7 +129,7 @@ def test_lru_cap_on_queue_writers_and_context_functions(stack: EmulatorStack, pr
         .set_writer_options(options)
         .build()
     )
-    writer = _open(sink)
+    writer = open_writer(sink)
     for i in range(200):
         writer.write({"id": i})
         assert len(writer.registry) <= 2
@@ -159,13 +152,13 @@ def test_task_ids_make_a_replay_idempotent(stack: EmulatorStack, project: str) -
     sink = _sink(project, queues, stack.receiver_url + prefix, task_ids=True)
     records = [{"id": i, "customer": i % 3} for i in range(150)]
 
-    first = _open(sink)
+    first = open_writer(sink)
     for record in records[:100]:
         first.write(record)
     first.flush()
     first.close()
     # The "restart": a new subtask replays everything from the start.
-    second = _open(sink)
+    second = open_writer(sink)
     for record in records:
         second.write(record)
     second.flush()
@@ -185,7 +178,7 @@ def test_missing_queue_is_a_clear_error_checked_once(stack: EmulatorStack, proje
     run = suffix()
     (queue,) = create_queues(stack, [f"it-{run}"])
     sink = _sink(project, [queue, f"{queue}-missing"], stack.receiver_url + f"/it/{run}")
-    writer = _open(sink)
+    writer = open_writer(sink)
     factory = writer.config.factory
     writer.write({"id": 0, "customer": 0})
     writer.flush()  # the known queue's check is settled by its flush at the latest
@@ -229,7 +222,7 @@ def test_missing_queue_without_the_check_fails_at_flush(stack: EmulatorStack, pr
         stack.receiver_url,
         options=options,
     )
-    writer = _open(sink)
+    writer = open_writer(sink)
     writer.write({"id": 0, "customer": 0})
     with pytest.raises(DestinationNotFoundError, match=f"queues/nope-{run}' does not exist"):
         writer.flush()
@@ -255,7 +248,7 @@ def test_oversized_and_invalid_tasks_go_to_the_failure_handler(
         .set_failure_handler(FailureHandler.send_to_dead_letter_queue(dlq))
         .build()
     )
-    writer = _open(sink)
+    writer = open_writer(sink)
     big = b"x" * (100 * 1024 + 1)
     for record in (
         {"id": "small", "body": b"ok"},
@@ -289,7 +282,7 @@ def test_oversized_task_fails_the_job_by_default(stack: EmulatorStack, project: 
         )
         .build()
     )
-    writer = _open(sink)
+    writer = open_writer(sink)
     writer.write(200 * 1024)
     with pytest.raises(Exception, match="exceeds the 102400-byte limit.*fail_job"):
         writer.flush()
@@ -314,7 +307,7 @@ def test_unreachable_service_fails_after_the_retry_deadline(project: str) -> Non
             options=dataclasses.replace(options, verify_queues=verify),
             endpoint=f"http://127.0.0.1:{port}",
         )
-        writer = _open(sink)
+        writer = open_writer(sink)
         with pytest.raises(WriteError, match="UNAVAILABLE|DEADLINE_EXCEEDED"):
             writer.write({"id": 0, "customer": 0})
             writer.flush()

@@ -13,9 +13,7 @@ from pyflink_gcp.core import (
     CreationLimitExceededError,
     DestinationNotFoundError,
     FailureHandler,
-    SubtaskInfo,
 )
-from pyflink_gcp.core.sink_writer import SinkWriter
 from pyflink_gcp.pubsub import (
     CreateDisposition,
     PubSubDeadLetterQueue,
@@ -28,14 +26,9 @@ from pyflink_gcp.pubsub import (
 )
 from tests.support.dead_letters import MemoryDeadLetterQueue
 from tests.support.pubsub import make_subscription, make_topics, pull_all, unique
+from tests.support.writers import open_writer
 
 pytestmark = pytest.mark.integration
-
-
-def open_writer(sink: PubSubSink) -> SinkWriter:
-    writer = SinkWriter(sink._sink_config())
-    writer.open(SubtaskInfo(sink.name))
-    return writer
 
 
 def by_name(project: str):

@@ -20,7 +20,7 @@ from pyflink.common.typeinfo import Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.fn_execution import flink_fn_execution_pb2
 
-from pyflink_gcp.core import ConfigurationError, bridge, fusion, runtime
+from pyflink_gcp.core import ConfigurationError, bridge, fusion, operators, runtime
 from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
 from tests.support.fakes import FileDestination, FileSink
@@ -189,7 +189,7 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
             # The operator reads the source's numbers (typed); the first map unwraps them, and
             # the writer gets the maps' Python objects with the markers among them.
             assert node.typed_markers is True
-            expected_function: type = runtime.MarkedWriterProcessFunction
+            expected_function: type = operators.MarkedWriterProcessFunction
             assert [type(f) for f in node.upstream_functions] == [fusion.MarkerPassingFunction] * (
                 2 if typed else 1
             )
@@ -198,14 +198,14 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
         else:
             assert node.typed_markers is typed
             expected_function = (
-                runtime.TypedMarkedWriterProcessFunction
+                operators.TypedMarkedWriterProcessFunction
                 if typed
-                else runtime.MarkedWriterProcessFunction
+                else operators.MarkedWriterProcessFunction
             )
     else:
         # PyFlink's own operator: a fused one is the upstream's plain process operator.
         assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)
-        expected_function = runtime.WriterProcessFunction
+        expected_function = operators.WriterProcessFunction
     assert type(node.function) is expected_function
     assert node.ships_bridge_jar is marked
 

@@ -32,7 +32,7 @@ class FakeTableEnv:
 @pytest.fixture
 def jar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     built = tmp_path / "pyflink-gcp-bridge.jar"
-    monkeypatch.setattr(bridge, "build", lambda: built)
+    monkeypatch.setattr(bridge, "require_jar", lambda: built)
     return built.as_uri()
 
 

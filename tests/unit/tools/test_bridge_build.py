@@ -6,17 +6,17 @@ the wheel's Flink jars), so the jar the jobs use is never touched.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.core import ConfigurationError, bridge
+from pyflink_gcp.core import ConfigurationError
+from pyflink_gcp.tools import bridge_build
 
 needs_javac = pytest.mark.skipif(
-    shutil.which("javac", path=bridge._java_path()) is None, reason="no JDK (javac)"
+    shutil.which("javac", path=bridge_build.java_path()) is None, reason="no JDK (javac)"
 )
 CLASSES = {
     "dev/pyflinkgcp/bridge/CheckpointMarkerProcessOperator.class",
@@ -28,6 +28,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/KeepingOutput.class",
     "dev/pyflinkgcp/bridge/RunningFlush.class",
     "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
+    "dev/pyflinkgcp/bridge/SlotWorkerLease.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",
@@ -54,11 +55,11 @@ RESOURCES = {
 def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """The bridge's sources copied to a scratch directory, and where their jar goes."""
     sources = tmp_path / "java"
-    shutil.copytree(bridge._SOURCES, sources)
+    shutil.copytree(bridge_build.SOURCES, sources)
     jar = tmp_path / "jars" / "pyflink-gcp-bridge.jar"
-    monkeypatch.setattr(bridge, "_SOURCES", sources)
-    monkeypatch.setattr(bridge, "JAR", jar)
-    monkeypatch.setattr(bridge, "_DIGEST", jar.with_name(jar.name + ".sha256"))
+    monkeypatch.setattr(bridge_build, "SOURCES", sources)
+    monkeypatch.setattr(bridge_build, "JAR", jar)
+    monkeypatch.setattr(bridge_build, "DIGEST", jar.with_name(jar.name + ".sha256"))
     return sources, jar
 
 
@@ -70,17 +71,17 @@ def without_javac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_javac
 def test_build_compiles_every_operator_and_skips_an_up_to_date_jar(scratch):
     sources, jar = scratch
-    assert bridge.build() == jar
+    assert bridge_build.build() == jar
     assert set(zipfile.ZipFile(jar).namelist()) == {"META-INF/MANIFEST.MF", *CLASSES, *RESOURCES}
     built = (jar.read_bytes(), jar.stat().st_mtime_ns)
-    assert bridge.build() == jar
+    assert bridge_build.build() == jar
     assert (jar.read_bytes(), jar.stat().st_mtime_ns) == built  # up to date: left alone
 
     markers = next(sources.rglob("CheckpointMarkers.java"))
     markers.write_text(markers.read_text() + "\n// a changed source\n")
-    digest = bridge._DIGEST.read_text()
-    bridge.build()
-    assert bridge._DIGEST.read_text() != digest  # rebuilt from the changed source
+    digest = bridge_build.DIGEST.read_text()
+    bridge_build.build()
+    assert bridge_build.DIGEST.read_text() != digest  # rebuilt from the changed source
     assert not list(jar.parent.glob(".*.part"))  # the jar and its digest replaced whole
 
 
@@ -88,17 +89,17 @@ def test_build_compiles_every_operator_and_skips_an_up_to_date_jar(scratch):
 def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monkeypatch):
     """A changed option list rebuilds the jar, whose resource then holds the new list."""
     _, jar = scratch
-    bridge.build()
+    bridge_build.build()
     options = tmp_path / "options.py"
     options.write_text(
-        bridge._TABLE_OPTIONS.read_text().replace(
+        bridge_build.TABLE_OPTIONS.read_text().replace(
             'max_rows: str = "20000"', 'max_rows: str = "12345"'
         )
     )
-    monkeypatch.setattr(bridge, "_TABLE_OPTIONS", options)
-    digest = bridge._DIGEST.read_text()
-    bridge.build()
-    assert bridge._DIGEST.read_text() != digest
+    monkeypatch.setattr(bridge_build, "TABLE_OPTIONS", options)
+    digest = bridge_build.DIGEST.read_text()
+    bridge_build.build()
+    assert bridge_build.DIGEST.read_text() != digest
     with zipfile.ZipFile(jar) as built:
         listed = built.read("META-INF/services/org.apache.flink.table.factories.Factory")
         assert b'"default": "12345"' in built.read("META-INF/pyflink-gcp/table-options.json")
@@ -117,26 +118,23 @@ def test_a_failed_compilation_names_the_error(scratch):
     broken = next(sources.rglob("CheckpointMarkers.java"))
     broken.write_text(broken.read_text().replace("return typed;", "return typo;"))
     with pytest.raises(ConfigurationError, match="compiling the Java bridge failed") as error:
-        bridge.build()
+        bridge_build.build()
     assert "CheckpointMarkers.java" in str(error.value) and "typo" in str(error.value)
 
 
-def test_without_a_jdk_the_sinks_get_no_jar_and_a_warning(scratch, tmp_path, monkeypatch, caplog):
+def test_without_a_jdk_the_build_names_the_jdk(scratch, tmp_path, monkeypatch):
     without_javac(tmp_path, monkeypatch)
     with pytest.raises(ConfigurationError, match="javac was not found"):
-        bridge.build()
-    with caplog.at_level(logging.WARNING, logger="pyflink_gcp.bridge"):
-        assert bridge.bridge_jar() is None
-    assert "Java bridge unavailable" in caplog.text
+        bridge_build.build()
 
 
 def test_an_installed_package_uses_the_jar_it_ships(tmp_path, monkeypatch):
     """No sources next to the package: the shipped jar is used as it is, no JDK needed."""
     without_javac(tmp_path, monkeypatch)
-    monkeypatch.setattr(bridge, "_SOURCES", tmp_path / "no-sources")
+    monkeypatch.setattr(bridge_build, "SOURCES", tmp_path / "no-sources")
     shipped = tmp_path / "pyflink-gcp-bridge.jar"
-    monkeypatch.setattr(bridge, "JAR", shipped)
+    monkeypatch.setattr(bridge_build, "JAR", shipped)
     with pytest.raises(ConfigurationError, match="no Java bridge sources"):
-        bridge.build()
+        bridge_build.build()
     shipped.write_bytes(b"PK")
-    assert bridge.build() == shipped
+    assert bridge_build.build() == shipped

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pyflink_gcp.cli import main
-from pyflink_gcp.cluster import ClusterError
-from pyflink_gcp.cluster.commands import emulator_env, parse_env, running_clusters
+from pyflink_gcp.tools.cluster import ClusterError
+from pyflink_gcp.tools.cluster.commands import emulator_env, parse_env, running_clusters
 
 
 def _dead_pid() -> int:

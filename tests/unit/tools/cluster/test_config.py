@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pyflink_gcp.cluster.config import (
+from pyflink_gcp.tools.cluster.config import (
     ClusterLayout,
     ClusterPorts,
     ClusterSettings,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pyflink_gcp.cluster import ClusterError, StandaloneCluster
-from pyflink_gcp.cluster.standalone import _JOB_ID
+from pyflink_gcp.tools.cluster import ClusterError, StandaloneCluster
+from pyflink_gcp.tools.cluster.standalone import _JOB_ID
 
 JOB = "652fdf8a681bd0ab4c41a28850e82e64"
 

@@ -1,0 +1,208 @@
+"""What runs on the worker: the writer operator's Python functions.
+
+:mod:`pyflink_gcp.core.runtime` builds the job graph in the client and picks one of these
+functions for the writer operator; PyFlink pickles it (by reference to this module) and runs it
+in the Python worker. There it opens a :class:`~pyflink_gcp.core.sink_writer.SinkWriter`, hands
+it every record and decides, at every bundle end, whether the writer waits for its writes:
+
+- **At every bundle end** (:class:`WriterProcessFunction`), where the writer runs as PyFlink's
+  own process operator. The operator's ``prepareSnapshotPreBarrier`` ends the current bundle and
+  waits for the Python side, which evaluates the operator's metric gauges at every bundle end;
+  the writer registers its flush as a gauge (``FLUSH_GAUGE``), so every checkpoint barrier
+  waits for a full flush. Python alone cannot tell a checkpoint's bundle end from a size or
+  time one, so every bundle end waits.
+- **At checkpoint markers** (:class:`MarkedWriterProcessFunction`,
+  :class:`TypedMarkedWriterProcessFunction`), where the writer runs as the Java bridge's marker
+  operator (:mod:`pyflink_gcp.core.bridge`). That operator puts a ``(MARKER_TAG,
+  checkpoint_id)`` element into the input just before each barrier's bundle end and one
+  (``END_OF_INPUT``) at the end of input. The writer waits for its writes at those markers
+  only; an ordinary bundle end hands the batches that are due (``max_buffer_time`` old) to the
+  senders and goes on, so writes stay in flight while records keep coming and young batches
+  keep filling. After ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits for
+  everything. The barrier still waits for the marker's flush, so the delivery guarantee is the
+  same. On a typed stream (records that are not pickled Python objects) every element comes as
+  the row ``(marker, record)``.
+
+Every :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` leaving a function (from
+``open``, a record, a marker or a bundle end) is marked on its way out
+(:func:`~pyflink_gcp.core.errors.mark_non_retriable`); the bridge's operator finds the mark in
+the failure PyFlink reports and ends the job once instead of restarting it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
+
+from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
+from pyflink_gcp.core.metrics import SINK_GROUP
+from pyflink_gcp.core.runtime_info import subtask_info
+from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
+
+__all__ = [
+    "END_OF_INPUT",
+    "FLUSH_GAUGE",
+    "MARKERLESS_FLUSH_S",
+    "MARKER_TAG",
+    "MarkedWriterProcessFunction",
+    "TypedMarkedWriterProcessFunction",
+    "WriterProcessFunction",
+]
+
+# The logger users know from docs/production.md; the job wiring logs under it too.
+_LOG = logging.getLogger("pyflink_gcp.runtime")
+
+#: The name of the operator's metric gauge whose evaluation at every bundle end is the flush.
+FLUSH_GAUGE = "pyflinkGcpFlushes"
+
+#: The first item of a marker element; the Java operator pickles ``(MARKER_TAG, id)``.
+MARKER_TAG = "\x00pyflink-gcp:checkpoint"
+#: The id of the marker sent at the end of input.
+END_OF_INPUT = -1
+#: Under markers, an ordinary bundle end still waits for everything when no marker came for
+#: this long: a job without checkpoints (or with rare ones) then still retries failed writes
+#: and surfaces errors within this time, and no failed write is held indefinitely.
+MARKERLESS_FLUSH_S = 30.0
+
+
+class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
+    """The writer operator's Python function, on a plain or a keyed stream.
+
+    PyFlink's process-mode runtime tells a keyed function from a plain one by the function type
+    the operator is built with (``KEYED_PROCESS`` or ``PROCESS``), not by its class: either way it
+    calls ``open``, ``process_element`` and ``close``, and ``on_timer`` only for timers, which a
+    writer never registers. So one class is both kinds of function, and its subclasses differ
+    only in what their input elements are. This one writes every element and waits for its
+    writes at every bundle end.
+    """
+
+    #: Checkpoints are marked in the input: ordinary bundle ends need not wait.
+    _marked = False
+
+    def __init__(self, config: SinkConfig) -> None:
+        self._config = config
+        self._writer: SinkWriter | None = None
+        self.markers = 0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        try:
+            self._open(runtime_context)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+
+    def _open(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group()
+        if group is None:
+            raise ConfigurationError(
+                f"sink '{self._config.sink_name}': Python metrics are disabled "
+                "(python.metric.enabled=false). pyflink-gcp flushes before each checkpoint "
+                "barrier through the operator's metric hook; without it records could be lost "
+                "on failure, so the sink refuses to run. Enable python.metric.enabled."
+            )
+        info = subtask_info(runtime_context, self._config)
+        writer = SinkWriter(self._config)
+        sink_group = group.add_group(SINK_GROUP)
+        writer.open(info, sink_group)
+        self._writer = writer
+        group.gauge(FLUSH_GAUGE, self._on_bundle_end)
+        sink_group.gauge("activeWriters", lambda: len(writer.registry))
+        sink_group.gauge("writersReleased", lambda: writer.registry.released)
+        sink_group.gauge("recordsWritten", lambda: writer.records_written)
+        sink_group.gauge("recordsSkipped", lambda: writer.skipped)
+        sink_group.gauge("recordsDropped", lambda: writer.router.dropped)
+        sink_group.gauge("recordsDeadLettered", lambda: writer.router.dead_lettered)
+        sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
+        sink_group.gauge("checkpointMarkers", lambda: self.markers)
+        for name, read in self._config.factory.gauges().items():
+            sink_group.gauge(name, read)
+
+    def _on_bundle_end(self) -> int:
+        assert self._writer is not None
+        try:
+            if self._marked and time.monotonic() - self._writer.flushed_at < MARKERLESS_FLUSH_S:
+                self._writer.send_due()
+            else:
+                self._writer.flush()
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        return self._writer.flushes
+
+    def _on_marker(self, marker_id: int) -> list[Any] | None:
+        """A checkpoint barrier (or the end of input) follows: everything written must be durable.
+
+        Returns:
+            A committing writer's committables, the operator's output to the committer (they
+            leave before the barrier); None for every other writer.
+        """
+        writer = self._writer
+        assert writer is not None
+        self.markers += 1
+        try:
+            writer.flush()
+            committables = writer.prepare(marker_id) if writer.commits else None
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        _LOG.debug(
+            "%s: flushed for %s",
+            self._config.sink_name,
+            "the end of input" if marker_id == END_OF_INPUT else f"checkpoint {marker_id}",
+        )
+        return committables
+
+    def _write(self, value: Any, ctx: Any) -> list[Any] | None:
+        """Write one record; no output (the return type is ``process_element``'s)."""
+        writer = self._writer
+        assert writer is not None
+        writer.context._set_time(ctx.timestamp(), ctx.timer_service().current_watermark())
+        try:
+            writer.write(value)
+        except NonRetriableSinkError as exc:
+            mark_non_retriable(exc)
+            raise
+        return None
+
+    process_element = _write
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class MarkedWriterProcessFunction(WriterProcessFunction):
+    """The writer of pickled Python objects under a marker operator.
+
+    A marker is the tuple ``(MARKER_TAG, checkpoint id)`` among the records (a keyed stream's
+    values); the writer waits for its writes only there.
+    """
+
+    _marked = True
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
+        if type(value) is tuple and len(value) == 2 and value[0] == MARKER_TAG:
+            return self._on_marker(value[1])
+        self._write(value, ctx)
+        return None
+
+
+class TypedMarkedWriterProcessFunction(WriterProcessFunction):
+    """The writer of typed records under a marker operator that wraps them.
+
+    Every element (a keyed stream's value) is the row ``(marker, record)``: ``(None, record)``
+    for a record of the stream's type, ``(checkpoint id, None)`` for a marker.
+    """
+
+    _marked = True
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
+        marker = value[0]
+        if marker is None:
+            self._write(value[1], ctx)
+            return None
+        return self._on_marker(marker)
