@@ -98,8 +98,10 @@ final class SlotWorkerLease {
 
     /**
      * Releases the lease: once the slot's other holders released theirs, on a daemon thread (so
-     * the operator's close does not wait), when the operator's own flush ended; at once, on the
-     * closing thread, when it did not.
+     * the operator's close does not wait), when its task is cancelled or failing and the
+     * operator's own flush ended; at once, on the closing thread, otherwise (a task that ends
+     * normally closes the worker as PyFlink does, so every Python function's close() has run
+     * before the job counts as finished).
      *
      * <p>Why not always later: a flush that did not end usually waits on a Python worker that is
      * gone, and closing Beam's environment then can block for good. On the task's thread that
@@ -108,13 +110,13 @@ final class SlotWorkerLease {
      * attempt in that slot would fail to get it.
      *
      * @param lease the lease from {@link #take}, or null
-     * @param flushEnded whether the operator's own flush ended before it closed
+     * @param deferred whether to release later (a cancelled or failing task whose flush ended)
      */
-    static void release(SlotWorkerLease lease, boolean flushEnded) throws Exception {
+    static void release(SlotWorkerLease lease, boolean deferred) throws Exception {
         if (lease == null) {
             return;
         }
-        if (!flushEnded) {
+        if (!deferred) {
             try {
                 lease.closeLease();
             } catch (Exception e) {
