@@ -218,7 +218,8 @@ def _writer_options(
         TableOption(
             "failure-handler",
             "enum",
-            "What happens to rows the service rejects for their content.",
+            "What happens to rows the service rejects for their content and to rows with no"
+            " destination (a NULL template column).",
             default="fail",
             choices=("fail", "drop", "dead-letter"),
             maps_to="set_failure_handler",

@@ -119,18 +119,9 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
      */
     @Override
     public void close() throws Exception {
-        boolean flushEnded = false;
-        // Only a cancelled or failing task hands the last release to a thread of ours: a task
-        // that ends normally closes the worker itself, so the Python functions' close() has run
-        // before the job counts as finished.
-        boolean ending = getContainingTask().isCanceled() || getContainingTask().isFailing();
-        try {
-            flushEnded = RunningFlush.close(this, getOperatorName(), super::close);
-        } finally {
-            SlotWorkerLease lease = slotWorker;
-            slotWorker = null;
-            SlotWorkerLease.release(lease, flushEnded && ending);
-        }
+        SlotWorkerLease lease = slotWorker;
+        slotWorker = null;
+        SlotWorkerLease.close(this, getContainingTask(), getOperatorName(), lease, super::close);
     }
 
     /** Every Python failure surfaces at a bundle end: one a restart cannot fix ends the job. */

@@ -11,6 +11,8 @@ import java.util.concurrent.locks.Lock;
 
 import org.apache.flink.runtime.memory.MemoryManager;
 import org.apache.flink.runtime.memory.OpaqueMemoryResource;
+import org.apache.flink.streaming.api.operators.python.process.AbstractExternalPythonFunctionOperator;
+import org.apache.flink.streaming.runtime.tasks.StreamTask;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -93,6 +95,30 @@ final class SlotWorkerLease {
         } catch (Exception | LinkageError e) {
             LOG.warn("{}: could not hold the slot's Python worker; closing as PyFlink does", name, e);
             return null;
+        }
+    }
+
+    /**
+     * Closes a sink operator: waits for its running flush and closes it ({@link RunningFlush}),
+     * then releases its extra lease ({@link #release}).
+     *
+     * <p>Only a cancelled or failing task hands the last release to a thread of ours: a task that
+     * ends normally closes the worker itself, so the Python functions' close() has run before the
+     * job counts as finished.
+     */
+    static void close(
+            AbstractExternalPythonFunctionOperator<?> operator,
+            StreamTask<?, ?> task,
+            String name,
+            SlotWorkerLease lease,
+            RunningFlush.Closer close)
+            throws Exception {
+        boolean ending = task.isCanceled() || task.isFailing();
+        boolean flushEnded = false;
+        try {
+            flushEnded = RunningFlush.close(operator, name, close);
+        } finally {
+            release(lease, flushEnded && ending);
         }
     }
 
