@@ -40,7 +40,6 @@ class Ledger:
         emitted: Times the map handed each id to the sink's operator, over every attempt.
         times: The epoch ms of every hand-on by the map, sorted (for :meth:`between`).
         when: Each id's hand-on times by the map (epoch ms), in log order.
-        dropped: The ``(first, last)`` ranges of ids dropped after the finish.
         last_word: Per id, whether the latest map attempt that reached it (attempts ordered by
             their log's creation) dropped it; an attempt's hand-on and its drop of one id cannot
             both happen.
@@ -52,7 +51,6 @@ class Ledger:
     emitted: Counter[int] = field(default_factory=Counter)
     times: list[int] = field(default_factory=list)
     when: dict[int, list[int]] = field(default_factory=dict)
-    dropped: list[tuple[int, int]] = field(default_factory=list)
     last_word: dict[int, tuple[int, bool]] = field(default_factory=dict)
     logs: int = 0
 
@@ -94,12 +92,6 @@ class Ledger:
             if dropped and (i in self.handed or i in self.emitted)
         }
 
-    def never_handed(self, ids: list[int]) -> set[int]:
-        """Those of ``ids`` that were finally dropped and never handed to the sink."""
-        return {
-            i for i in self.finally_dropped(ids) if i not in self.handed and i not in self.emitted
-        }
-
 
 def read_ledger(control: Path) -> Ledger:
     """Reads every emission log under ``control``; a torn last line (the process was killed
@@ -113,7 +105,6 @@ def read_ledger(control: Path) -> Ledger:
             parts = line.split()
             if len(parts) == 3 and parts[0] == "d":
                 first, last = int(parts[1]), int(parts[2])
-                ledger.dropped.append((first, last))
                 if not sink:
                     for record in range(first, last + 1):
                         _say(ledger, record, attempt, dropped=True)

@@ -24,7 +24,6 @@ def test_a_drop_after_a_rolled_back_handing_excuses_the_id(tmp_path: Path) -> No
     ledger = read_ledger(tmp_path)
 
     assert ledger.finally_dropped([1, 2, 3, 4, 5, 6, 7]) == {4, 5, 6}
-    assert ledger.never_handed([4, 5, 6]) == {5, 6}
     assert ledger.rolled_back() == {4}
     assert ledger.resent == 1
 
