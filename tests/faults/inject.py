@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyflink_gcp.tools.cluster import ClusterError, StandaloneCluster
-from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES
+from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES, TaskManager
 from pyflink_gcp.tools.emulators import EmulatorStack
 from pyflink_gcp.tools.emulators.processes import group_members
 
@@ -172,11 +172,38 @@ def settle(cluster: StandaloneCluster, ended: list[str], timeout: float = 30.0) 
             break
         time.sleep(0.5)
     time.sleep(3.0)
+    wait_for_dying_taskmanagers(cluster, timeout=timeout)
     for what in replace_dead_taskmanagers(cluster):
         ended.append(what)
         print(
             f"    a TaskManager ended by itself after the job's end, replaced: {what}", flush=True
         )
+
+
+FATAL_MARK = "Fatal error occurred while executing the TaskManager"
+
+
+def dying_taskmanagers(cluster: StandaloneCluster) -> list[TaskManager]:
+    """The live TaskManagers that logged Flink's fatal error: they shut down about 10 s later
+    (the runner's grace period), and are then found by ``replace_dead_taskmanagers``."""
+    dying = []
+    for taskmanager in cluster.taskmanagers:
+        if taskmanager.killed or taskmanager.process.describe_exit() is not None:
+            continue
+        for log in cluster.layout.log.glob(f"flink-{taskmanager.resource_id}-taskexecutor-*.log"):
+            with contextlib.suppress(OSError), log.open(errors="replace") as lines:
+                if any(FATAL_MARK in line for line in lines):
+                    dying.append(taskmanager)
+                    break
+    return dying
+
+
+def wait_for_dying_taskmanagers(cluster: StandaloneCluster, timeout: float = 30.0) -> None:
+    """Waits until every TaskManager that logged a fatal error has exited, so that it is
+    counted against the target whose job it served and not against the next one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and dying_taskmanagers(cluster):
+        time.sleep(0.5)
 
 
 def last_completed_ms(cluster: StandaloneCluster, job_id: str) -> int | None:

@@ -30,12 +30,17 @@ import org.slf4j.LoggerFactory;
  * and awaited for a bounded time, ignoring the interrupts a cancel keeps sending, so the flush
  * releases its reference before the factory counts them. The bound stays well below Flink's
  * task cancellation timeout (180 s by default), after which the TaskManager itself would be
- * ended; a flush that outlasts it is logged, and the close goes on as before.
+ * ended. A flush that outlasts it is interrupted (it is then usually stuck sending to a Python
+ * worker that died, holding a lock the close needs) and given a few seconds more; one that
+ * outlasts that too is logged, and the close goes on as before.
  */
 final class RunningFlush {
 
     /** How long a close waits for a running flush. */
     static final Duration WAIT = Duration.ofSeconds(30);
+
+    /** How long a close waits, after interrupting it, for a flush that outlasted {@link #WAIT}. */
+    static final Duration AFTER_INTERRUPT = Duration.ofSeconds(5);
 
     /** The message of Beam's error when a bundle reference is released twice. */
     static final String NEGATIVE_REFERENCE_COUNT = "Reference count must not be negative.";
@@ -103,16 +108,60 @@ final class RunningFlush {
         }
         long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         if (!ended) {
-            LOG.warn(
-                    "{}: a Python bundle was still being flushed {} ms after the operator began"
-                            + " to close; closing anyway",
-                    name,
-                    waitedMs);
+            ended = interruptFlush(pool, name, waitedMs);
         } else if (waitedMs >= 100) {
             LOG.info(
                     "{}: waited {} ms for the running Python bundle to end before closing",
                     name,
                     waitedMs);
+        }
+        return ended;
+    }
+
+    /**
+     * Interrupts a flush that outlasted the wait and gives it a short while to end.
+     *
+     * <p>Why: such a flush is usually sending to a Python worker that is gone. Beam's outbound
+     * observer then loops in {@code onNext} waiting for the dead stream to become ready, holding
+     * the observer's monitor; the runner's close needs that monitor to send {@code onError}, so
+     * it would block until Flink's cancellation watchdog ends the TaskManager. Interrupting the
+     * flush thread makes {@code onNext} give up and release the monitor.
+     *
+     * @return whether the flush ended after the interrupt
+     */
+    private static boolean interruptFlush(ExecutorService pool, String name, long waitedMs) {
+        pool.shutdownNow();
+        boolean ended = false;
+        boolean interrupted = false;
+        long deadline = System.nanoTime() + AFTER_INTERRUPT.toNanos();
+        while (true) {
+            long left = deadline - System.nanoTime();
+            try {
+                ended = pool.awaitTermination(Math.max(0L, left), TimeUnit.NANOSECONDS);
+                break;
+            } catch (InterruptedException e) {
+                interrupted = true;
+                if (left <= 0) {
+                    break;
+                }
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+        if (ended) {
+            LOG.warn(
+                    "{}: a Python bundle was still being flushed {} ms after the operator began"
+                            + " to close; its flush was interrupted and ended",
+                    name,
+                    waitedMs);
+        } else {
+            LOG.warn(
+                    "{}: a Python bundle was still being flushed {} ms after the operator began"
+                            + " to close, and {} s after an interrupt; closing anyway",
+                    name,
+                    waitedMs,
+                    AFTER_INTERRUPT.getSeconds());
         }
         return ended;
     }
