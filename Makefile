@@ -16,8 +16,9 @@ demo: setup
 # clean venv must see neither.
 # Every example on a standalone cluster (tests/cluster/test_examples.py) takes minutes, so it
 # runs in `make cluster-test` only; `make test` keeps the cluster's TaskManager-kill test.
+# --durations lists the 30 slowest tests, so a run shows where its wall time goes.
 test: setup
-	$(PY) -m pytest tests --ignore=tests/packaging --ignore=tests/cluster/test_examples.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/packaging --ignore=tests/cluster/test_examples.py --durations=30 $(PYTEST_ARGS)
 	$(PY) -m pytest tests/packaging $(PYTEST_ARGS) || test $$? -eq 5
 
 cluster-test: setup

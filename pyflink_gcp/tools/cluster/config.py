@@ -102,6 +102,13 @@ class ClusterSettings:
         restart_max_delay: ``...max-backoff``: a job that keeps failing is restarted at most
             this often.
         restart_reset_after: ``...reset-backoff-threshold``.
+        startup_period: ``resourcemanager.standalone.start-up-time``. While it lasts, a slot
+            request no registered TaskManager can serve waits for one to register (up to
+            ``slot.request.timeout``); after it, such a request fails at once. Flink's default
+            is ``slot.request.timeout`` (5 min) counted from the cluster's start, so on a
+            cluster older than that a job whose TaskManager died does not wait for the
+            replacement: its restarts fail ("no resource available") and climb the restart
+            backoff until one registers. A year keeps the waiting for the cluster's life.
         python: The interpreter of the job client and of every Python worker.
         extra: More configuration entries (flat keys), applied last.
     """
@@ -114,9 +121,10 @@ class ClusterSettings:
     heartbeat_timeout: str = "15 s"
     heartbeat_rpc_failure_threshold: int = 2
     restart_attempts: int = 20
-    restart_delay: str = "500 ms"
+    restart_delay: str = "100 ms"
     restart_max_delay: str = "10 s"
-    restart_reset_after: str = "10 s"
+    restart_reset_after: str = "5 s"
+    startup_period: str = "365 d"
     python: str = field(default_factory=lambda: sys.executable)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -259,6 +267,7 @@ def cluster_config(
             settings.restart_attempts
         ),
         "jobmanager.execution.failover-strategy": "region",
+        "resourcemanager.standalone.start-up-time": settings.startup_period,
         "heartbeat.interval": settings.heartbeat_interval,
         "heartbeat.timeout": settings.heartbeat_timeout,
         "heartbeat.rpc-failure-threshold": settings.heartbeat_rpc_failure_threshold,

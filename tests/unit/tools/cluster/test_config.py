@@ -89,15 +89,18 @@ def test_configuration_uses_loopback_and_the_chosen_ports(layout: ClusterLayout)
     assert config["python.executable"] == config["python.client.executable"] == "/venv/bin/python"
     assert config["execution.checkpointing.dir"] == (layout.root / "checkpoints").as_uri()
     # Recovery in seconds: a refused heartbeat twice in a row declares a TaskManager lost, and
-    # the first restart comes after half a second, backing off when failures repeat.
+    # the first restart comes after 100 ms, backing off when failures repeat within 5 s.
     assert config["restart-strategy.type"] == "exponential-delay"
-    assert config["restart-strategy.exponential-delay.initial-backoff"] == "500 ms"
+    assert config["restart-strategy.exponential-delay.initial-backoff"] == "100 ms"
     assert config["restart-strategy.exponential-delay.max-backoff"] == "10 s"
+    assert config["restart-strategy.exponential-delay.reset-backoff-threshold"] == "5 s"
     assert config["restart-strategy.exponential-delay.attempts-before-reset-backoff"] == 20
     assert config["jobmanager.execution.failover-strategy"] == "region"
     assert config["heartbeat.interval"] == "1 s"
     assert config["heartbeat.timeout"] == "15 s"
     assert config["heartbeat.rpc-failure-threshold"] == 2
+    # A restart waits for a replacement TaskManager however old the cluster is.
+    assert config["resourcemanager.standalone.start-up-time"] == "365 d"
 
 
 def test_extra_entries_win(layout: ClusterLayout) -> None:
