@@ -3,10 +3,9 @@
 The Storage Write API takes a request's rows either as serialized protobuf messages
 (:mod:`pyflink_gcp.bigquery.rows`) or as one Arrow IPC record batch with an Arrow schema. Arrow
 is built a column at a time by the Arrow C++ converter, and the service (and the emulator) load
-it without decoding rows one by one. Measured against the emulator with the same 60,000 rows in
-requests of 5,000: protobuf rows cost the emulator about 14-17 µs of CPU per row, Arrow about
-2.5 µs; on the client this encoder costs 0.51-0.56 µs per row, checks included, and the
-protobuf encoder about 1.1 µs (``bench/bigquery.py`` prints both).
+it without decoding rows one by one. So Arrow rows cost less CPU than protobuf rows on both
+sides: this encoder, checks included, spends less per row than the protobuf encoder, and the
+server that loads them far less (``bench/README.md``, BigQuery, has the figures).
 
 Arrow's converter is more forgiving than a column type allows (it truncates ``1.5`` to an INT64,
 reads a ``str`` as BYTES), so an :class:`ArrowEncoder` only takes a batch whose every value has
@@ -16,7 +15,7 @@ TIMESTAMP as text, a NUMERIC as a string, a column name in another case, an unkn
 None, and the writer encodes that batch as protobuf rows, whose lenient per-row conversion and
 per-row errors decide. So Arrow changes how valid rows travel, never which rows are valid. The
 same holds for a TIMESTAMP in a range where an int is another unit than microseconds
-(:func:`~pyflink_gcp.bigquery.rows.epoch_micros`): the protobuf rows refuse those ints.
+(:func:`~pyflink_gcp.bigquery.values.epoch_micros`): the protobuf rows refuse those ints.
 
 Tables with a column Arrow is not used for (RECORD, REPEATED, JSON, DATETIME, TIME, GEOGRAPHY,
 BIGNUMERIC, INTERVAL, RANGE) are written as protobuf rows throughout.
@@ -32,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyflink_gcp.bigquery.rows import (
+from pyflink_gcp.bigquery.values import (
     MICROS_FROM,
     SECONDS_FROM,
     TIMESTAMP_MAX_MICROS,
@@ -64,7 +63,7 @@ _NONE = type(None)
 
 def _other_unit(array: pa.Array) -> bool:
     """Whether a TIMESTAMP column holds a value in the ranges where
-    :func:`~pyflink_gcp.bigquery.rows.epoch_micros` refuses an int (seconds, milliseconds,
+    :func:`~pyflink_gcp.bigquery.values.epoch_micros` refuses an int (seconds, milliseconds,
     nanoseconds). A ``datetime`` in those years goes as protobuf rows too, which take it."""
     micros = array.cast(pa.int64())
     suspect = pc.or_(

@@ -6,7 +6,7 @@ and ``BIGQUERY_STORAGE_EMULATOR_HOST`` (Storage Write gRPC), both ``host:port`` 
 server with anonymous credentials, like the gcloud emulators' variables.
 
 AppendRows is called on the raw channel rather than through ``BigQueryWriteClient``: requests
-are built as raw protobuf messages (proto-plus wrappers cost about 50x more per request), and
+are built as raw protobuf messages (proto-plus wrappers cost far more CPU per request), and
 every request names its stream, which the client's ``AppendRowsStream`` helper sends only on
 the first one (the emulator then answers ``Stream not found``).
 """
@@ -29,7 +29,7 @@ STORAGE_EMULATOR_VARIABLE = "BIGQUERY_STORAGE_EMULATOR_HOST"
 DEFAULT_STORAGE_HOST = "bigquerystorage.googleapis.com:443"
 _APPEND_ROWS = "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows"
 
-# Raw protobuf classes: building requests through proto-plus wrappers costs ~50x more.
+# Raw protobuf classes: building requests through proto-plus wrappers costs far more.
 AppendRowsRequest = storage_types.AppendRowsRequest.pb()
 AppendRowsResponse = storage_types.AppendRowsResponse.pb()
 ProtoSchema = storage_types.ProtoSchema.pb()

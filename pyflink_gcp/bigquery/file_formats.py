@@ -4,7 +4,7 @@ A load job reads a staged file long after the records in it are gone, and one va
 read fails the whole job. So every row is converted with the table's schema when it is
 written (:class:`~pyflink_gcp.bigquery.rows.ColumnTree`, the lenient conversion of the Storage
 Write encoder): a row that does not fit, or lacks a REQUIRED column, is a
-:class:`~pyflink_gcp.bigquery.rows.RowError` for the failure handler, with its record. Only the
+:class:`~pyflink_gcp.bigquery.values.RowError` for the failure handler, with its record. Only the
 last step differs per format:
 
 - ``NEWLINE_DELIMITED_JSON``: one JSON object per line (the JSON forms in
@@ -35,11 +35,12 @@ from datetime import datetime, time
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from pyflink_gcp.bigquery import rows
+from pyflink_gcp.bigquery import rows, values
 from pyflink_gcp.bigquery.json_rows import JSON_CONVERTERS
 from pyflink_gcp.bigquery.options import FileFormat
-from pyflink_gcp.bigquery.rows import ColumnTree, RowError, SchemaNotSupportedError
+from pyflink_gcp.bigquery.rows import ColumnTree, SchemaNotSupportedError
 from pyflink_gcp.bigquery.schema_update import SchemaUpdate
+from pyflink_gcp.bigquery.values import RowError
 from pyflink_gcp.core.errors import WriteError
 
 _MICROS_PER_SECOND = 1_000_000
@@ -59,7 +60,7 @@ def _decimal(scale: int, precision: int) -> Any:
     limit = precision - scale
 
     def convert(value: Any) -> Decimal:
-        number = Decimal(rows.to_numeric(value))
+        number = Decimal(values.to_numeric(value))
         if number and number.adjusted() >= limit:
             raise RowError(f"{value!r:.60} has more than {limit} digits before the point")
         return number.quantize(quantum, context=context)
@@ -68,23 +69,23 @@ def _decimal(scale: int, precision: int) -> Any:
 
 
 def _time_micros(value: Any) -> int:
-    parsed = time.fromisoformat(rows.to_time(value))
+    parsed = time.fromisoformat(values.to_time(value))
     return (
         (parsed.hour * 60 + parsed.minute) * 60 + parsed.second
     ) * _MICROS_PER_SECOND + parsed.microsecond
 
 
 def _civil_micros(value: Any) -> int:
-    delta = datetime.fromisoformat(rows.to_datetime(value)) - _EPOCH_CIVIL
+    delta = datetime.fromisoformat(values.to_datetime(value)) - _EPOCH_CIVIL
     return (delta.days * 86_400 + delta.seconds) * _MICROS_PER_SECOND + delta.microseconds
 
 
 #: BigQuery type → converter, for Avro (``DATETIME`` stays the civil-time string).
 AVRO_CONVERTERS: dict[str, Any] = {
     **JSON_CONVERTERS,
-    "BYTES": rows.to_bytes,
-    "TIMESTAMP": rows.to_timestamp,
-    "DATE": rows.to_date,
+    "BYTES": values.to_bytes,
+    "TIMESTAMP": values.to_timestamp,
+    "DATE": values.to_date,
     "TIME": _time_micros,
     "NUMERIC": _decimal(9, 38),
     "BIGNUMERIC": _decimal(38, 77),

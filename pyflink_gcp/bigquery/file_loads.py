@@ -54,11 +54,11 @@ from pyflink_gcp.bigquery.options import (
     BigQueryFileLoadsOptions,
     BigQueryWriterOptions,
 )
-from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.schema_update import UnknownFields, fatal_reason
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, row_payload
 from pyflink_gcp.bigquery.staging import Staging, open_staging
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
+from pyflink_gcp.bigquery.values import RowError
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord

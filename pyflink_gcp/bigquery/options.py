@@ -69,9 +69,10 @@ class RowFormat(enum.Enum):
     ``ARROW`` (the default) sends a request's plain rows as one Arrow record batch when every
     column of the table has an Arrow form and every value already has its column's Python type;
     any other request, and every change-data-capture row, goes as protobuf rows. The service
-    decodes Arrow a column at a time, which the emulator does about six times faster than
-    protobuf rows. ``PROTO`` always sends protobuf rows (for a project or endpoint that does not
-    accept Arrow: early versions of the API documented Arrow ingestion as allowlisted).
+    decodes Arrow a column at a time; the emulator spends a fraction of the CPU per row that it
+    spends decoding protobuf rows one by one (``bench/README.md``, BigQuery). ``PROTO`` always
+    sends protobuf rows (for a project or endpoint that does not accept Arrow: early versions of
+    the API documented Arrow ingestion as allowlisted).
     """
 
     ARROW = "ARROW"
@@ -240,14 +241,16 @@ class FileFormat(enum.Enum):
     :mod:`pyflink_gcp.bigquery.file_formats` for the types each format uses).
 
     - ``PARQUET`` (the default): columnar, snappy-compressed. Of the three it costs the writer
-      the least CPU per row (0.5-0.7x JSON's) and makes files about 0.15x the size of JSON's
-      (``bench/file_formats.py``); the price is memory: an open file holds up to 2,000
+      the least CPU per row (its columns are built in Arrow's C++ converter) and makes files a
+      fraction of the size of JSON's; the price is memory: an open file holds up to 2,000
       converted rows until it writes them as a row group.
     - ``AVRO``: binary rows with the table's types in deflate-compressed blocks, streamed to
-      the file (nothing held); the smallest files (about 0.12x JSON's), but about 1.3x JSON's
-      CPU per row.
-    - ``NEWLINE_DELIMITED_JSON``: one JSON object per line, uncompressed (6-8x the bytes of
-      the others); readable by eye.
+      the file (nothing held); the smallest files, but the most CPU per row (encoded row by
+      row with logical types).
+    - ``NEWLINE_DELIMITED_JSON``: one JSON object per line, uncompressed (several times the
+      bytes of the others); readable by eye.
+
+    ``bench/README.md`` ("FILE_LOADS file formats") has the figures.
     """
 
     AVRO = "AVRO"

@@ -32,7 +32,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud.bigquery import SchemaField
 
-from pyflink_gcp.bigquery.rows import RowError, UnknownColumnError, bq_type
+from pyflink_gcp.bigquery.rows import UnknownColumnError, bq_type
+from pyflink_gcp.bigquery.values import RowError
 from pyflink_gcp.core.errors import ConfigurationError
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")

@@ -40,10 +40,10 @@ from pyflink_gcp.bigquery.client import (
 from pyflink_gcp.bigquery.connections import ConnectionPool, Lease
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
-from pyflink_gcp.bigquery.rows import RowError
 from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
+from pyflink_gcp.bigquery.values import RowError
 from pyflink_gcp.core.batching import OpenBatch
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError

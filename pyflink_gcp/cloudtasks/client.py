@@ -2,13 +2,14 @@
 
 The hot path sends ``CreateTask`` as raw bytes on a ``grpc.aio`` channel driven by an
 event-loop thread (:class:`AsyncChannel`, on :mod:`pyflink_gcp.core.aio`), behind the
-synchronous ``future()`` face of a ``grpc.Channel``. Why ``grpc.aio`` on a loop thread: on a
-machine whose cores the job shares, CPU per call bounds the sink. Measured against the emulator
-with 256 calls in flight and raw protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of
-client CPU, the synchronous channel's ``future()`` 160-310 µs, the generated client in a thread
-pool 500-610 µs (proto-plus wrapping, one thread per call); several synchronous channels were
-slower than one (each adds a polling thread). The processing thread only appends encoded
-requests to the loop's inbox, waking it once per batch.
+synchronous ``future()`` face of a ``grpc.Channel``. Why ``grpc.aio`` on a loop thread: the API
+creates one task per call, so on a machine whose cores the job shares, client CPU per call bounds
+the sink. With raw protobuf requests and hundreds of calls in flight, a ``grpc.aio`` call costs
+less client CPU than the synchronous channel's ``future()``, and a fraction of what the generated
+client costs in a thread pool (proto-plus wrapping, one thread per call); several synchronous
+channels cost more than one (each adds a polling thread). ``bench/README.md`` (Cloud Tasks) has
+the figures. The processing thread only appends encoded requests to the loop's inbox, waking it
+once per batch.
 
 The queue check's ``GetQueue`` is a raw call too, on a synchronous channel of its own
 (:func:`get_queue_stub`): its first attempt is a ``grpc.Future`` no Python thread waits on.

@@ -7,7 +7,8 @@ it. The check costs one ``GetQueue`` per queue and subtask, remembered across wr
 (the last :data:`~pyflink_gcp.core.checked.CHECKED_NAMES_LIMIT` queues used).
 
 It does not block the processing thread: at thousands of queues a blocking ``GetQueue`` per new
-queue cost that thread a round trip each (10,000 queues at 20 ms: 200 s per subtask). When a
+queue would cost that thread a round trip each (10,000 queues at 20 ms a round trip: 200 s per
+subtask). When a
 queue's writer is created, :meth:`QueueCheck.start` sends the first attempt as a gRPC future
 (:class:`~pyflink_gcp.core.checked.PendingCheck`); if it fails, the full check (the retry
 policy's retries, the errors naming the queue) runs on a small pool of the check's own. The

@@ -11,8 +11,8 @@ from google.cloud import tasks_v2
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError
 from pyflink_gcp.core.functions import describe_callable, short_repr, with_context
 
-# The raw protobuf classes: building these directly is several times cheaper than the
-# proto-plus wrappers, and the writer sends them without conversion.
+# The raw protobuf classes: building these directly skips the proto-plus wrappers' per-field
+# conversion, and the writer sends them without conversion.
 TaskPb: Any = tasks_v2.Task.pb()
 HttpRequestPb: Any = tasks_v2.HttpRequest.pb()
 

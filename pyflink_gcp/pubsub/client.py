@@ -4,14 +4,14 @@ The sink publishes with the generated protobuf classes over a plain unary call i
 high-level ``PublisherClient``: that client runs its own batching threads and futures per message,
 while the sink already batches per topic and flushes at checkpoint barriers. Publish is started
 without waiting, as a gRPC future of the synchronous channel (:meth:`PubSubRpc.publish_future`)
-whose done-callbacks run on gRPC's polling thread: no Python thread blocks per request. Measured
-in one subtask's writer against the null backend at 10,000 topics (``bench/sink_cpu.py``), these
-futures cost less client CPU per record than blocking calls on a thread pool and than
-``grpc.aio`` calls on an event loop (whose per-call Python work, a task and a coroutine per call,
-outweighed the polling thread here). The blocking calls serve the retries after a first attempt
-failed, the topic check under ``CREATE_IF_NEEDED`` and the dead-letter topic's check (GetTopic as
-a plain unary call too: the generated client costs about a millisecond of CPU per call; its
-errors are turned into the ``google.api_core`` exceptions the generated client raises) and
+whose done-callbacks run on gRPC's polling thread: no Python thread blocks per request. At
+thousands of topics these futures cost less client CPU per record than blocking calls on a
+thread pool and than ``grpc.aio`` calls on an event loop (whose per-call Python work, a task and
+a coroutine per call, outweighs the polling thread); ``bench/README.md`` ("How Publish is
+started") has the figures. The blocking calls serve the retries after a first attempt failed,
+the topic check under ``CREATE_IF_NEEDED`` and the dead-letter topic's check (GetTopic as a plain
+unary call too, since the generated client's layers cost CPU on every call; its errors are
+turned into the ``google.api_core`` exceptions the generated client raises) and
 CreateTopic, through the generated ``PublisherClient`` on the same channel, with ``retry=None``
 and an explicit timeout: the library's default retry would wait up to 600 s on an unreachable
 service, outside the sink's own ``retry_deadline``. Under ``CREATE_NEVER`` the sink makes no
@@ -40,7 +40,7 @@ DEFAULT_HOST = "pubsub.googleapis.com"
 PUBLISH = "/google.pubsub.v1.Publisher/Publish"
 GET_TOPIC = "/google.pubsub.v1.Publisher/GetTopic"
 
-#: The raw protobuf classes (proto-plus wrappers cost microseconds per message).
+#: The raw protobuf classes (proto-plus wrappers add a conversion to every message).
 PubsubMessagePb: Any = PubsubMessage.pb()
 PublishRequestPb: Any = PublishRequest.pb()
 PublishResponsePb: Any = PublishResponse.pb()

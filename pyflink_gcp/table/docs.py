@@ -14,7 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from pyflink_gcp.table.options import CONNECTORS, TableOption
+from pyflink_gcp.table.option_model import TableOption
+from pyflink_gcp.table.options import CONNECTORS
 
 _BLOCK = re.compile(r"(<!-- options:(?P<id>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /options -->)", re.S)
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from pyflink_gcp.table.options import CONNECTORS, OptionError, TableOption
+from pyflink_gcp.table.option_model import OptionError, TableOption
+from pyflink_gcp.table.options import CONNECTORS
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -18,7 +18,8 @@ from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.operators import TypedMarkedWriterProcessFunction
 from pyflink_gcp.core.sink_writer import SinkConfig
-from pyflink_gcp.table.options import CONNECTORS, OptionError
+from pyflink_gcp.table.option_model import OptionError
+from pyflink_gcp.table.options import CONNECTORS
 from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.table.rows import DeletedRow, RowConverter, TableInfo
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import zipfile
 from pathlib import Path
 
@@ -63,20 +64,28 @@ def _flink_jars() -> list[Path]:
 def _resources() -> dict[str, str]:
     """The generated files of the jar: the SQL connectors' option list and the factory SPI file.
 
-    ``pyflink_gcp/table/options.py`` is loaded by its path (it needs only the standard library),
-    so the wheel build, which has none of the package's dependencies, generates them too.
+    ``pyflink_gcp/table/options.py`` is loaded by its path (it needs only the standard library
+    and its sibling ``option_model.py``, which it imports relatively: both are loaded as modules
+    of a stand-in package whose path is their directory), so the wheel build, which has none of
+    the package's dependencies, generates them too.
     """
-    name = "_pyflink_gcp_table_options"
+    package = "_pyflink_gcp_table_options"
+    name = f"{package}.options"
     spec = importlib.util.spec_from_file_location(name, TABLE_OPTIONS)
     if spec is None or spec.loader is None:
         raise ConfigurationError(f"cannot load the SQL connectors' options from {TABLE_OPTIONS}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while it executes
+    stand_in = types.ModuleType(package)
+    stand_in.__path__ = [str(TABLE_OPTIONS.parent)]
+    # Dataclasses look their module up while it executes; the relative import needs the package.
+    sys.modules[package] = stand_in
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
         resources: dict[str, str] = module.resource(NON_RETRIABLE_MARKER)
     finally:
-        sys.modules.pop(name, None)
+        for loaded in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
+            sys.modules.pop(loaded, None)
     return resources
 
 

@@ -22,7 +22,7 @@ import pytest
 from pyflink.common import JobStatus
 from pyflink.table import DataTypes, Schema, TableDescriptor
 
-from pyflink_gcp.table.options import OptionError
+from pyflink_gcp.table.option_model import OptionError
 from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.tools import bridge_build
 from tests.support.jobs import REPO_ROOT

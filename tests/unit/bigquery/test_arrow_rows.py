@@ -12,7 +12,8 @@ import pytest
 from google.cloud.bigquery import SchemaField
 
 from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
-from pyflink_gcp.bigquery.rows import RowEncoder, RowError
+from pyflink_gcp.bigquery.rows import RowEncoder
+from pyflink_gcp.bigquery.values import RowError
 from tests.unit.bigquery.test_rows import MICROS, SCHEMA, decode
 
 #: The columns Arrow is used for, from the encoder tests' schema.

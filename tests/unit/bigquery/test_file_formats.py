@@ -24,7 +24,8 @@ from pyflink_gcp.bigquery.file_formats import (
     part_writer_type,
 )
 from pyflink_gcp.bigquery.options import FileFormat
-from pyflink_gcp.bigquery.rows import ColumnTree, RowError
+from pyflink_gcp.bigquery.rows import ColumnTree
+from pyflink_gcp.bigquery.values import RowError
 
 SCHEMA = [
     SchemaField("id", "INT64", mode="REQUIRED"),

@@ -330,7 +330,7 @@ def test_bad_table_options_name_the_options_and_their_values(options, message):
     ],
 )
 def test_table_options_of_a_bad_kind_fail_when_parsed_as_in_java(key, value, expected):
-    from pyflink_gcp.table.options import OptionError
+    from pyflink_gcp.table.option_model import OptionError
 
     with pytest.raises(OptionError, match=f"Invalid value for option '{key}'.*expected {expected}"):
         parse("gcp-bigquery", {**REQUIRED, key: value}, SPEC.names)

@@ -91,6 +91,8 @@ def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monk
     _, jar = scratch
     bridge_build.build()
     options = tmp_path / "options.py"
+    model = bridge_build.TABLE_OPTIONS.with_name("option_model.py")  # imported by options.py
+    (tmp_path / model.name).write_text(model.read_text())
     options.write_text(
         bridge_build.TABLE_OPTIONS.read_text().replace(
             'max_rows: str = "20000"', 'max_rows: str = "12345"'
