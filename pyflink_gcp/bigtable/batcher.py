@@ -1,24 +1,26 @@
 """The batcher of one table in one sink subtask: stages entries into requests, schedules them.
 
 - :meth:`TableBatcher.write` appends the ``RowMutationEntry`` straight into the protobuf request
-  being filled (no intermediate objects) and hands the request to the senders shared by all
-  tables of the subtask once it holds ``batch_max_entries`` entries, ``batch_max_bytes`` bytes
-  or ``batch_max_mutations`` cells (never more than Bigtable's 100,000: a batch over it is split).
+  being filled (no intermediate objects) and starts the request on the subtask's event loop
+  (:class:`~pyflink_gcp.core.aio.AsyncChannel`, shared by all its tables) once it holds
+  ``batch_max_entries`` entries, ``batch_max_bytes`` bytes or ``batch_max_mutations`` cells
+  (never more than Bigtable's 100,000: a batch over it is split).
 - Flow control: at most ``max_in_flight_entries`` / ``max_in_flight_bytes`` of a table are
   unacknowledged (an :class:`~pyflink_gcp.core.batching.InFlightWindow`); beyond that ``write``
   blocks, which is Flink backpressure.
 - What a request does once sent (per-entry retries, rejections) is
-  :class:`~pyflink_gcp.bigtable.mutate_rows.MutateRowsOperation`'s; each request's completion
-  hands its rejected entries to the window, and the first error is raised on the processing
-  thread (at the next send or the flush).
+  :class:`~pyflink_gcp.bigtable.mutate_rows.MutateRowsOperation`'s, a coroutine on the loop;
+  its handle's done-callback frees its slot of the window and hands over its rejected entries,
+  so no thread waits on a request, and the first error is raised on the processing thread (at
+  the next send or the flush).
 - :meth:`TableBatcher.flush` sends the partial request and waits for everything in flight; the
   core calls it before every checkpoint barrier and at the end of input (at least once).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -33,6 +35,7 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
+from pyflink_gcp.core.aio import CallHandle
 from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
 from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
@@ -44,39 +47,39 @@ from pyflink_gcp.core.writer import DestinationWriter
 #: so one bad key cannot fail the RPC of a whole batch.
 MAX_ROW_KEY_BYTES = 4096
 
-#: Hands a batch to the subtask's senders: ``submit(call.run, batch) -> Future``.
-Submit = Callable[
-    [Callable[[MutateRowsBatch], list[FailedRecord]], MutateRowsBatch],
-    "concurrent.futures.Future[list[FailedRecord]]",
-]
+#: Starts work on the subtask's event loop without waiting for it:
+#: ``start(coroutine_function, *args) -> handle``
+#: (:meth:`~pyflink_gcp.core.aio.AsyncChannel.start`).
+Start = Callable[..., CallHandle]
 
 
 class TableBatcher(DestinationWriter[TableDestination]):
     """The batcher of one table in one sink subtask (see the module docstring).
 
-    Driven from the processing thread; only the requests it submits run on the senders.
+    Driven from the processing thread; only the requests it starts run on the event loop.
 
     Args:
         destination: The table.
         call: The table's MutateRows call (stub, policy, counters).
-        submit: Runs a request on the subtask's senders.
+        start: Starts a request's operation on the subtask's event loop.
         options: The batch and in-flight limits.
         check: The table's existence check, still running (None: known to exist); the first
-            requests wait for it on their sender thread, so the processing thread does not.
+            requests are chained to it on the loop, so neither the processing thread nor the
+            loop waits for it.
     """
 
     def __init__(
         self,
         destination: TableDestination,
         call: MutateRowsCall,
-        submit: Submit,
+        start: Start,
         options: BigtableWriterOptions,
         check: PendingCheck | None = None,
     ) -> None:
         super().__init__(destination)
         self._check = check
         self._call = call
-        self._submit = submit
+        self._start = start
         self._stats = call.stats
         self._sink = call.sink
         self._table_name = call.table_name
@@ -181,7 +184,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
         self._stats.add(entries_rejected=1)
 
     def _send_batch(self) -> None:
-        """Hand the current batch to the senders, waiting for in-flight capacity first."""
+        """Start the current batch on the loop, waiting for in-flight capacity first."""
         batch = self._batch
         self._batch = MutateRowsBatch(self._table_name, self._app_profile_id)
         batch.size = self.open_batch.bytes
@@ -196,8 +199,11 @@ class TableBatcher(DestinationWriter[TableDestination]):
         check = self._check
         if check is not None and check.succeeded():
             self._check = check = None
-        run = self._call.run if check is None else partial(_run_checked, check, self._call.run)
-        self._window.add(self._submit(run, batch), batch.entries, batch.size)
+        if check is None:
+            handle = self._start(self._call.run, batch)
+        else:
+            handle = self._start(_run_checked, check, self._call.run, batch)
+        self._window.add(handle, batch.entries, batch.size)
 
     def _send_error(self, error: BaseException) -> SinkError:
         """The job's error for a request that failed: its own, if it is the sink's."""
@@ -209,10 +215,33 @@ class TableBatcher(DestinationWriter[TableDestination]):
         )
 
 
-def _run_checked(
-    check: PendingCheck, run: Callable[[MutateRowsBatch], list[FailedRecord]], batch: Any
+async def _run_checked(
+    check: PendingCheck,
+    run: Callable[[MutateRowsBatch], Awaitable[list[FailedRecord]]],
+    batch: MutateRowsBatch,
 ) -> list[FailedRecord]:
-    """A request sent before its table's check finished: wait for it (a missing table raises
-    here, naming it, and fails the job when the batcher collects the result), then send."""
-    check.wait()
-    return run(batch)
+    """A request sent before its table's check finished, chained to it on the loop: it goes
+    out once the check's first attempt found the table. If that attempt failed, the full check
+    (retries, an error naming a missing table, raised on the processing thread when the batcher
+    collects the outcome) blocks, so it runs on a helper thread of the loop, never on the loop's
+    own; it is the rare path, once per table."""
+    if not check.succeeded():
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[bool] = loop.create_future()
+        check.then(partial(_answer, loop, answered, True), partial(_answer, loop, answered, False))
+        if not await answered:
+            await loop.run_in_executor(None, check.wait)
+    return await run(batch)
+
+
+def _answer(loop: asyncio.AbstractEventLoop, answered: asyncio.Future[bool], found: bool) -> None:
+    """Settle ``answered`` on its loop (called on gRPC's thread, or at once on the loop)."""
+    try:
+        loop.call_soon_threadsafe(_settle, answered, found)
+    except RuntimeError:  # the loop closed meanwhile: the operation was cancelled with it
+        pass
+
+
+def _settle(answered: asyncio.Future[bool], found: bool) -> None:
+    if not answered.done():
+        answered.set_result(found)

@@ -1,11 +1,12 @@
 """The gRPC plumbing of the Bigtable sink: endpoints, the MutateRows stub, the table admin client.
 
-Why a stub on a channel rather than the generated ``BigtableClient``: its per-call layers
-(proto-plus conversion, retry and timeout wrappers) and gRPC's default threaded streaming calls
-cost ~0.7 ms of CPU per MutateRows; a stub on a channel with single-threaded unary-stream calls
-costs ~0.3 ms, which matters when many tables each send small requests at every flush. The
-channel is still built by the generated transport (TLS, Application Default Credentials with
-the Bigtable scopes), through :func:`~pyflink_gcp.core.channels.open_channel`.
+Why a raw stub rather than the generated ``BigtableClient``: its per-call layers (proto-plus
+conversion, retry and timeout wrappers) cost CPU on every MutateRows, which matters when many
+tables each send small requests at every flush. The stub is a ``grpc.aio`` unary-stream call on
+an :class:`~pyflink_gcp.core.aio.AsyncChannel`, whose event-loop thread runs every MutateRows of
+the subtask, retries and backoff included, so no thread waits on a request. The channels are
+still built by the generated transports (TLS, Application Default Credentials with the Bigtable
+scopes), through :mod:`~pyflink_gcp.core.channels`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import grpc
 from google.cloud.bigtable_v2.types import bigtable as _bigtable_types
 
+from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 from pyflink_gcp.core.errors import ConfigurationError
@@ -36,13 +38,6 @@ GET_TABLE_METHOD = "/google.bigtable.admin.v2.BigtableTableAdmin/GetTable"
 #: Google's data and admin hosts, named by errors when no endpoint is given.
 _DATA_HOST = "bigtable.googleapis.com"
 _ADMIN_HOST = "bigtableadmin.googleapis.com"
-
-#: The data channel's options: no message size limit, and unary-stream calls read on the
-#: calling thread instead of one extra thread per call.
-_DATA_CHANNEL_OPTIONS = (
-    *UNLIMITED_MESSAGES,
-    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
-)
 
 
 def request_metadata(table_name: str, app_profile_id: str | None) -> tuple[tuple[str, str], ...]:
@@ -79,14 +74,18 @@ class BigtableClient:
     once, and the table admin client, opened on the first admin call.
 
     Attributes:
-        mutate_rows: ``(request_pb, timeout=, metadata=) -> iterator of response_pb``.
-            Thread-safe: called from the subtask's sender threads.
+        data: The data channel and its event-loop thread; its ``start`` runs a MutateRows
+            operation there.
+        mutate_rows: ``(request_pb, timeout=, metadata=) -> async iterator of response_pb``,
+            called only by coroutines on ``data``'s loop.
     """
 
     def __init__(
         self, sink_name: str, endpoint: str | None = None, admin_endpoint: str | None = None
     ) -> None:
-        from google.cloud.bigtable_v2.services.bigtable.transports import BigtableGrpcTransport
+        from google.cloud.bigtable_v2.services.bigtable.transports import (
+            BigtableGrpcAsyncIOTransport,
+        )
 
         self._sink = sink_name
         self._admin_explicit = admin_endpoint
@@ -96,10 +95,8 @@ class BigtableClient:
         self._admin_channel: grpc.Channel | None = None
         self._get_table: Any = None
         self._channels: list[grpc.Channel] = []
-        channel = self._open(
-            "data", self.endpoint, BigtableGrpcTransport, BigtableGrpcTransport.DEFAULT_HOST
-        )
-        self.mutate_rows: Any = channel.unary_stream(
+        self.data = self._open_data(BigtableGrpcAsyncIOTransport)
+        self.mutate_rows: Any = self.data.unary_stream(
             MUTATE_ROWS_METHOD,
             request_serializer=MutateRowsRequestPb.SerializeToString,
             response_deserializer=MutateRowsResponsePb.FromString,
@@ -144,7 +141,7 @@ class BigtableClient:
     def get_table_future(self, name: str, timeout_s: float) -> Any:
         """Start one GetTable attempt (the name only) without waiting: a ``grpc.Future`` whose
         ``exception()`` is a ``grpc.RpcError`` on failure. A raw call on the admin channel:
-        the generated client's layers cost about a millisecond of CPU per call, and a job with
+        the generated client's layers cost CPU on every call, and a job with
         thousands of tables makes thousands of them."""
         from google.api_core.gapic_v1 import routing_header
 
@@ -170,7 +167,12 @@ class BigtableClient:
         )
 
     def close(self) -> None:
-        """Close every channel (calls in flight fail)."""
+        """Close every channel and stop the data channel's loop thread (calls in flight fail,
+        operations in flight end CANCELLED)."""
+        try:
+            self.data.close()
+        except Exception:  # noqa: BLE001 - teardown continues
+            _LOG.debug("%s: closing the data channel failed", self._sink, exc_info=True)
         self._admin = None
         self._admin_channel = None
         self._get_table = None
@@ -181,18 +183,34 @@ class BigtableClient:
                 _LOG.debug("%s: closing a channel failed", self._sink, exc_info=True)
         self._channels = []
 
+    def _open_data(self, transport: Any) -> AsyncChannel:
+        try:
+            return AsyncChannel(
+                self.endpoint,
+                transport,
+                transport.DEFAULT_HOST,
+                UNLIMITED_MESSAGES,
+                thread_name=f"pyflink-gcp-bigtable-io-{self._sink}",
+            )
+        except Exception as exc:
+            raise self._not_connected("data", self.endpoint, transport.DEFAULT_HOST, exc) from exc
+
     def _open(
         self, kind: str, endpoint: Endpoint, transport: Any, default_host: str
     ) -> grpc.Channel:
-        options = _DATA_CHANNEL_OPTIONS if kind == "data" else UNLIMITED_MESSAGES
         try:
-            channel = open_channel(endpoint, transport, default_host, options)
+            channel = open_channel(endpoint, transport, default_host, UNLIMITED_MESSAGES)
         except Exception as exc:
-            raise ConfigurationError(
-                f"sink '{self._sink}': could not connect the Bigtable {kind} client to "
-                f"{endpoint.host or default_host}: {type(exc).__name__}: {exc}. Set "
-                f"{EMULATOR_VARIABLE} to use the emulator, or provide Application Default "
-                "Credentials."
-            ) from exc
+            raise self._not_connected(kind, endpoint, default_host, exc) from exc
         self._channels.append(channel)
         return channel
+
+    def _not_connected(
+        self, kind: str, endpoint: Endpoint, default_host: str, exc: Exception
+    ) -> ConfigurationError:
+        return ConfigurationError(
+            f"sink '{self._sink}': could not connect the Bigtable {kind} client to "
+            f"{endpoint.host or default_host}: {type(exc).__name__}: {exc}. Set "
+            f"{EMULATOR_VARIABLE} to use the emulator, or provide Application Default "
+            "Credentials."
+        )

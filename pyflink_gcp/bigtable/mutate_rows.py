@@ -1,22 +1,27 @@
 """One MutateRows request, from its protobuf encoding to the last retry of its last entry.
 
 Modelled on python-bigtable's ``_mutate_rows``: a :class:`MutateRowsOperation` owns one request
-through all its attempts. Each response carries a status per entry; an attempt leaves only the
-entries worth retrying (a transient status, or no answer because the stream broke), and the next
-attempt sends just those, with the sink's backoff, until the retry deadline. Entries rejected for
+through all its attempts, as a coroutine on the subtask's event loop
+(:class:`~pyflink_gcp.core.aio.AsyncChannel`): it reads the server stream with ``async for``
+and waits out its backoff with ``await asyncio.sleep``, so no thread waits on a request. Each
+response carries a status per entry; an attempt leaves only the entries worth retrying (a
+transient status, or no answer because the stream broke), and the next attempt sends just
+those, with the sink's backoff, until the retry deadline. Entries rejected for
 their content become :class:`~pyflink_gcp.core.failure.FailedRecord` s carrying the row key, for
 the failure handler: unlike a Publish or an AppendRows, MutateRows names the rejected entries
 itself, so nothing is found by halving the request.
 
 Quota errors (RESOURCE_EXHAUSTED, of the call or of entries) are retried on the retry policy's
 slower quota schedule and halve the subtask's :class:`~pyflink_gcp.core.quota.QuotaWindow`,
-whose slots every attempt holds: fewer MutateRows run at once until the quota refills.
+whose limit bounds the attempts in flight (every attempt holds one of the loop's
+:class:`~pyflink_gcp.core.aio.LoopSlots`): fewer MutateRows run at once until the quota refills.
 (Bigtable's server-side flow control, ``MutateRowsResponse.rate_limit_info``, is only sent to
 clients that advertise the ``mutate_rows_rate_limit`` feature, which this sink does not.)
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -24,6 +29,7 @@ from google.cloud.bigtable.data.mutations import RowMutationEntry, SetCell
 
 from pyflink_gcp.bigtable.client import MutateRowsRequestPb
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
+from pyflink_gcp.core.aio import LoopSlots
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
@@ -98,10 +104,11 @@ class MutateRowsBatch:
 
 class MutateRowsCall:
     """What every MutateRows request of one table shares: the stub, its timeout and routing
-    headers, the retry policy, the names for errors, and the subtask's counters.
+    headers, the retry policy, the names for errors, and the subtask's counters and bounds.
 
     Args:
-        stub: ``(request_pb, timeout=, metadata=) -> iterator of response_pb``.
+        stub: ``(request_pb, timeout=, metadata=) -> async iterator of response_pb``, called
+            on the event loop (:meth:`~pyflink_gcp.core.aio.AsyncChannel.unary_stream`).
         sink_name: For errors and failed records.
         table_name: The table's resource name.
         policy: The sink's retry policy (transient RPC errors, and the deadline).
@@ -109,8 +116,9 @@ class MutateRowsCall:
         metadata: The request headers (:func:`~pyflink_gcp.bigtable.client.request_metadata`).
         stats: The subtask's counters.
         endpoint: The data endpoint (``host:port``), named by errors.
-        window: The subtask's window of MutateRows in flight (quota errors shrink it); None:
-            only the sender pool bounds them.
+        window: The subtask's quota window (quota errors shrink it); None: none.
+        slots: The subtask's bound on MutateRows attempts in flight, on the loop (its limit
+            is ``window``'s); None: no bound.
     """
 
     __slots__ = (
@@ -123,6 +131,7 @@ class MutateRowsCall:
         "metadata",
         "stats",
         "window",
+        "slots",
     )
 
     def __init__(
@@ -137,9 +146,11 @@ class MutateRowsCall:
         stats: BigtableWriterStats,
         endpoint: str = "",
         window: QuotaWindow | None = None,
+        slots: LoopSlots | None = None,
     ) -> None:
         self.stub = stub
         self.window = window
+        self.slots = slots
         self.sink = sink_name
         self.table_name = table_name
         at = f" at {endpoint}" if endpoint else ""
@@ -149,9 +160,9 @@ class MutateRowsCall:
         self.metadata = metadata
         self.stats = stats
 
-    def run(self, batch: MutateRowsBatch) -> list[FailedRecord]:
-        """Write ``batch`` (on a sender thread); see :meth:`MutateRowsOperation.run`."""
-        return MutateRowsOperation(self, batch).run()
+    async def run(self, batch: MutateRowsBatch) -> list[FailedRecord]:
+        """Write ``batch`` (a coroutine on the event loop); see :meth:`MutateRowsOperation.run`."""
+        return await MutateRowsOperation(self, batch).run()
 
 
 class MutateRowsOperation:
@@ -171,8 +182,8 @@ class MutateRowsOperation:
         self._failures: list[FailedRecord] = []
         self._backoff: BackoffSequence | None = None
 
-    def run(self) -> list[FailedRecord]:
-        """Send the batch until every entry is written or rejected.
+    async def run(self) -> list[FailedRecord]:
+        """Send the batch until every entry is written or rejected (on the event loop).
 
         Returns:
             The entries rejected for their content, with their records.
@@ -185,7 +196,7 @@ class MutateRowsOperation:
         batch = self._batch
         call.stats.count_request(batch.entries, batch.mutations)
         while True:
-            codes, messages, error = self._attempt()
+            codes, messages, error = await self._attempt()
             retry, example = self._classify(codes, messages)
             if error is not None and not call.policy.is_transient(error):
                 raise self._rpc_error(error)
@@ -195,21 +206,22 @@ class MutateRowsOperation:
                 if self._failures:
                     call.stats.add(entries_rejected=len(self._failures))
                 return self._failures
-            self._wait(retry, error, example)
+            await asyncio.sleep(self._next_wait(retry, error, example))
             self._next_request(retry)
 
-    def _attempt(self) -> tuple[list[int | None], dict[int, str], BaseException | None]:
+    async def _attempt(self) -> tuple[list[int | None], dict[int, str], BaseException | None]:
         """One MutateRows call: the status code of each entry (None: no answer), the messages
         of the failed ones, and the error that ended the stream, if any."""
         request = self._request
         codes: list[int | None] = [None] * len(request.entries)
         messages: dict[int, str] = {}
         call = self._call
-        window = call.window
-        if window is not None:
-            window.acquire()
+        slots = call.slots
+        if slots is not None:
+            await slots.acquire()
         try:
-            for response in call.stub(request, timeout=call.timeout_s, metadata=call.metadata):
+            stream = call.stub(request, timeout=call.timeout_s, metadata=call.metadata)
+            async for response in stream:
                 for result in response.entries:
                     status = result.status
                     codes[result.index] = status.code
@@ -218,8 +230,8 @@ class MutateRowsOperation:
         except Exception as exc:  # noqa: BLE001 - classified by the caller
             return codes, messages, exc
         finally:
-            if window is not None:
-                window.release()
+            if slots is not None:
+                slots.release()
         return codes, messages, None
 
     def _classify(
@@ -262,10 +274,10 @@ class MutateRowsOperation:
             )
         )
 
-    def _wait(
+    def _next_wait(
         self, retry: list[int], error: BaseException | None, example: tuple[int, str] | None
-    ) -> None:
-        """Back off before retrying ``retry``; raise once the retry deadline would pass."""
+    ) -> float:
+        """The backoff before retrying ``retry``; raise once the retry deadline would pass."""
         cause: BaseException
         if error is not None:
             cause = error
@@ -278,8 +290,11 @@ class MutateRowsOperation:
             )
         if self._backoff is None:
             self._backoff = self._call.policy.backoffs(self._call.window)
-        self._backoff.wait_or_raise(cause, f"{self._call.what}: MutateRows of {len(retry)} entries")
+        wait = self._backoff.next_wait(
+            cause, f"{self._call.what}: MutateRows of {len(retry)} entries"
+        )
         self._call.stats.add(entries_retried=len(retry))
+        return wait
 
     def _next_request(self, retry: list[int]) -> None:
         request = self._request

@@ -30,7 +30,7 @@ class BigtableWriterOptions(CreatingWriterOptions):
     """How each subtask batches and sends the mutations of its active tables.
 
     Each active table has one batcher. A batcher fills a MutateRows request with entries and
-    hands it to the subtask's senders as soon as one of the ``batch_max_*`` limits is reached,
+    starts it on the subtask's event loop as soon as one of the ``batch_max_*`` limits is reached,
     so encoding the next batch overlaps the previous RPC. Everything still buffered is sent
     before every checkpoint barrier, at the end of input, and at the latest every
     ``max_buffer_time`` or ``max_buffered_records`` records (so an unbounded job without
@@ -47,8 +47,8 @@ class BigtableWriterOptions(CreatingWriterOptions):
         max_buffered_records: Records per subtask between two sends of every dirty table's
             partial request (default 50,000): with many tables a larger value means fewer,
             larger requests, and ``max_buffer_time`` still caps the latency.
-        max_in_flight_requests: MutateRows requests in flight per subtask, over all its tables
-            (the subtask's sender threads; default 8).
+        max_in_flight_requests: MutateRows calls in flight per subtask, over all its tables
+            (default 8; fewer while Bigtable answers quota errors).
         retry_deadline: Total time spent retrying transient failures of one request (of the
             whole RPC or of single entries) before the job fails.
         max_created_destinations: Tables one subtask may create under

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 class BigtableWriterStats:
     """What one sink subtask sent, retried, rejected, built and created.
 
-    Updated from the processing thread and from the sender threads, so every update takes the
-    lock; reads are unlocked snapshots of plain ints.
+    Updated from the processing thread and from the event-loop thread of the requests, so
+    every update takes the lock; reads are unlocked snapshots of plain ints.
     """
 
     requests: int = 0

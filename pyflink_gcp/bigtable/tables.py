@@ -8,9 +8,11 @@ reacting to a NOT_FOUND of MutateRows) keeps the hot path free of admin calls an
 error a table name.
 
 Without creation the check does not block the processing thread (:meth:`BigtableTables.start`):
-its first GetTable is a gRPC future (:class:`~pyflink_gcp.core.checked.PendingCheck`) that the
-table's first MutateRows, on a sender thread, waits for; at thousands of tables a blocking
-check per new table cost the processing thread a round trip each. Under creation the check and
+its first GetTable is a gRPC future (:class:`~pyflink_gcp.core.checked.PendingCheck`) to which
+the table's first MutateRows are chained on the event loop, without any thread waiting on it;
+at thousands of tables a blocking check per new table would cost the processing thread a
+round trip each. Only if that first attempt fails does the full check (retries, the error
+naming the table) run, on a helper thread. Under creation the check and
 the creation stay on the processing thread, so the creation bound is met in record order.
 """
 
@@ -44,8 +46,8 @@ class BigtableTables:
     """The tables one sink subtask knows to exist; checks (and may create) the others.
 
     Used from the processing thread, but for the full checks of :meth:`start`'s pending
-    checks, which run on sender threads (without creation: no state but the known names,
-    which are thread-safe).
+    checks, which run on helper threads of the event loop (without creation: no state but the
+    known names, which are thread-safe).
 
     Args:
         sink_name: For errors and logs.
@@ -103,8 +105,8 @@ class BigtableTables:
 
         Returns:
             None when the table is known to exist (or was checked, and created if needed,
-            here, under creation); else its pending check, whose :meth:`PendingCheck.wait`
-            the table's first request calls on a sender thread (raising what :meth:`ensure`
+            here, under creation); else its pending check, to which the table's first
+            requests are chained (its :meth:`PendingCheck.wait` raises what :meth:`ensure`
             raises).
         """
         name = destination._name

@@ -1,36 +1,37 @@
-"""The Bigtable writer factory: one subtask's clients, senders and tables; a batcher per table.
+"""The Bigtable writer factory: one subtask's clients, event loop and tables; a batcher per table.
 
-Why not the client library's ``MutationsBatcher``: measured against the emulator on two cores,
-it writes ~23k entries/s (the classic ``Table.mutate_rows`` ~21k/s), while building the
-MutateRows request directly in protobuf and calling the RPC on a stub writes ~95k/s. The
+Why not the client library's ``MutationsBatcher``: building the MutateRows request directly in
+protobuf and calling the RPC on a stub writes entries several times faster than the batcher or
+the classic ``Table.mutate_rows`` (``bench/README.md``, Bigtable, has the figures). The
 library's path converts every entry through proto-plus and builds an exception object per
 acknowledged entry; its batcher also keeps only the first and last ten failures, where this sink
 must hand *every* rejected entry to the failure handler. So the sink is built from small rooms:
 
-- :mod:`~pyflink_gcp.bigtable.client`: endpoints, the MutateRows stub, the table admin client;
+- :mod:`~pyflink_gcp.bigtable.client`: endpoints, the data channel with its event loop and the
+  MutateRows stub, the table admin client;
 - :mod:`~pyflink_gcp.bigtable.tables`: the existence check and creation of each table;
 - :mod:`~pyflink_gcp.bigtable.batcher`: stages a table's entries into requests (hot path);
-- :mod:`~pyflink_gcp.bigtable.mutate_rows`: one request through its per-entry retries;
-- this module: the factory that opens them on the worker and shares the sender threads
-  (``max_in_flight_requests`` requests in flight per subtask, over all its tables).
+- :mod:`~pyflink_gcp.bigtable.mutate_rows`: one request through its per-entry retries, a
+  coroutine on the loop;
+- this module: the factory that opens them on the worker and shares the loop among the tables
+  (``max_in_flight_requests`` MutateRows calls in flight per subtask, over all its tables,
+  fewer after quota errors).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigtable.batcher import TableBatcher
 from pyflink_gcp.bigtable.client import BigtableClient, request_metadata
 from pyflink_gcp.bigtable.destinations import TableDestination
-from pyflink_gcp.bigtable.mutate_rows import MutateRowsBatch, MutateRowsCall
+from pyflink_gcp.bigtable.mutate_rows import MutateRowsCall
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.bigtable.tables import BigtableTables
+from pyflink_gcp.core.aio import CallHandle, LoopSlots, Work
 from pyflink_gcp.core.errors import WriteError
-from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
@@ -42,10 +43,11 @@ _LOG = logging.getLogger("pyflink_gcp.bigtable")
 class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination]):
     """Configuration of a subtask's Bigtable writing; after :meth:`open`, its shared state.
 
-    Holds the client (data stub, lazy admin client), the sender thread pool shared by all table
-    batchers, and the tables known to exist. A table is checked (and, with table create
-    options, created) the first time a batcher is built for it; without them, its check
-    starts there and its first request waits for it (:meth:`BigtableTables.start`).
+    Holds the client (the data channel with its event-loop thread, on which every table
+    batcher's requests run; the lazy admin client), and the tables known to exist. A table is
+    checked (and, with table create options, created) the first time a batcher is built for
+    it; without them, its check starts there and its first requests are chained to it
+    (:meth:`BigtableTables.start`).
 
     Args:
         sink_name: For errors, logs and thread names.
@@ -87,24 +89,21 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     def _init_runtime(self) -> None:
         self.retry_policy = RetryPolicy(deadline_s=self.options.retry_deadline_s)
-        #: MutateRows in flight: max_in_flight_requests (the sender threads), less after
-        #: quota errors.
+        #: MutateRows in flight: max_in_flight_requests, less after quota errors.
         self.quota = QuotaWindow(
             self.options.max_in_flight_requests, f"sink '{self.sink_name}': MutateRows requests"
         )
+        #: The attempts in flight on the loop, bounded by the quota window's limit.
+        self.slots = LoopSlots(lambda: self.quota.limit)
         self.stats = BigtableWriterStats()
         self.client: BigtableClient | None = None
         self.tables: BigtableTables | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._info: SubtaskInfo | None = None
 
     def open(self, info: SubtaskInfo) -> None:
         self._info = info
         self.client = BigtableClient(self.sink_name, self.endpoint, self.admin_endpoint)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.options.max_in_flight_requests,
-            thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-send",
-        )
+        self.slots = LoopSlots(lambda: self.quota.limit)  # fresh for the new loop
         self.tables = self._tables(info.subtask_index)
         _LOG.info(
             "%s: subtask %d writes to Bigtable at %s",
@@ -145,22 +144,18 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             stats=self.stats,
             endpoint=self.client.endpoint_name,
             window=self.quota,
+            slots=self.slots,
         )
-        return TableBatcher(destination, call, self.submit, self.options, check)
+        return TableBatcher(destination, call, self.start, self.options, check)
 
-    def submit(
-        self, fn: Callable[[MutateRowsBatch], list[FailedRecord]], batch: MutateRowsBatch
-    ) -> concurrent.futures.Future[list[FailedRecord]]:
-        """Run ``fn(batch)`` on the subtask's sender threads."""
-        pool = self._pool
-        if pool is None:
+    def start(self, work: Work, *args: Any) -> CallHandle:
+        """Start ``work(*args)`` (a MutateRows operation) on the subtask's event loop."""
+        client = self.client
+        if client is None:
             raise WriteError(f"sink '{self.sink_name}': the Bigtable writer is not open")
-        return pool.submit(fn, batch)
+        return client.data.start(work, *args)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
         if self.client is not None:
             self.client.close()
             self.client = None

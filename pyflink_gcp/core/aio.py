@@ -1,18 +1,26 @@
 """A ``grpc.aio`` channel on its own event-loop thread, behind a synchronous face.
 
-Why: on a machine whose cores the job shares, client CPU per call bounds a sink that makes
-many small calls. Measured against the Cloud Tasks emulator with 256 calls in flight and raw
-protobuf requests, a ``grpc.aio`` call costs ~75-110 µs of client CPU, the synchronous
-channel's ``future()`` 160-310 µs, the generated client in a thread pool 500-610 µs; several
-synchronous channels were slower than one (each adds a polling thread). The Cloud Tasks sink
-uses it. (The Pub/Sub sink does not: for its unary Publish at thousands of topics, synchronous
-futures with batched waits cost less client CPU per record than this channel, measured with
-``bench/sink_cpu.py``.)
+What: an :class:`AsyncChannel` owns an asyncio event loop, run by a thread of its own, and a
+``grpc.aio`` channel on it. The processing thread starts work there without waiting for it:
+one unary call (:meth:`AsyncMethod.future`), or a whole operation, a coroutine that may make
+several calls (:meth:`AsyncChannel.unary_stream`) and back off between them with
+``await asyncio.sleep`` (:meth:`AsyncChannel.start`). Either way it gets a :class:`CallHandle`,
+read like a ``grpc.Future``: done-callbacks run on the loop thread when the work ends, and carry
+its result or error.
 
-The processing thread only appends the encoded request to an inbox and wakes the loop once per
-batch (:meth:`AsyncMethod.future`); a thread waits on a call only when it reads its outcome
-(:meth:`CallHandle.exception`), and done-callbacks (:meth:`CallHandle.add_done_callback`) run
-on the loop thread.
+Why: a sink that makes many small calls at once is bound by the client CPU of each call and by
+the threads that would wait on them. On the loop, a call waiting for its answer or an operation
+waiting out its backoff holds no thread; a ``grpc.aio`` call costs less client CPU than a
+synchronous channel's future or a generated client on a thread pool; and one loop serves every
+call of a subtask, where each synchronous channel adds a polling thread. The Cloud Tasks and
+Bigtable sinks use it. (The Pub/Sub sink does not: for its unary Publish at thousands of
+topics, synchronous futures with batched waits cost less client CPU per record.)
+
+The processing thread only appends the work to an inbox and wakes the loop once per batch of
+it; a thread waits on a handle only when it reads its outcome (:meth:`CallHandle.exception`),
+so an in-flight window that learns outcomes by done-callback frees its slots with no thread
+waiting on any request. :class:`LoopSlots` bounds the calls that the operations of one loop
+make at once (a quota window's shrinking limit, say) without blocking the loop.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -28,14 +36,29 @@ import grpc
 from pyflink_gcp.core.channels import open_aio_channel
 from pyflink_gcp.core.endpoints import Endpoint
 
+#: What :meth:`AsyncChannel.start` runs: a coroutine function (or any callable returning an
+#: awaitable), called on the loop thread with the arguments given.
+Work = Callable[..., Awaitable[Any]]
+
+
+def closed_error() -> grpc.aio.AioRpcError:
+    """The error of work cut short because its channel was closed (status CANCELLED)."""
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.CANCELLED,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        "the channel was closed",
+    )
+
 
 class CallHandle:
-    """A call started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
+    """Work started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
 
-    __slots__ = ("_error", "_done", "_waited", "_callbacks", "_channel")
+    __slots__ = ("_error", "_result", "_done", "_waited", "_callbacks", "_channel")
 
     def __init__(self, channel: AsyncChannel) -> None:
         self._error: BaseException | None = None
+        self._result: Any = None
         self._done = False
         self._waited = False
         self._callbacks: list[Callable[[CallHandle], None]] | None = None
@@ -45,14 +68,22 @@ class CallHandle:
         return self._done
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Waits for the call's end; its error, or None if it succeeded."""
+        """Waits for the work's end; its error, or None if it succeeded."""
         if not self._done:
             self._channel.wait_for(self)
         return self._error
 
+    def result(self, timeout: float | None = None) -> Any:
+        """Waits for the work's end; what it returned (None for a unary call), or raises its
+        error."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return self._result
+
     def add_done_callback(self, fn: Callable[[CallHandle], None]) -> None:
-        """Call ``fn(self)`` when the call ends: on the loop thread, or at once on this thread
-        if it already ended. ``fn`` must not block (it holds up every call of the channel)."""
+        """Call ``fn(self)`` when the work ends: on the loop thread, or at once on this thread
+        if it already ended. ``fn`` must not block (it holds up all work of the channel)."""
         with self._channel._done:
             if not self._done:
                 if self._callbacks is None:
@@ -63,7 +94,7 @@ class CallHandle:
 
 
 class AsyncMethod:
-    """One method of an :class:`AsyncChannel`; :meth:`future` starts a call of it."""
+    """One unary method of an :class:`AsyncChannel`; :meth:`future` starts a call of it."""
 
     __slots__ = ("_channel", "_call")
 
@@ -73,7 +104,54 @@ class AsyncMethod:
 
     def future(self, request: Any, timeout: float, metadata: Any) -> CallHandle:
         """Starts one call (on the loop thread, soon) and returns its handle."""
-        return self._channel._start(self._call, request, timeout, metadata)
+        return self._channel.start(_unary, self._call, request, timeout, metadata)
+
+
+async def _unary(call: Any, request: Any, timeout: float, metadata: Any) -> None:
+    await call(request, timeout=timeout, metadata=metadata)
+
+
+class LoopSlots:
+    """A bound on what holds a slot at once on one event loop, read from ``limit`` at every
+    acquisition, so a bound that shrinks (a :class:`~pyflink_gcp.core.quota.QuotaWindow`'s
+    limit after quota errors) holds back the next calls and one that grows back lets them go.
+
+    Used from coroutines on the loop thread only (no lock); waiting never blocks the loop.
+
+    Args:
+        limit: Returns how many slots may be held now (at least 1).
+    """
+
+    __slots__ = ("_limit", "_waiters", "in_use")
+
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self._limit = limit
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.in_use = 0
+
+    async def acquire(self) -> None:
+        """Hold a slot, waiting (first come, first served) while all are held."""
+        if not self._waiters and self.in_use < self._limit():
+            self.in_use += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # the releasing coroutine hands its slot over
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed over, but this coroutine will not use it
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Give back a slot; the next waiters get it while the limit allows."""
+        self.in_use -= 1
+        waiters, limit = self._waiters, self._limit()
+        while waiters and self.in_use < limit:
+            self.in_use += 1
+            waiters.popleft().set_result(None)
 
 
 class AsyncChannel:
@@ -96,9 +174,9 @@ class AsyncChannel:
         thread_name: str = "pyflink-gcp-io",
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._inbox: deque[tuple[CallHandle, Any, Any, float, Any]] = deque()
-        # Calls started on the loop and not yet ended, so that close can settle them all.
-        self._running: set[CallHandle] = set()
+        self._inbox: deque[tuple[CallHandle, Work, tuple[Any, ...]]] = deque()
+        # Work started on the loop and not yet ended, so that close can settle it all.
+        self._running: dict[CallHandle, asyncio.Task[None]] = {}
         self._scheduled = False
         self._closed = False
         self._done = threading.Condition()
@@ -106,7 +184,11 @@ class AsyncChannel:
             target=self._loop.run_forever, name=thread_name, daemon=True
         )
         self._thread.start()
-        self._channel = self._run(self._open(endpoint, transport, default_host, options))
+        try:
+            self._channel = self._run(self._open(endpoint, transport, default_host, options))
+        except BaseException:
+            self._stop()  # no loop thread outlives a channel that could not open
+            raise
 
     def _run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
@@ -122,35 +204,43 @@ class AsyncChannel:
         """Binds ``method`` (with its serializers); the result's ``future`` starts a call."""
         return AsyncMethod(self, self._channel.unary_unary(method, **kwargs))
 
-    def _start(self, call: Any, request: Any, timeout: float, metadata: Any) -> CallHandle:
+    def unary_stream(self, method: str, **kwargs: Any) -> Any:
+        """Binds the server-streaming ``method`` (with its serializers): a ``grpc.aio``
+        multi-callable, ``(request, timeout=, metadata=) -> async iterator of responses``, to
+        be called only by work on this channel's loop (:meth:`start`)."""
+        return self._channel.unary_stream(method, **kwargs)
+
+    def start(self, work: Work, *args: Any) -> CallHandle:
+        """Runs ``await work(*args)`` on the loop thread (soon) and returns its handle, whose
+        result is what ``work`` returned. Never blocks; work started after :meth:`close` ends
+        at once, CANCELLED."""
         handle = CallHandle(self)
-        if self._closed:  # never started: ends at once, CANCELLED
+        if self._closed:
             self._cancelled(handle)
             return handle
-        self._inbox.append((handle, call, request, timeout, metadata))
+        self._inbox.append((handle, work, args))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon_threadsafe(self._drain)
         return handle
 
     def _drain(self) -> None:
-        # Reset the flag before reading the inbox: a request appended after the last pop then
+        # Reset the flag before reading the inbox: work appended after the last pop then
         # schedules another drain.
         self._scheduled = False
         inbox, start, one, running = self._inbox, self._loop.create_task, self._one, self._running
         while inbox:
-            item = inbox.popleft()
-            running.add(item[0])
-            start(one(*item))
+            handle, work, args = inbox.popleft()
+            running[handle] = start(one(handle, work, args))
 
-    async def _one(
-        self, handle: CallHandle, call: Any, request: Any, timeout: float, metadata: Any
-    ) -> None:
+    async def _one(self, handle: CallHandle, work: Work, args: tuple[Any, ...]) -> None:
         try:
-            await call(request, timeout=timeout, metadata=metadata)
+            handle._result = await work(*args)
+        except asyncio.CancelledError:
+            handle._error = closed_error()
         except BaseException as exc:  # noqa: BLE001 - the caller classifies it
             handle._error = exc
-        self._running.discard(handle)
+        self._running.pop(handle, None)
         self._finish(handle)
 
     def _finish(self, handle: CallHandle) -> None:
@@ -165,7 +255,7 @@ class AsyncChannel:
                 fn(handle)
 
     def wait_for(self, handle: CallHandle) -> None:
-        """Blocks until ``handle``'s call ended (or the channel closed)."""
+        """Blocks until ``handle``'s work ended (or the channel closed)."""
         closed = False
         with self._done:
             handle._waited = True
@@ -180,33 +270,40 @@ class AsyncChannel:
     def _cancelled(self, handle: CallHandle) -> None:
         if handle._done:
             return
-        handle._error = handle._error or grpc.aio.AioRpcError(
-            grpc.StatusCode.CANCELLED,
-            grpc.aio.Metadata(),
-            grpc.aio.Metadata(),
-            "the channel was closed",
-        )
+        handle._error = handle._error or closed_error()
         self._finish(handle)
 
+    async def _shutdown(self) -> None:
+        """Close the channel (calls in flight fail), then cancel the work still running (an
+        operation waiting out its backoff) and let it end."""
+        await self._channel.close()
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def close(self) -> None:
-        """Cancels calls in flight and stops the loop thread; idempotent. Calls never
-        started end CANCELLED (their callbacks run here)."""
+        """Cancels work in flight and stops the loop thread; idempotent. Work never started
+        ends CANCELLED (its callbacks run here)."""
         if self._closed:
             return
         self._closed = True
-        self._scheduled = True  # later calls are never started; wait_for releases their readers
+        self._scheduled = True  # later work is never started; wait_for releases its readers
         try:
-            self._run(self._channel.close())
+            self._run(self._shutdown())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            if not self._thread.is_alive():
-                self._loop.close()
+            self._stop()
             with self._done:
                 self._done.notify_all()
             while self._inbox:
                 self._cancelled(self._inbox.popleft()[0])
-            if not self._thread.is_alive():  # no call can end on the loop any more
+            if not self._thread.is_alive():  # no work can end on the loop any more
                 for handle in list(self._running):
                     self._cancelled(handle)
                 self._running.clear()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()

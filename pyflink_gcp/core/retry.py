@@ -359,6 +359,16 @@ class BackoffSequence:
         return random.uniform(self._quota_next / 2, self._quota_next)
 
     def wait_or_raise(self, exc: BaseException, what: str) -> None:
+        """Sleep before the next attempt after ``exc``; raise once the deadline would pass."""
+        time.sleep(self.next_wait(exc, what))
+
+    def next_wait(self, exc: BaseException, what: str) -> float:
+        """The wait before the next attempt after ``exc``, counted as spent: for a caller that
+        sleeps without blocking its thread (``await asyncio.sleep`` on an event loop).
+
+        Raises:
+            WriteError: The wait would pass the deadline (the retry or the quota deadline).
+        """
         policy = self._policy
         now = time.monotonic()
         self.attempts += 1
@@ -400,10 +410,10 @@ class BackoffSequence:
                 self.attempts,
                 exc,
             )
-        time.sleep(sleep)
-        self._last = time.monotonic()
+        self._last = now + sleep
         if quota:
-            self._quota_s += self._last - now
+            self._quota_s += sleep
             self._quota_next = min(self._quota_next * policy.multiplier, policy.quota_max_backoff_s)
         else:
             self._next = min(self._next * policy.multiplier, policy.max_backoff_s)
+        return sleep

@@ -1,13 +1,16 @@
-"""A scripted MutateRows stub for the batcher and operation unit tests."""
+"""A scripted MutateRows stub for the batcher and operation unit tests, and a real event loop
+(an :class:`~pyflink_gcp.core.aio.AsyncChannel` to a closed port) to run their operations on."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import pytest
+from google.cloud.bigtable_v2.services.bigtable.transports import BigtableGrpcAsyncIOTransport
 from google.cloud.bigtable_v2.types import bigtable as bigtable_types
 
 from pyflink_gcp.bigtable import BigtableWriterOptions, RowMutationEntry, SetCell, TableDestination
@@ -16,6 +19,8 @@ from pyflink_gcp.bigtable.client import request_metadata
 from pyflink_gcp.bigtable.mutate_rows import MutateRowsCall
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.core import RetryPolicy
+from pyflink_gcp.core.aio import AsyncChannel, LoopSlots
+from pyflink_gcp.core.endpoints import Endpoint
 
 TABLE = TableDestination.of("p", "inst", "t")
 OK, NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL = 0, 5, 3, 14, 13
@@ -26,7 +31,8 @@ Script = Callable[[int, int, bytes], int]
 
 
 class FakeDataClient:
-    """Stands for the MutateRows stub: answers from a script, records every request."""
+    """Stands for the ``grpc.aio`` MutateRows stub: answers from a script, records every
+    request and the threads the calls ran on."""
 
     def __init__(
         self,
@@ -44,17 +50,22 @@ class FakeDataClient:
         self.in_flight = 0
         self.max_in_flight_entries = 0
         self.metadata: dict[str, str] = {}
+        self.threads: set[str] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, raw: Any, timeout: float, metadata: Any) -> Iterator[Any]:
+    def __call__(self, raw: Any, timeout: float, metadata: Any) -> AsyncIterator[Any]:
+        return self._stream(raw, metadata)
+
+    async def _stream(self, raw: Any, metadata: Any) -> AsyncIterator[Any]:
         with self._lock:
+            self.threads.add(threading.current_thread().name)
             self.requests.append(raw)
             self.metadata = dict(metadata)
             call = len(self.requests)
             self.in_flight += len(raw.entries)
             self.max_in_flight_entries = max(self.max_in_flight_entries, self.in_flight)
         try:
-            time.sleep(self.delay)
+            await asyncio.sleep(self.delay)
             error = self.raise_on(call)
             response = _Response.pb()()
             answered = len(raw.entries) if error is None else self.answer_before_raise
@@ -83,14 +94,35 @@ def make_call(
     )
 
 
-class Senders:
-    """The subtask's sender pool, as the factory hands it to a batcher."""
+#: The event loops opened by :func:`open_loop`, closed (and let go) by :func:`close_loops`.
+LOOPS: list[AsyncChannel] = []
 
-    def __init__(self, threads: int) -> None:
-        self.pool = ThreadPoolExecutor(threads)
 
-    def submit(self, fn: Callable[[Any], Any], batch: Any) -> Future[Any]:
-        return self.pool.submit(fn, batch)
+@pytest.fixture
+def close_loops() -> Iterator[None]:
+    """Close the loops a test opened, and let go of them before the next test."""
+    yield
+    while LOOPS:
+        LOOPS.pop().close()
+
+
+LOOP_THREAD = "unit-bigtable-io"
+
+
+def open_loop() -> AsyncChannel:
+    """A real event-loop thread, as the factory opens one (its channel is never called)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    loop = AsyncChannel(
+        Endpoint(host=f"127.0.0.1:{port}", insecure=True),
+        BigtableGrpcAsyncIOTransport,
+        BigtableGrpcAsyncIOTransport.DEFAULT_HOST,
+        [],
+        thread_name=LOOP_THREAD,
+    )
+    LOOPS.append(loop)
+    return loop
 
 
 def make_batcher(client: FakeDataClient, **options: Any) -> TableBatcher:
@@ -101,8 +133,8 @@ def make_batcher(client: FakeDataClient, **options: Any) -> TableBatcher:
     call = make_call(
         client, writer_options.retry_deadline_s, app_profile_id=writer_options.app_profile_id
     )
-    senders = Senders(writer_options.max_in_flight_requests)
-    return TableBatcher(TABLE, call, senders.submit, writer_options)
+    call.slots = LoopSlots(lambda: writer_options.max_in_flight_requests)
+    return TableBatcher(TABLE, call, open_loop().start, writer_options)
 
 
 def entry(i: int, cells: int = 1, family: str = "cf") -> RowMutationEntry:

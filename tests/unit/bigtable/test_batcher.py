@@ -1,8 +1,10 @@
-"""The table batcher against a scripted stub: batching, splitting at the limits, flow control,
-rejected keys and types, errors of background sends. No emulator."""
+"""The table batcher against a scripted stub on a real event loop: batching, splitting at the
+limits, flow control, rejected keys and types, errors of background sends, the chaining of
+requests to their table's check. No emulator."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -11,7 +13,16 @@ from google.api_core import exceptions as api_exceptions
 
 from pyflink_gcp.bigtable import RowMutationEntry, SetCell
 from pyflink_gcp.core import SerializerError, WriteError
-from tests.unit.bigtable.support import FakeDataClient, entry, keys, make_batcher
+from tests.unit.bigtable.support import (
+    LOOP_THREAD,
+    FakeDataClient,
+    close_loops,  # noqa: F401 - the fixture
+    entry,
+    keys,
+    make_batcher,
+)
+
+pytestmark = pytest.mark.usefixtures("close_loops")
 
 
 def test_full_batches_are_sent_in_the_background_and_the_rest_at_flush() -> None:
@@ -25,6 +36,7 @@ def test_full_batches_are_sent_in_the_background_and_the_rest_at_flush() -> None
     assert sorted(len(r.entries) for r in client.requests) == [50, 100, 100]
     assert sorted(k for r in client.requests for k in keys(r)) == [b"k%05d" % i for i in range(250)]
     assert all(r.table_name == "projects/p/instances/inst/tables/t" for r in client.requests)
+    assert client.threads == {LOOP_THREAD}  # every request ran on the loop, none on a pool
 
 
 def test_start_flush_sends_the_partial_batch_without_waiting() -> None:
@@ -121,8 +133,7 @@ def test_close_counts_once() -> None:
     assert batcher._stats.batchers_closed == 1
 
 
-def test_the_first_requests_wait_for_the_table_check_on_a_sender_thread() -> None:
-    import threading
+def test_the_first_requests_are_chained_to_the_table_check_on_the_loop() -> None:
     from concurrent.futures import Future
 
     from pyflink_gcp.core import DestinationNotFoundError
@@ -158,7 +169,9 @@ def test_the_first_requests_wait_for_the_table_check_on_a_sender_thread() -> Non
     answer.set_exception(RuntimeError("NOT_FOUND"))
     with pytest.raises(DestinationNotFoundError, match="does not exist"):
         batcher.flush()
-    assert client.requests == [] and checked_on and checked_on[0] != "MainThread"
+    # The full check (after a failed first attempt) blocks: neither here nor on the loop.
+    assert client.requests == [] and checked_on
+    assert checked_on[0] not in ("MainThread", LOOP_THREAD)
 
 
 def test_bytes_accepted_counts_the_encoded_entries_of_accepted_rows() -> None:

@@ -58,14 +58,14 @@ def test_plain_text_client_opens_the_admin_channel_on_first_use() -> None:
     try:
         assert client.endpoint == Endpoint("127.0.0.1:1", True)
         assert callable(client.mutate_rows)
-        assert len(client._channels) == 1
+        assert client.data._thread.is_alive() and client._channels == []
         admin = client.admin
         assert client.admin is admin
         assert type(admin).__name__ == "BigtableTableAdminClient"
-        assert len(client._channels) == 2
+        assert len(client._channels) == 1
     finally:
         client.close()
-    assert client._channels == []
+    assert client._channels == [] and not client.data._thread.is_alive()
 
 
 def test_no_credentials_is_a_configuration_error_naming_the_endpoint_and_the_variable(
@@ -76,8 +76,12 @@ def test_no_credentials_is_a_configuration_error_naming_the_endpoint_and_the_var
 
     monkeypatch.delenv(EMULATOR_VARIABLE, raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    import threading
+
     with pytest.raises(ConfigurationError) as err:
         BigtableClient("unit", "bigtable.example.com:443")
+    # The data channel's loop thread does not outlive the failed open.
+    assert not [t for t in threading.enumerate() if t.name == "pyflink-gcp-bigtable-io-unit"]
     message = str(err.value)
     assert message.startswith(
         "sink 'unit': could not connect the Bigtable data client to bigtable.example.com:443: "

@@ -1,8 +1,12 @@
 """One MutateRows request through its attempts, against a scripted stub: entry encoding,
-per-entry retries and classification, whole-RPC failures, the retry deadline. No emulator."""
+per-entry retries and classification, whole-RPC failures, the retry deadline, quota errors,
+and that an operation waits on its event loop without blocking it. No emulator."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -17,8 +21,16 @@ from pyflink_gcp.bigtable import (
     RowMutationEntry,
     SetCell,
 )
-from pyflink_gcp.bigtable.mutate_rows import MutateRowsBatch, failed_entry, fill_entry
-from pyflink_gcp.core import DestinationNotFoundError, WriteError
+from pyflink_gcp.bigtable.mutate_rows import (
+    MutateRowsBatch,
+    MutateRowsCall,
+    failed_entry,
+    fill_entry,
+)
+from pyflink_gcp.core import DestinationNotFoundError, RetryPolicy, WriteError
+from pyflink_gcp.core.aio import LoopSlots
+from pyflink_gcp.core.failure import FailedRecord
+from pyflink_gcp.core.quota import QuotaWindow
 from tests.unit.bigtable.support import (
     INTERNAL,
     INVALID_ARGUMENT,
@@ -27,12 +39,21 @@ from tests.unit.bigtable.support import (
     TABLE,
     UNAVAILABLE,
     FakeDataClient,
+    close_loops,  # noqa: F401 - the fixture
     entry,
     keys,
     make_call,
+    open_loop,
 )
 
 _Request = bigtable_types.MutateRowsRequest
+
+pytestmark = pytest.mark.usefixtures("close_loops")
+
+
+def run(call: MutateRowsCall, batch: MutateRowsBatch) -> list[FailedRecord]:
+    """The operation on an event loop of its own, to its end."""
+    return asyncio.run(call.run(batch))
 
 
 def batch_of(count: int, app_profile_id: str | None = None) -> MutateRowsBatch:
@@ -69,7 +90,7 @@ def test_entries_encode_exactly_like_the_client_library(mutation: Any) -> None:
 def test_a_clean_request_is_one_attempt() -> None:
     client = FakeDataClient()
     call = make_call(client)
-    assert call.run(batch_of(10)) == []
+    assert run(call, batch_of(10)) == []
     assert len(client.requests) == 1 and keys(client.requests[0])[-1] == b"k00009"
     assert (call.stats.requests, call.stats.entries_sent, call.stats.entries_retried) == (1, 10, 0)
 
@@ -91,7 +112,7 @@ def test_transient_entries_are_retried_alone_and_content_errors_returned_with_ro
 
     client = FakeDataClient(script)
     call = make_call(client)
-    failures = call.run(batch_of(60))
+    failures = run(call, batch_of(60))
 
     expected = {i for i in range(60) if i % 5 == 0 or (i % 7 == 1 and i % 3 != 0) or i == 4}
     assert {int(f.attributes["row-key"][1:]) for f in failures} == expected
@@ -122,7 +143,7 @@ def test_a_broken_stream_retries_only_the_unanswered_entries() -> None:
         raise_on=lambda call: api_exceptions.ServiceUnavailable("gone") if call == 1 else None,
         answer_before_raise=4,
     )
-    assert make_call(client).run(batch_of(10)) == []
+    assert run(make_call(client), batch_of(10)) == []
     assert keys(client.requests[1]) == [b"k%05d" % i for i in range(4, 10)]
 
 
@@ -132,25 +153,25 @@ def test_permanent_rpc_errors_fail_with_the_table_named() -> None:
         WriteError,
         match=r"sink 'unit': table 'projects/p/instances/inst/tables/t'.*PERMISSION_DENIED",
     ):
-        make_call(client).run(batch_of(1))
+        run(make_call(client), batch_of(1))
     assert len(client.requests) == 1
 
     client = FakeDataClient(raise_on=lambda call: api_exceptions.NotFound("table gone"))
     with pytest.raises(DestinationNotFoundError, match="no longer exists"):
-        make_call(client).run(batch_of(1))
+        run(make_call(client), batch_of(1))
 
 
 def test_transient_failures_end_at_the_retry_deadline() -> None:
     client = FakeDataClient(script=lambda call, pos, key: UNAVAILABLE)
     with pytest.raises(WriteError, match="UNAVAILABLE") as err:
-        make_call(client, retry_deadline_s=0.3).run(batch_of(1))
+        run(make_call(client, retry_deadline_s=0.3), batch_of(1))
     assert "retry deadline" in str(err.value) and "MutateRows of 1 entries" in str(err.value)
     assert len(client.requests) > 1
 
 
 def test_the_app_profile_is_sent_on_every_attempt() -> None:
     client = FakeDataClient(script=lambda call, pos, key: UNAVAILABLE if call == 1 else OK)
-    make_call(client, app_profile_id="batch").run(batch_of(1, app_profile_id="batch"))
+    run(make_call(client, app_profile_id="batch"), batch_of(1, app_profile_id="batch"))
     assert [r.app_profile_id for r in client.requests] == ["batch", "batch"]
     assert client.metadata["x-goog-request-params"] == (
         "table_name=projects/p/instances/inst/tables/t&app_profile_id=batch"
@@ -163,3 +184,94 @@ def test_failed_entries_carry_the_row_key_and_status() -> None:
     assert failed.attributes == {"row-key": "k\\xff", "status": "INTERNAL"}
     assert (failed.sink, failed.destination, failed.payload) == ("s", "tbl", b"payload")
     assert failed.record_repr == "{'r': 1}"
+
+
+RESOURCE_EXHAUSTED = 8
+
+
+def quick_policy(deadline_s: float = 5.0, quota_deadline_s: float | None = None) -> RetryPolicy:
+    return RetryPolicy(
+        quota_deadline_s=quota_deadline_s,
+        initial_backoff_s=0.05,
+        max_backoff_s=0.1,
+        deadline_s=deadline_s,
+        quota_initial_backoff_s=0.05,
+        quota_max_backoff_s=0.1,
+    )
+
+
+def test_backoff_waits_on_the_loop_without_sleeping_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"time.sleep({seconds}) on {threading.current_thread().name}")
+
+    # Every attempt fails for a while: the operation backs off several times meanwhile.
+    client = FakeDataClient(script=lambda call, pos, key: UNAVAILABLE if call <= 4 else OK)
+    call = make_call(client)
+    call.policy = quick_policy()
+    loop = open_loop()
+    try:
+        monkeypatch.setattr(time, "sleep", no_sleep)
+        retrying = loop.start(call.run, batch_of(3))
+        # While it waits out its backoff, the loop runs other operations to their end.
+        quick = [loop.start(make_call(FakeDataClient()).run, batch_of(1)) for _ in range(20)]
+        assert all(handle.result() == [] for handle in quick)
+        assert retrying.result() == [] and len(client.requests) == 5
+        monkeypatch.undo()
+        assert client.threads == {"unit-bigtable-io"}
+    finally:
+        loop.close()
+
+
+def test_quota_errors_halve_the_quota_window_and_are_retried_on_the_quota_schedule() -> None:
+    client = FakeDataClient(
+        script=lambda call, pos, key: RESOURCE_EXHAUSTED if call == 1 and pos % 2 else OK
+    )
+    call = make_call(client)
+    # Only the quota deadline allows the retry: a transient error would fail at once.
+    call.policy = quick_policy(deadline_s=0.0, quota_deadline_s=5.0)
+    call.window = QuotaWindow(8, "unit")
+    assert run(call, batch_of(6)) == []
+    assert call.window.limit == 4 and call.window.quota_errors == 1
+    assert keys(client.requests[1]) == [b"k00001", b"k00003", b"k00005"]
+    assert call.stats.entries_retried == 3
+
+
+def test_attempts_in_flight_follow_the_quota_windows_limit() -> None:
+    quota = QuotaWindow(4, "unit")
+    slots = LoopSlots(lambda: quota.limit)
+
+    def max_concurrent_calls() -> int:
+        client = FakeDataClient(delay=0.05)
+        call = make_call(client)
+        call.slots = slots
+        loop = open_loop()
+        try:
+            handles = [loop.start(call.run, batch_of(1)) for _ in range(12)]
+            assert all(handle.result() == [] for handle in handles)
+        finally:
+            loop.close()
+        assert len(client.requests) == 12 and slots.in_use == 0
+        return client.max_in_flight_entries
+
+    assert max_concurrent_calls() == 4
+    quota.on_quota_error()
+    assert max_concurrent_calls() == 2
+
+
+def test_an_operation_in_its_backoff_ends_cancelled_when_the_loop_closes() -> None:
+    from pyflink_gcp.core.retry import status_name
+
+    client = FakeDataClient(script=lambda call, pos, key: UNAVAILABLE)
+    call = make_call(client, retry_deadline_s=60)
+    call.policy = RetryPolicy(initial_backoff_s=30, max_backoff_s=30, deadline_s=120)
+    loop = open_loop()
+    handle = loop.start(call.run, batch_of(1))
+    deadline = time.monotonic() + 5
+    while not client.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    seen: list[str | None] = []
+    handle.add_done_callback(lambda h: seen.append(status_name(h.exception())))
+    loop.close()
+    assert handle.done() and seen == ["CANCELLED"]

@@ -33,7 +33,7 @@ def test_only_the_configuration_travels() -> None:
     try:
         for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
             copy = loads(dumps(factory))
-            assert copy.client is None and copy.tables is None and copy._pool is None
+            assert copy.client is None and copy.tables is None and copy.slots.in_use == 0
             assert copy.stats.requests == 0
             assert copy.retry_policy.deadline_s == 9
             for name in BigtableWriterFactory._config_fields:
@@ -42,13 +42,15 @@ def test_only_the_configuration_travels() -> None:
         factory.close()
 
 
-def test_open_builds_batchers_sharing_the_subtask_senders() -> None:
+def test_open_builds_batchers_sharing_the_subtask_event_loop() -> None:
     factory = make_factory(app_profile_id="batch", max_in_flight_requests=3)
     with pytest.raises(WriteError, match="not open"):
         factory.create_writer(TABLE)
     factory.open(SubtaskInfo("unit", subtask_index=1))
     try:
-        assert factory._pool is not None and factory._pool._max_workers == 3
+        assert factory.client is not None
+        data = factory.client.data
+        assert data._thread.is_alive() and factory.slots._limit() == 3
         assert factory.tables is not None
         factory.tables._known.add(str(TABLE))  # as if checked: no admin call here
         batcher = factory.create_writer(TABLE)
@@ -56,10 +58,12 @@ def test_open_builds_batchers_sharing_the_subtask_senders() -> None:
         call = batcher._call
         assert factory.client is not None and call.stub is factory.client.mutate_rows
         assert call.stats is factory.stats and call.policy is factory.retry_policy
+        assert call.slots is factory.slots and call.window is factory.quota
+        assert batcher._start == factory.start
         assert dict(call.metadata)["x-goog-request-params"].endswith("&app_profile_id=batch")
         assert factory.stats.batchers_created == 1
     finally:
         factory.close()
-    assert factory.client is None
+    assert factory.client is None and not data._thread.is_alive()  # closing stops the loop
     with pytest.raises(WriteError, match="not open"):
-        factory.submit(lambda batch: [], None)  # type: ignore[arg-type]
+        factory.start(call.run, None)

@@ -1,5 +1,6 @@
-"""The asyncio channel's synchronous face: outcomes and done-callbacks reach every call, and
-close never leaves a call unsettled. Against a closed port, so every call fails fast; the
+"""The asyncio channel's synchronous face: outcomes and done-callbacks reach every call and every
+operation run on the loop, close never leaves one unsettled, and the loop's slots bound what
+holds them without blocking it. Against a closed port, so every call fails fast; the
 sinks' integration tests drive it against the emulators."""
 
 from __future__ import annotations
@@ -8,11 +9,12 @@ import socket
 import threading
 
 import grpc
+import pytest
 from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
     PublisherGrpcAsyncIOTransport,
 )
 
-from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod
+from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
 
@@ -80,3 +82,116 @@ def test_close_settles_calls_never_started_and_runs_their_callbacks() -> None:
     handle.add_done_callback(lambda h: seen.append(status_name(h.exception())))
     assert handle.done() and seen == ["CANCELLED"]
     assert status_name(handle.exception()) == "CANCELLED"
+
+
+def test_started_work_runs_on_the_loop_and_its_result_or_error_reaches_the_callbacks() -> None:
+    import asyncio
+
+    channel, _ = _method()
+    try:
+        ran_on: list[str] = []
+
+        async def operation(value: int, fail: bool) -> list[int]:
+            ran_on.append(threading.current_thread().name)
+            await asyncio.sleep(0.01)  # a backoff: the loop runs the other operations meanwhile
+            if fail:
+                raise ValueError(f"operation {value} failed")
+            return [value]
+
+        seen: list[tuple[object, str]] = []
+        handles = [channel.start(operation, i, i % 3 == 0) for i in range(9)]
+        for handle in handles:
+            handle.add_done_callback(
+                lambda h: seen.append((h.exception(), threading.current_thread().name))
+            )
+        assert [h.result() for h in handles if _succeeded(h)] == [[1], [2], [4], [5], [7], [8]]
+        for i in (0, 3, 6):
+            with pytest.raises(ValueError, match=f"operation {i} failed"):
+                handles[i].result()
+        assert set(ran_on) == {"test-io"} and len(ran_on) == 9
+        assert len(seen) == 9 and all(h.done() for h in handles)
+        assert sum(isinstance(error, ValueError) for error, _ in seen) == 3
+    finally:
+        channel.close()
+
+
+def _succeeded(handle: CallHandle) -> bool:
+    return handle.exception() is None
+
+
+def test_close_cancels_work_waiting_on_the_loop_and_refuses_later_work() -> None:
+    import asyncio
+
+    channel, _ = _method()
+    seen: list[str | None] = []
+    started = threading.Event()
+
+    async def long_backoff() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    handle = channel.start(long_backoff)
+    assert started.wait(10)
+    handle.add_done_callback(lambda h: seen.append(status_name(h.exception())))
+    channel.close()
+    assert handle.done() and seen == ["CANCELLED"]
+    later = channel.start(long_backoff)
+    assert later.done() and status_name(later.exception()) == "CANCELLED"
+
+
+def test_a_server_streaming_method_is_called_by_work_on_the_loop() -> None:
+    channel, _ = _method()
+    stream = channel.unary_stream("/google.pubsub.v1.Subscriber/StreamingPull")
+
+    async def read_all() -> list[bytes]:
+        return [response async for response in stream(b"", timeout=5.0, metadata=())]
+
+    try:
+        handle = channel.start(read_all)
+        assert status_name(handle.exception()) in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+    finally:
+        channel.close()
+
+
+def test_loop_slots_bound_the_holders_and_follow_a_shrinking_limit() -> None:
+    import asyncio
+
+    limit = [3]
+    slots = LoopSlots(lambda: limit[0])
+    most = [0]
+
+    async def hold(seconds: float) -> None:
+        await slots.acquire()
+        try:
+            most[0] = max(most[0], slots.in_use)
+            await asyncio.sleep(seconds)
+        finally:
+            slots.release()
+
+    async def main() -> None:
+        await asyncio.gather(*(hold(0.01) for _ in range(10)))
+        assert most[0] == 3 and slots.in_use == 0
+        limit[0], most[0] = 1, 0
+        await asyncio.gather(*(hold(0.01) for _ in range(4)))
+        assert most[0] == 1
+        # A waiter cancelled before its turn gives up its place, and no slot leaks.
+        first = asyncio.ensure_future(hold(0.05))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(hold(0.01))
+        await asyncio.sleep(0)
+        second.cancel()
+        await asyncio.gather(first, second, return_exceptions=True)
+        assert slots.in_use == 0
+
+    asyncio.run(main())
+
+
+def test_a_channel_that_cannot_open_leaves_no_loop_thread() -> None:
+    class Refusing:
+        @staticmethod
+        def create_channel(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("no credentials")
+
+    with pytest.raises(RuntimeError, match="no credentials"):
+        AsyncChannel(Endpoint(host="example.com:443"), Refusing, "x", [], thread_name="refused-io")
+    assert not [t for t in threading.enumerate() if t.name == "refused-io"]
