@@ -82,30 +82,8 @@ final class RunningFlush {
             return true;
         }
         pool.shutdown();
-        long deadline = System.nanoTime() + wait.toNanos();
-        boolean interrupted = false;
-        boolean ended = false;
         long started = System.nanoTime();
-        try {
-            while (true) {
-                long left = deadline - System.nanoTime();
-                try {
-                    ended = pool.awaitTermination(Math.max(0L, left), TimeUnit.NANOSECONDS);
-                    break;
-                } catch (InterruptedException e) {
-                    // A cancel interrupts the task thread repeatedly: keep waiting until the
-                    // bound, then give the interrupt back.
-                    interrupted = true;
-                    if (left <= 0) {
-                        break;
-                    }
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
-        }
+        boolean ended = awaitEnd(pool, wait);
         long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         if (!ended) {
             ended = interruptFlush(pool, name, waitedMs);
@@ -131,24 +109,7 @@ final class RunningFlush {
      */
     private static boolean interruptFlush(ExecutorService pool, String name, long waitedMs) {
         pool.shutdownNow();
-        boolean ended = false;
-        boolean interrupted = false;
-        long deadline = System.nanoTime() + AFTER_INTERRUPT.toNanos();
-        while (true) {
-            long left = deadline - System.nanoTime();
-            try {
-                ended = pool.awaitTermination(Math.max(0L, left), TimeUnit.NANOSECONDS);
-                break;
-            } catch (InterruptedException e) {
-                interrupted = true;
-                if (left <= 0) {
-                    break;
-                }
-            }
-        }
-        if (interrupted) {
-            Thread.currentThread().interrupt();
-        }
+        boolean ended = awaitEnd(pool, AFTER_INTERRUPT);
         if (ended) {
             LOG.warn(
                     "{}: a Python bundle was still being flushed {} ms after the operator began"
@@ -164,6 +125,35 @@ final class RunningFlush {
                     AFTER_INTERRUPT.getSeconds());
         }
         return ended;
+    }
+
+    /**
+     * Waits up to {@code wait} for the shut-down {@code pool} to end, ignoring interrupts: a
+     * cancel interrupts the task thread repeatedly, so the wait goes on until the bound and the
+     * interrupt is given back afterwards.
+     *
+     * @return whether the pool ended within the wait
+     */
+    private static boolean awaitEnd(ExecutorService pool, Duration wait) {
+        long deadline = System.nanoTime() + wait.toNanos();
+        boolean interrupted = false;
+        try {
+            while (true) {
+                long left = deadline - System.nanoTime();
+                try {
+                    return pool.awaitTermination(Math.max(0L, left), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                    if (left <= 0) {
+                        return false;
+                    }
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
     }
 
     private static ExecutorService pool(AbstractExternalPythonFunctionOperator<?> operator) {
