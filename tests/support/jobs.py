@@ -193,10 +193,16 @@ class FailOnce(MapFunction):
 
 class FailAt(MapFunction):
     """Pass records (dicts with an ``id``) through, sleeping 50 ms every 50 so checkpoints
-    complete between failures; fail at each id of ``at`` once (a marker file per id in
-    ``directory``): raise, or end the Python worker at once (``hard``, process workers). With
-    ``after_checkpoint`` each failure waits for the first record after a checkpoint completed
-    (see :class:`FailOnce`); its marker still names the id it was due at."""
+    complete between failures; fail at each id of ``at`` once: raise, or end the Python worker
+    at once (``hard``, process workers). With ``after_checkpoint`` each failure waits for the
+    first record after a checkpoint completed (see :class:`FailOnce`).
+
+    Each failure is owed in ``directory`` from the moment its record is seen (a ``due-<id>``
+    file) until one subtask claims it (creating ``failed-<id>`` exclusively) and fails. A
+    failure held back for a checkpoint therefore survives a restart that another subtask's
+    failure caused first: the restore may start after the record it was due at, which the
+    job then never sees again, and a failure owed only in memory would be lost with it.
+    """
 
     def __init__(
         self,
@@ -210,28 +216,50 @@ class FailAt(MapFunction):
         self._at = frozenset(at)
         self._hard = hard
         self._after = _AfterCheckpoint(after_checkpoint)
-        self._pending: int | None = None
+        self._owed: list[int] | None = None  # None: not looked up in this attempt yet
+        self._next_look = 0.0
 
     def map(self, value: Any) -> Any:
         i = value["id"]
         if i % 50 == 0:
             time.sleep(0.05)
-        due = False
-        if i in self._at and not os.path.exists(self._marker(i)):
-            self._pending = i if self._pending is None else self._pending
-            due = True
-        if self._after.ready(due) and self._pending is not None:
-            marker, self._pending = self._marker(self._pending), None
+        if i in self._at and not os.path.exists(self._marker("failed", i)):
+            open(self._marker("due", i), "a").close()
+            self._owed = None
+        owed = self._owed_failures()
+        if owed and self._after.ready(True):
             self._after.fired()
-            if not os.path.exists(marker):
-                open(marker, "w").close()
-                if self._hard:
-                    os._exit(23)
-                raise RuntimeError(f"injected failure at {i} (test)")
+            self._owed = None
+            for due in owed:
+                if self._claim(due):
+                    if self._hard:
+                        os._exit(23)
+                    raise RuntimeError(f"injected failure due at {due}, at {i} (test)")
         return value
 
-    def _marker(self, i: int) -> str:
-        return os.path.join(self._directory, f"failed-{i}")
+    def _owed_failures(self) -> list[int]:
+        """The failures due and not yet claimed, looked up at most every 20 ms (a directory
+        listing per record would slow the job)."""
+        now = time.monotonic()
+        if self._owed is None or now >= self._next_look:
+            self._next_look = now + 0.02
+            self._owed = sorted(
+                i
+                for i in self._at
+                if os.path.exists(self._marker("due", i))
+                and not os.path.exists(self._marker("failed", i))
+            )
+        return self._owed
+
+    def _claim(self, i: int) -> bool:
+        try:
+            os.close(os.open(self._marker("failed", i), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False  # another subtask failed for it
+        return True
+
+    def _marker(self, kind: str, i: int) -> str:
+        return os.path.join(self._directory, f"{kind}-{i}")
 
 
 class Paced(MapFunction):
