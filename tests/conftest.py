@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.gateway import drain_gateway_stderr
+from pyflink_gcp.core.gateway import drain_gateway_stderr, ended_gateways
 from pyflink_gcp.tools import bridge_build
 from pyflink_gcp.tools.emulators import (
     ALL_SERVICES,
@@ -91,6 +91,28 @@ def receiver(stack: EmulatorStack) -> Receiver:
     """The stack's HTTP receiver, emptied before the test."""
     stack.clear_received()
     return stack.receiver
+
+
+#: The first test after which the session's gateway was found ended, with how it ended.
+_gateway_end: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Notes the test after which the Java gateway was first found ended: every later test
+    that uses PyFlink then fails with "... does not exist in the JVM", and the exit status
+    (a signal, or the JVM's own exit code) is the clue to why."""
+    if not _gateway_end:
+        ended = ended_gateways()
+        if ended:
+            _gateway_end.append(f"after {item.nodeid}: {'; '.join(ended)}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _gateway_end:
+        terminalreporter.write_line(
+            f"the Java gateway ended during the run, found {_gateway_end[0]}"
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

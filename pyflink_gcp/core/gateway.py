@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import IO, Any
@@ -41,12 +42,20 @@ class GatewayStderrDrain(threading.Thread):
     """Reads one gateway's standard error until it closes and writes it to ``sink``.
 
     Attributes:
+        process: The gateway's ``Popen`` (None when not given).
         bytes_read: Everything read from the pipe.
         bytes_dropped: What a file target did not take beyond :data:`MAX_FILE_BYTES`.
     """
 
-    def __init__(self, pipe: IO[bytes], sink: Callable[[bytes], Any], limit: int | None) -> None:
+    def __init__(
+        self,
+        pipe: IO[bytes],
+        sink: Callable[[bytes], Any],
+        limit: int | None,
+        process: Any = None,
+    ) -> None:
         super().__init__(name="pyflink-gateway-stderr", daemon=True)
+        self.process = process
         self._fd = pipe.fileno()
         self._pipe = pipe  # kept open (and referenced) while the thread reads its descriptor
         self._sink = sink
@@ -125,7 +134,7 @@ def drain_gateway_stderr(to: str | None = None) -> None:
             finally:
                 for process in started:
                     if process.poll() is None and process.stderr is not None:
-                        drain = GatewayStderrDrain(process.stderr, sink, limit)
+                        drain = GatewayStderrDrain(process.stderr, sink, limit, process)
                         drain.start()
                         drains.append(drain)
                         _LOG.debug("draining the standard error of gateway pid %s", process.pid)
@@ -134,3 +143,31 @@ def drain_gateway_stderr(to: str | None = None) -> None:
         java_gateway.launch_gateway_server_process = start_process_kept
         java_gateway.launch_gateway = launch_and_drain
         _installed = True
+
+
+def ended_gateways() -> list[str]:
+    """How each gateway this process started and drained has ended, if it has.
+
+    A gateway that ends while the process still uses it turns every later PyFlink call into
+    "... does not exist in the JVM"; its exit status (a signal, or the JVM's own exit code)
+    is the one clue to why, and only this process can read it.
+
+    Returns:
+        One line per ended gateway, e.g. ``"pid 4242 ended: signal SIGTERM (15)"``.
+    """
+    ended = []
+    for drain in drains:
+        process = drain.process
+        code = None if process is None else process.poll()
+        if code is None:
+            continue
+        how = f"signal {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+        ended.append(f"pid {process.pid} ended: {how}")
+    return ended
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)

@@ -4,6 +4,7 @@ functions replaced by small ones that start the child)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -142,3 +143,14 @@ def test_the_drain_threads_are_daemons() -> None:
         drain.start()
         drain.join(5)
     assert not drain.is_alive()
+
+
+def test_a_gateway_that_ended_is_reported_with_how_it_ended(
+    fresh: list[Any], tmp_path: Any
+) -> None:
+    drain_gateway_stderr(str(tmp_path / "gateway.log"))
+    java_gateway.launch_gateway("import time; time.sleep(60)")
+    assert gateway.ended_gateways() == []  # still running
+    fresh[0].send_signal(signal.SIGTERM)
+    fresh[0].wait(10)
+    assert gateway.ended_gateways() == [f"pid {fresh[0].pid} ended: signal SIGTERM (15)"]
