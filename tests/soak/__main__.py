@@ -26,7 +26,6 @@ Not part of ``make test``: ``make soak SOAK_ARGS="--sink pubsub --minutes 12 --k
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import random
@@ -43,8 +42,9 @@ from pyflink_gcp.tools.cluster import ClusterSettings, StandaloneCluster
 from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES
 from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.faults.inject import live_taskmanagers, replace_dead_taskmanagers, settle, tended_wait
+from tests.faults.ledger import Ledger, read_ledger
 from tests.faults.rescale import http_cancel
-from tests.soak.job import LOGS, Churn
+from tests.soak.job import Churn
 from tests.soak.probe import sample
 from tests.soak.report import Outcome, judge, pick_samples, row, table, windows
 from tests.soak.targets import REGISTRY, SINKS, STACK_SERVICES, prepare, read_back
@@ -58,36 +58,17 @@ POLL_S = 5.0
 QUIET_END_S = 120.0
 
 
-def read_logs(control: Path) -> tuple[set[int], list[tuple[int, int]]]:
-    """The ids the sink was handed (any attempt) and the ranges the map dropped after the
-    finish, from the job's logs (a torn last line of a killed process is skipped)."""
-    handed: set[int] = set()
-    dropped: list[tuple[int, int]] = []
-    for log in sorted((control / LOGS).glob("*.log")):
-        for line in log.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "d":
-                dropped.append((int(parts[1]), int(parts[2])))
-            elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                handed.add(int(parts[0]))
-    return handed, sorted(dropped)
+def lost_ids(count: int, got: set[int], ledger: Ledger) -> list[int]:
+    """Ids missing from the destinations whose last word is not a drop after the finish.
 
-
-def lost_ids(
-    count: int, got: set[int], handed: set[int], dropped: list[tuple[int, int]]
-) -> list[int]:
-    """Ids missing from the destinations that the sink was handed, or that the map never
-    dropped (an id neither handed nor dropped is lost wherever it went)."""
-    firsts = [first for first, _ in dropped]
-    lost = []
-    for i in range(count):
-        if i in got:
-            continue
-        at = bisect.bisect_right(firsts, i) - 1
-        never_handed = i not in handed and at >= 0 and dropped[at][0] <= i <= dropped[at][1]
-        if not never_handed:
-            lost.append(i)
-    return lost
+    The fault suite's rule (:mod:`tests.faults.ledger`): an id a restore rolled back and a
+    later attempt dropped (the finish file came meanwhile) is owed nothing, even though an
+    earlier attempt's writer took it; an id neither handed on nor dropped is lost wherever it
+    went.
+    """
+    missing = [i for i in range(count) if i not in got]
+    dropped = ledger.finally_dropped(missing)
+    return [i for i in missing if i not in dropped]
 
 
 def soak_one(
@@ -143,12 +124,13 @@ def soak_one(
             cluster.keep_logs = True
     if cluster.logs_kept() is not None:
         print(f"  cluster logs kept in {cluster.logs_kept()}", flush=True)
-    handed, dropped = read_logs(control)
+    ledger = read_ledger(control)
+    handed = set(ledger.handed)
     got = read_back(sink, PROJECT, name, destinations, stack, len(handed))
     distinct = set(got)
     outcome.handed, outcome.out = len(handed), len(got)
     outcome.duplicates = len(got) - len(distinct)
-    lost = lost_ids(count, distinct, handed, dropped)
+    lost = lost_ids(count, distinct, ledger)
     outcome.lost = len(lost)
     if lost:
         print(f"  lost ids (first 20): {lost[:20]}", flush=True)

@@ -36,3 +36,15 @@ def test_an_id_handed_again_after_an_earlier_drop_is_owed(tmp_path: Path) -> Non
 
     assert ledger.finally_dropped([4, 5]) == set()
     assert ledger.rolled_back() == set()
+
+
+def test_the_soak_owes_an_id_unless_its_last_word_is_a_drop(tmp_path: Path) -> None:
+    from tests.soak.__main__ import lost_ids
+
+    # The soak's map logs only its drops. Attempt 1's writer took 1 and 2; a restore rolled
+    # 2 back, and attempt 2, after the finish, dropped 2 and 3. Nothing handed on or dropped
+    # 0 and 4: they are lost wherever they went, as is 1, taken but not read back.
+    write(tmp_path, "sink-11-100.log", ["1 1000", "2 1001"])
+    write(tmp_path, "drops-0-12-200.log", ["d 2 3"])
+    assert lost_ids(5, set(), read_ledger(tmp_path)) == [0, 1, 4]
+    assert lost_ids(5, {1}, read_ledger(tmp_path)) == [0, 4]
