@@ -278,6 +278,7 @@ class StreamCalls:
             stream = self._invoke(self._create, request, f"parent={table_path}", action)
         except grpc.RpcError as exc:
             raise WriteError(f"{self._what(action)} failed: {_answer(exc)}") from exc
+        _LOG.debug("%s: created BUFFERED stream %s on %s", self._sink, stream.name, table_id)
         return str(stream.name)
 
     def flush(self, commit: StreamCommit, known: int) -> None:
@@ -516,6 +517,16 @@ class BufferedStreamCommitter(Committer):
                 self._restored.pop(commit.stream, None)
                 self._open.pop(commit.stream, None)
                 self._finalized.append((checkpoint_id, commit.stream))
+            if _LOG.isEnabledFor(logging.DEBUG):
+                _LOG.debug(
+                    "%s: checkpoint %d: %s stream %s%s%s",
+                    self._sink,
+                    checkpoint_id,
+                    commit.table_id,
+                    commit.stream,
+                    f" flushed to offset {commit.offset}" if commit.offset >= 0 else "",
+                    " finalized" if commit.finalize else "",
+                )
         self.flushes += len(work)
 
     def _note_restored(self, commits: Iterable[StreamCommit]) -> None:

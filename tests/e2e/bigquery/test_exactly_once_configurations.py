@@ -7,6 +7,7 @@ lost, 0 twice) and, for FILE_LOADS, every object left under the staging prefix (
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -42,11 +43,18 @@ def staged(bucket: Any) -> list[str]:
 def assert_buffered_exactly_once(project: str, dataset: str, count: int) -> None:
     tables = ids_by_table(project, dataset)
     assert sorted(tables) == [f"events_2024030{d}" for d in range(1, buffered.DAYS + 1)]
+    lost: dict[str, str] = {}
+    twice: dict[str, list[int]] = {}
     for table, ids in tables.items():
         day = table.removeprefix("events_")
         expected = {i for i in range(count) if buffered.event(i)["day"] == day}
-        assert set(ids) == expected, (table, sorted(expected - set(ids))[:10])
-        assert max(ids.values()) == 1, (table, [i for i, n in ids.items() if n > 1][:10])
+        missing = sorted(expected - set(ids))
+        if missing:
+            lost[table] = f"{len(missing)} of {len(expected)}, ids {missing[0]}..{missing[-1]}"
+        if max(ids.values(), default=1) > 1:
+            twice[table] = [i for i, n in ids.items() if n > 1][:10]
+    # Every table is reported, so a failure shows whether one stream or one subtask lost rows.
+    assert not lost and not twice, {"lost": lost, "twice": twice}
 
 
 @pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
@@ -88,8 +96,11 @@ def test_file_loads_under_unaligned_checkpoints_load_every_row_once(
 
 @pytest.mark.parametrize("hard", [False, True], ids=["task exception", "killed worker"])
 def test_buffered_streams_under_unaligned_checkpoints_hold_exactly_their_input(
-    project: str, tmp_path: Any, hard: bool
+    project: str, tmp_path: Any, hard: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Each stream created, flushed and finalized is logged (in-process workers), for a failure
+    # seen once in a full run and not reproduced alone.
+    caplog.set_level(logging.DEBUG, logger="pyflink_gcp.bigquery")
     count = 4_000
     dataset = make_dataset(project, "unbuffered")
     failover = Failover(tmp_path / "failover")
