@@ -3,9 +3,11 @@
 The job runs on a standalone cluster (two TaskManagers of two slots, parallelism 4, so both
 hold sink subtasks), submitted with ``flink run -py`` as a cluster user submits it. Once two
 checkpoints completed, one TaskManager is killed with its whole process group (the JVM and its
-Python workers: nothing gets to flush), and a replacement is started, since the job needs every
-slot. The job must recover from a checkpoint and finish, and every record must be read back from
-the two topics: duplicates are allowed (the sink is at least once), losses are not.
+Python workers: nothing gets to flush). The job needs every slot, so a replacement is started
+as soon as every subtask of the job has its slot in the first two TaskManagers, and has
+registered when the kill comes: the restart finds its slots at once. The job must recover from
+a checkpoint and finish, and every record must be read back from the two topics: duplicates
+are allowed (the sink is at least once), losses are not.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pyflink_gcp.tools.cluster import StandaloneCluster
 from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.cluster.conftest import running_cluster
 from tests.support.pubsub import make_topics, pull_all, unique
@@ -23,7 +26,25 @@ from tests.support.pubsub import make_topics, pull_all, unique
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 JOB = Path(__file__).parent / "jobs" / "pubsub_numbered.py"
-COUNT = 3000
+#: Records of 30 ms each over four subtasks: the job runs long enough after its second
+#: checkpoint for the kill to hit it.
+COUNT = 2400
+#: The paced map's Python bundle: 50 records of 30 ms, so each checkpoint's barrier waits for
+#: a second and a half of records at most.
+BUNDLE = 50
+
+
+def wait_for_slots(cluster: StandaloneCluster, job: str, timeout: float = 120.0) -> None:
+    """Waits until no subtask of ``job`` waits for a slot (none is CREATED or SCHEDULED)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        vertices = cluster.job(job).get("vertices", [])
+        if vertices and all(
+            v["tasks"].get("CREATED", 0) + v["tasks"].get("SCHEDULED", 0) == 0 for v in vertices
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job}: subtasks still without a slot after {timeout:g} s")
 
 
 def test_killed_taskmanager_loses_no_record(
@@ -36,6 +57,7 @@ def test_killed_taskmanager_loses_no_record(
         submitted = cluster.submit(
             JOB,
             *("--project", project, "--topic", topic, "--count", str(COUNT)),
+            *("--bundle-size", str(BUNDLE)),
             parallelism=4,
             detached=True,
             timeout=300,
@@ -43,11 +65,13 @@ def test_killed_taskmanager_loses_no_record(
         assert submitted.ok and submitted.job_id, submitted.output[-4000:]
         job = submitted.job_id
 
+        wait_for_slots(cluster, job)
+        replacement = cluster.start_taskmanager(wait=False)
         cluster.wait_for_checkpoints(job, 2, timeout=180)
+        cluster.wait_for_taskmanager(replacement.resource_id)
         assert cluster.job(job)["state"] == "RUNNING"
         killed_at = time.monotonic()
         cluster.kill_taskmanager(0)
-        cluster.start_taskmanager()
 
         state = cluster.wait_for_job(job, timeout=400)
         took = time.monotonic() - killed_at

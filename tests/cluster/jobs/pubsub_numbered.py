@@ -67,11 +67,17 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--pace-ms", type=float, default=30.0)
     parser.add_argument("--checkpoint-ms", type=int, default=1000)
+    parser.add_argument(
+        "--bundle-size",
+        type=int,
+        default=200,
+        help="records of the paced map's Python bundles: a barrier waits for one at most",
+    )
     parser.add_argument("--control", help="a directory whose 'raise' file makes a map raise")
     args = parser.parse_args()
 
     conf = Configuration()
-    conf.set_string("python.fn-execution.bundle.size", "200")
+    conf.set_string("python.fn-execution.bundle.size", str(args.bundle_size))
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.enable_checkpointing(args.checkpoint_ms)
     sink = (

@@ -32,9 +32,10 @@ T = TypeVar("T")
 WRITTEN = 300
 EMPTY = {7, 57, 107, 157, 207, 257}  # odd: all go to topic "b"
 WAIT_S = 90.0
-#: Records of one writer bundle. Metrics reach Flink at bundle ends, and a bundle ends only when
-#: the worker has processed every record PyFlink sent ahead for it: at the default 20,000, a
-#: bundle of the slow records after the counted ones would last 400 s.
+#: Records of one Python bundle, the writer's and the map's before it. Metrics reach Flink at
+#: bundle ends, and a bundle ends only when the worker has processed every record PyFlink sent
+#: ahead for it: at the defaults, a bundle of the paced records after the counted ones could
+#: last minutes.
 BUNDLE = 50
 
 
@@ -42,6 +43,42 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def rest_conf(port: int) -> dict[str, str]:
+    """The configuration of a job whose metrics are read through the REST API at ``port``.
+
+    The REST server answers from a cache of the TaskManagers' metrics that it refreshes every
+    ``metrics.fetcher.update-interval`` (10 s by default): refreshed every half second, a poll
+    sees a value soon after it reached Flink. The Python map before the writer (where
+    :class:`SlowAfter` paces the records) ends its bundles every :data:`BUNDLE` records, so a
+    checkpoint barrier waits for a second of paced records at most, not for the 100,000 a
+    default bundle holds.
+    """
+    return {
+        "rest.port": str(port),
+        "metrics.fetcher.update-interval": "500 ms",
+        "python.fn-execution.bundle.size": str(BUNDLE),
+    }
+
+
+class SlowAfter:
+    """The record map of a metrics job: ``i`` itself, each from ``after`` on 20 ms late.
+
+    The job lives on, cheaply, past the records that count, so the metrics are read from a live
+    job. The pace is set upstream of the writer rather than in its serializer: a slow writer
+    would fill the channel before it with thousands of records, which a checkpoint barrier
+    then waits behind (and the writer's flush at the checkpoint with it, which counts the
+    records the service rejected).
+    """
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def __call__(self, i: int) -> int:
+        if i >= self.after:
+            time.sleep(0.02)
+        return i
 
 
 def get(port: int, path: str) -> Any:
@@ -60,7 +97,6 @@ class Resolver:
 
 def serialize(i: int, ctx) -> bytes | None:
     if i >= WRITTEN:
-        time.sleep(0.02)  # keeps the job alive and cheap after the records that count
         return None
     return b"" if i in EMPTY else str(i).encode()
 
@@ -136,7 +172,7 @@ def test_sink_metrics_have_their_documented_names_and_counts(
     prefix = unique("metrics")
     make_topics(project, [f"{prefix}-a", f"{prefix}-b"])
     port = free_port()
-    env = make_env(parallelism=1, checkpoint_ms=500, extra={"rest.port": str(port)})
+    env = make_env(parallelism=1, checkpoint_ms=500, extra=rest_conf(port))
     sink = (
         PubSubSink.builder()
         .set_destination_resolver(Resolver(project, prefix))
@@ -150,7 +186,7 @@ def test_sink_metrics_have_their_documented_names_and_counts(
         )
         .build()
     )
-    record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
+    record_stream(env, 1_000_000, SlowAfter(WRITTEN)).sink_to(sink)
     client = env.execute_async("sink metrics")
     job_id = str(client.get_job_id())
     try:

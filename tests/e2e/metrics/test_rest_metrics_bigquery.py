@@ -5,7 +5,6 @@ knows only once its sender encoded the rows (counted at each checkpoint's flush)
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -20,11 +19,13 @@ from pyflink_gcp.bigquery import (
 )
 from pyflink_gcp.core.metrics import metric_identifier
 from tests.e2e.metrics.test_rest_metrics import (
+    SlowAfter,
     committer_metrics,
     free_port,
     per_destination,
     poll,
     poll_writer_metrics,
+    rest_conf,
 )
 from tests.integration.bigquery.support import make_dataset, make_table
 from tests.support.jobs import make_env, record_stream
@@ -45,8 +46,7 @@ class Halves:
 
 def row(i: int, ctx: Any) -> dict[str, Any] | None:
     if i >= WRITTEN:
-        time.sleep(0.002)  # keeps the job alive and cheap after the rows that count
-        return None
+        return None  # the job lives on, paced by SlowAfter, past the rows that count
     return {"id": i}
 
 
@@ -58,14 +58,7 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(
     for table in "ab":
         make_table(project, dataset, table, [("id", "INT64")])
     port = free_port()
-    # Past the counted rows the writer is slow on purpose, and the records queued before it
-    # would hold an aligned barrier for tens of seconds: unaligned barriers overtake them, so
-    # the committer commits (and its gauges move) every second or two.
-    env = make_env(
-        parallelism=1,
-        checkpoint_ms=500,
-        extra={"rest.port": str(port), "execution.checkpointing.unaligned.enabled": "true"},
-    )
+    env = make_env(parallelism=1, checkpoint_ms=500, extra=rest_conf(port))
     builder = (
         BigQuerySink.builder()
         if method is None
@@ -82,7 +75,7 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(
         )
         .build()
     )
-    record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
+    record_stream(env, 1_000_000, SlowAfter(WRITTEN)).sink_to(sink)
     client = env.execute_async("bigquery sink metrics")
     job_id = str(client.get_job_id())
     try:

@@ -10,7 +10,6 @@ have their own tests next to this one.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,13 @@ from pyflink_gcp.core import FailureHandler
 from pyflink_gcp.core.metrics import metric_identifier
 from pyflink_gcp.spanner import Mutation, SpannerSink, SpannerWriterOptions
 from pyflink_gcp.tools.emulators import EmulatorStack
-from tests.e2e.metrics.test_rest_metrics import free_port, per_destination, poll_writer_metrics
+from tests.e2e.metrics.test_rest_metrics import (
+    SlowAfter,
+    free_port,
+    per_destination,
+    poll_writer_metrics,
+    rest_conf,
+)
 from tests.integration.bigtable.support import PROJECT as BIGTABLE_PROJECT
 from tests.integration.bigtable.support import create_table, read_table
 from tests.integration.bigtable.support import unique as bigtable_unique
@@ -52,11 +57,9 @@ BUNDLE = 50
 
 
 def keep_alive(i: int) -> bool:
-    """Past the counted records, the job lives on cheap records the serializer skips."""
-    if i >= WRITTEN:
-        time.sleep(0.02)
-        return True
-    return False
+    """Past the counted records, the job lives on records the serializer skips (paced by
+    :class:`~tests.e2e.metrics.test_rest_metrics.SlowAfter`)."""
+    return i >= WRITTEN
 
 
 class Halves:
@@ -124,8 +127,8 @@ class Job:
 
 def run_job(sink: Any, name: str) -> dict[str, float]:
     port = free_port()
-    env = make_env(parallelism=1, checkpoint_ms=500, extra={"rest.port": str(port)})
-    record_stream(env, 1_000_000, lambda i: i).sink_to(sink)
+    env = make_env(parallelism=1, checkpoint_ms=500, extra=rest_conf(port))
+    record_stream(env, 1_000_000, SlowAfter(WRITTEN)).sink_to(sink)
     client = env.execute_async(name)
     try:
         _, got = poll_writer_metrics(
