@@ -12,7 +12,10 @@ Commands of the development tools (:mod:`pyflink_gcp.tools`):
 * ``pyflink-gcp emulators setup|up|restart`` installs, runs and restarts the local emulator
   stack (:mod:`pyflink_gcp.tools.emulators.commands`);
 * ``pyflink-gcp cluster up|down`` runs a standalone Flink cluster from the apache-flink wheel
-  (:mod:`pyflink_gcp.tools.cluster.commands`).
+  (:mod:`pyflink_gcp.tools.cluster.commands`);
+* ``pyflink-gcp sql-client [--print-classpath] ...`` runs the wheel's Flink SQL client with the
+  SQL connectors, every other argument going to ``sql-client.sh``
+  (:mod:`pyflink_gcp.tools.sql_client`).
 
 Each command imports what it runs when it runs, so the parser and ``import pyflink_gcp.cli``
 load nothing of the tools.
@@ -122,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
     cluster_down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait (default: %(default)s)"
     )
+    # Listed for --help only: main() hands everything after "sql-client" to the tool untouched.
+    commands.add_parser(
+        "sql-client",
+        add_help=False,
+        help="Flink's SQL client from the apache-flink wheel with the gcp-* connectors "
+        "(fetches the SQL gateway jar once; --print-classpath shows where things are; "
+        "other arguments go to sql-client.sh)",
+    )
     from pyflink_gcp.routing import plan
 
     plan.add_arguments(
@@ -183,7 +194,12 @@ def _emulators(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["sql-client"]:
+        from pyflink_gcp.tools import sql_client
+
+        return sql_client.run(arguments[1:])
+    args = _parser().parse_args(arguments)
     if args.command == "emulators":
         return _emulators(args)
     if args.command == "cluster":

@@ -90,7 +90,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     "tools.emulators": set(),
     "tools.cluster": {"tools.emulators"},
     "tools.bridge_build": {"core"},
-    "cli": {*LIBRARY, "tools", "tools.emulators", "tools.cluster", "tools.bridge_build"},
+    "tools.sql_client": {"core", "tools.emulators", "tools.bridge_build"},
+    "cli": {
+        *LIBRARY,
+        "tools",
+        "tools.emulators",
+        "tools.cluster",
+        "tools.bridge_build",
+        "tools.sql_client",
+    },
 }
 
 
