@@ -137,7 +137,7 @@ def has_unknown_columns(table: TableInfo, mutation: Mutation) -> bool:
 class Batch:
     """One commit being filled: the request, the entries in it and their budget use."""
 
-    __slots__ = ("request", "entries", "mutations", "bytes", "last_shape", "last_rows")
+    __slots__ = ("request", "entries", "mutations", "bytes", "rows", "last_shape", "last_rows")
 
     def __init__(self) -> None:
         self.request = CommitRequestPb()
@@ -146,6 +146,8 @@ class Batch:
         self.entries: list[tuple[Any, Any]] = []
         self.mutations = 0
         self.bytes = REQUEST_OVERHEAD
+        #: Rows written plus keys and ranges deleted.
+        self.rows = 0
         self.last_shape: Shape | None = None
         #: The repeated field the next row of ``last_shape`` goes to (a write's rows, or a
         #: delete's KeySet).
@@ -175,20 +177,24 @@ class Batch:
                 del rows[sizes[0] :]
         self.last_shape, self.last_rows = shape, rows
 
+    def _start_run(self, shape: Shape) -> int:
+        """Open a new ``Mutation`` message for rows of ``shape``; returns its header bytes."""
+        m = self.request.mutations.add()
+        body = getattr(m, shape.operation)
+        body.table = shape.table
+        if shape.operation == DELETE:
+            self.last_rows = body.key_set
+        else:
+            body.columns.extend(shape.columns)
+            self.last_rows = body.values
+        self.last_shape = shape
+        return shape.header_bytes
+
     def add(self, shape: Shape, mutation: Mutation) -> int:
         """Encode ``mutation`` (of ``shape``) into the request; returns its encoded bytes."""
         size = 0
         if shape is not self.last_shape:
-            m = self.request.mutations.add()
-            body = getattr(m, shape.operation)
-            body.table = shape.table
-            if shape.operation == DELETE:
-                self.last_rows = body.key_set
-            else:
-                body.columns.extend(shape.columns)
-                self.last_rows = body.values
-            self.last_shape = shape
-            size = shape.header_bytes
+            size = self._start_run(shape)
         if shape.operation == DELETE:
             return size + encode_keys(self.last_rows, shape, mutation.values)
         row = self.last_rows.add()
@@ -196,6 +202,16 @@ class Batch:
         for encode, value in zip(shape.encoders, mutation.values, strict=True):
             encode(values, value)
         return size + row.ByteSize() + 4
+
+    def add_encoded(self, shape: Shape, rows: list[Any]) -> None:
+        """Append rows (writes) or keys (point deletes) of ``shape``, each already encoded as
+        a ``ListValue``; the caller accounts for their bytes."""
+        if shape is not self.last_shape:
+            self._start_run(shape)
+        if shape.is_delete:
+            self.last_rows.keys.extend(rows)
+        else:
+            self.last_rows.extend(rows)
 
 
 def encode_keys(key_set: Any, shape: Shape, keys: tuple[Any, ...]) -> int:

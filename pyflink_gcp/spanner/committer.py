@@ -26,6 +26,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 
 from pyflink_gcp.core import status
+from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.spanner.client import wrap_commit
@@ -98,6 +99,11 @@ class Committer:
         # One attempt never outlasts the retry deadline (a silent endpoint fails an attempt
         # only at its timeout).
         self._timeout = retry.attempt_timeout(options.commit_timeout.total_seconds())
+        #: Spanner's ``max_commit_delay`` commit option, sent with every commit when set.
+        self._commit_delay = options.max_commit_delay
+        #: The bound on the total wait between one commit's retries (quota waits aside).
+        backoff = options.max_cumulative_backoff
+        self.max_backoff_s = None if backoff is None else backoff.total_seconds()
         #: Moving average of a successful commit's duration: how long the transaction that
         #: aborted ours is likely to hold on (see :meth:`aborted_backoffs`).
         self.commit_seconds = 0.0
@@ -111,6 +117,8 @@ class Committer:
         """
         session = self.session
         api = session.api
+        if self._commit_delay is not None:
+            request.max_commit_delay.FromTimedelta(self._commit_delay)
         for renewal in range(SESSION_RENEWALS + 1):
             name = session.name()
             request.session = name
@@ -136,9 +144,11 @@ class Committer:
 
     def _retrying(self, attempt: Callable[[], Any], what: str) -> Any:
         """Call ``attempt`` until it succeeds; ABORTED and other transient errors back off
-        separately (see :meth:`aborted_backoffs`), each up to the retry deadline."""
+        separately (see :meth:`aborted_backoffs`), each up to the retry deadline, and all
+        their waits together up to ``max_cumulative_backoff``."""
         aborted: BackoffSequence | None = None
         other: BackoffSequence | None = None
+        waited = 0.0
         while True:
             start = time.monotonic()
             try:
@@ -146,11 +156,11 @@ class Committer:
             except Exception as exc:
                 if status_name(exc) == "ABORTED":
                     aborted = aborted or self.aborted_backoffs()
-                    aborted.wait_or_raise(exc, what)
+                    waited = self._wait(aborted, exc, what, waited)
                 elif self.retry.is_transient(exc):
                     # Quota errors (RESOURCE_EXHAUSTED) wait on the policy's quota schedule.
                     other = other or self.retry.backoffs(self.window)
-                    other.wait_or_raise(exc, what)
+                    waited = self._wait(other, exc, what, waited)
                 else:
                     raise
             else:
@@ -158,6 +168,26 @@ class Committer:
                     self.window.on_success()
                 self.commit_seconds += 0.25 * (time.monotonic() - start - self.commit_seconds)
                 return result
+
+    def _wait(self, backoffs: BackoffSequence, exc: Exception, what: str, waited: float) -> float:
+        """Sleep before the next attempt; returns the waits so far (quota waits, bounded by the
+        policy's quota deadline, do not count).
+
+        Raises:
+            WriteError: The wait would pass the retry deadline or ``max_cumulative_backoff``.
+        """
+        sleep = backoffs.next_wait(exc, what)
+        limit = self.max_backoff_s
+        if limit is not None and not self.retry.is_quota(exc):
+            if waited + sleep > limit:
+                raise WriteError(
+                    f"{what}: still failing after {backoffs.attempts} attempts, having waited "
+                    f"{waited:.1f}s between them (max_cumulative_backoff {limit:g}s): "
+                    f"{status_name(exc)}: {exc}"
+                ) from exc
+            waited += sleep
+        time.sleep(sleep)
+        return waited
 
     def aborted_backoffs(self) -> BackoffSequence:
         """The waits of an aborted commit, starting near the length of a typical commit.

@@ -21,6 +21,9 @@ MAX_MUTATIONS_PER_COMMIT = 80_000
 #: Spanner's commit size limit ("Commit size (including indexes and change streams)": 100 MB).
 MAX_COMMIT_BYTES = 100 * 1000 * 1000
 
+#: The longest ``max_commit_delay`` Spanner accepts (it rejects a longer one).
+MAX_COMMIT_DELAY = timedelta(milliseconds=500)
+
 _MIB = 1024 * 1024
 
 
@@ -35,6 +38,11 @@ class SpannerWriterOptions(WriterOptions):
     that commits apply in order, while the next one fills. Everything still buffered is
     committed and awaited before every checkpoint barrier and at the end of input, and sent at
     the latest every ``max_buffer_time`` or ``max_buffered_records`` records.
+
+    With ``grouping_factor`` above 1 the subtask instead buffers that many commits' worth,
+    sorts it by table and primary key (the mutations of one row keep their order) and cuts it
+    into commits by ``max_mutations_per_commit``, ``max_commit_bytes`` and
+    ``max_rows_per_commit`` (:mod:`~pyflink_gcp.spanner.grouping`).
 
     Build with :meth:`builder`::
 
@@ -54,7 +62,19 @@ class SpannerWriterOptions(WriterOptions):
             the default leaves room for the parts of Spanner's count that cannot be known in
             advance (range deletes, index changes during a schema change).
         max_commit_bytes: Encoded bytes of one commit request (Spanner's limit is 100 MB).
-        commit_timeout: Timeout of one commit attempt.
+        max_rows_per_commit: Rows of one commit: one per row written and per key or range
+            deleted (None, the default: only the two budgets above cut commits).
+        commit_timeout: Timeout of one commit attempt (the commit deadline).
+        grouping_factor: With more than 1, the writer buffers up to this many commits' worth
+            of mutations (``grouping_factor`` times each of the three limits), sorts them by
+            table and primary key, then cuts commits by the limits, so that each commit
+            touches fewer of Spanner's splits. 1 (the default) commits in arrival order.
+        max_commit_delay: Spanner's ``max_commit_delay`` commit option, 0 to 500 ms: how long
+            Spanner may hold a commit to group it with others (throughput-optimized writes).
+            None (the default) does not send it, and Spanner picks.
+        max_cumulative_backoff: Total time one commit may spend waiting between its retries
+            before the job fails; ``retry_deadline`` also bounds the time of the attempts
+            themselves. None (the default): only ``retry_deadline`` bounds the retries.
     """
 
     max_buffered_records: int = 100_000
@@ -62,6 +82,10 @@ class SpannerWriterOptions(WriterOptions):
     max_mutations_per_commit: int = 20_000
     max_commit_bytes: int = 8 * _MIB
     commit_timeout: timedelta = timedelta(seconds=60)
+    max_rows_per_commit: int | None = None
+    grouping_factor: int = 1
+    max_commit_delay: timedelta | None = None
+    max_cumulative_backoff: timedelta | None = None
 
     def _validate(self) -> None:
         super()._validate()
@@ -78,7 +102,24 @@ class SpannerWriterOptions(WriterOptions):
                 f"{owner}.max_commit_bytes must be at most {MAX_COMMIT_BYTES:,} "
                 f"(Spanner's commit size limit), got {self.max_commit_bytes!r}"
             )
+        if self.max_rows_per_commit is not None:
+            check_int(owner, "max_rows_per_commit", self.max_rows_per_commit)
         check_duration(owner, "commit_timeout", self.commit_timeout)
+        check_int(owner, "grouping_factor", self.grouping_factor)
+        if self.max_commit_delay is not None:
+            check_duration(owner, "max_commit_delay", self.max_commit_delay, allow_zero=True)
+            if self.max_commit_delay > MAX_COMMIT_DELAY:
+                raise ConfigurationError(
+                    f"{owner}.max_commit_delay must be at most 500 ms (Spanner rejects a "
+                    f"longer commit delay), got {self.max_commit_delay!r}"
+                )
+        if self.max_cumulative_backoff is not None:
+            check_duration(owner, "max_cumulative_backoff", self.max_cumulative_backoff)
+
+    @property
+    def grouping(self) -> bool:
+        """Whether the writer sorts a group of commits' mutations by table and key."""
+        return self.grouping_factor > 1
 
     @staticmethod
     def builder() -> SpannerWriterOptionsBuilder:
@@ -102,6 +143,24 @@ class SpannerWriterOptionsBuilder(OptionsBuilder[SpannerWriterOptions]):
         """Encoded bytes of one commit request (default 8 MiB; at most 100 MB)."""
         return self._set("max_commit_bytes", size)
 
+    def max_rows_per_commit(self, rows: int | None) -> Self:
+        """Rows written or keys deleted per commit (default None: no bound of its own)."""
+        return self._set("max_rows_per_commit", rows)
+
     def commit_timeout(self, timeout: timedelta) -> Self:
-        """Timeout of one commit attempt (default 60 s)."""
+        """Timeout of one commit attempt, the commit deadline (default 60 s)."""
         return self._set("commit_timeout", timeout)
+
+    def grouping_factor(self, factor: int) -> Self:
+        """Sort up to ``factor`` commits' worth of mutations by table and key before cutting
+        commits (default 1: off, arrival order)."""
+        return self._set("grouping_factor", factor)
+
+    def max_commit_delay(self, delay: timedelta | None) -> Self:
+        """Spanner's ``max_commit_delay`` commit option, 0 to 500 ms (default None: not sent)."""
+        return self._set("max_commit_delay", delay)
+
+    def max_cumulative_backoff(self, backoff: timedelta | None) -> Self:
+        """Total wait between the retries of one commit before the job fails (default None:
+        ``retry_deadline`` alone bounds them)."""
+        return self._set("max_cumulative_backoff", backoff)

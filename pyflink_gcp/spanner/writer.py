@@ -5,9 +5,10 @@ record, :meth:`SpannerWriter.write` looks up the mutation's *shape* (operation, 
 validated against the schema once, with one value encoder per column and the mutation count of
 one row; :mod:`~pyflink_gcp.spanner.batch`) and encodes the values straight into the protobuf
 ``CommitRequest`` being filled. Rows are never reordered, because two mutations of one key must
-apply in arrival order.
+apply in arrival order (with ``grouping_factor`` above 1 the factory makes a
+:class:`~pyflink_gcp.spanner.grouping.GroupingSpannerWriter`, which sorts by table and key).
 
-When the next record would take the commit over its mutation or byte budget, or when the
+When the next record would take the commit over its mutation, byte or row budget, or when the
 commit holds an eighth of the budget and nothing is being committed (group commit), the commit
 is *sealed* and handed to a single background thread, which commits sealed batches one after
 the other (in order) while the processing thread fills the next. ``flush()``, which runs before
@@ -24,6 +25,7 @@ first one found, as the job fails anyway). Retries, sessions and the other failu
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -148,7 +150,13 @@ class SpannerWriterFactory(PicklesConfiguration, WriterFactory[DatabaseDestinati
         """The subtask's writer (``writer_type``: a subclass of :class:`SpannerWriter`)."""
         if self.committer is None:
             raise WriteError(f"sink '{self.sink_name}': the Spanner writer is not open")
-        return (writer_type or SpannerWriter)(
+        if writer_type is None:
+            writer_type = SpannerWriter
+            if self.options.grouping:
+                from pyflink_gcp.spanner.grouping import GroupingSpannerWriter
+
+                writer_type = GroupingSpannerWriter
+        return writer_type(
             destination,
             self.committer,
             self.options,
@@ -209,6 +217,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._endpoint = endpoint_name
         self._max_mutations = options.max_mutations_per_commit
         self._max_bytes = options.max_commit_bytes
+        self._max_rows = options.max_rows_per_commit or sys.maxsize
         #: A batch this full is committed at once if the committer is idle (group commit).
         self._eager_mutations = max(1, self._max_mutations // _EAGER_FRACTION)
         self._fail_fast = fail_fast
@@ -241,7 +250,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
                 # The common case: one more row of the run being filled. It is encoded in
                 # place; undoing it (a wrong type, the byte budget) only drops the last row.
                 cost = shape.cost
-                if batch.mutations + cost <= self._max_mutations:
+                if batch.mutations + cost <= self._max_mutations and batch.rows < self._max_rows:
                     rows = batch.last_rows
                     row = rows.add()
                     values = row.values
@@ -260,8 +269,14 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
                     batch = self._seal()
                     self._accept(batch, element, record, cost, batch.add(shape, element))
                     return
-            cost = shape.cost if element.columns is not None else shape.cost * len(element.values)
-            if batch.mutations + cost > self._max_mutations and batch.entries:
+            if element.columns is not None:
+                cost, rows = shape.cost, 1
+            else:
+                rows = len(element.values)
+                cost = shape.cost * rows
+            if batch.entries and (
+                batch.mutations + cost > self._max_mutations or batch.rows + rows > self._max_rows
+            ):
                 batch = self._seal()
             snap = batch.snapshot()
             try:
@@ -271,7 +286,7 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
                 self._reject(element, record)
                 return
         else:
-            batch, cost, size, snap = self._write_many(element, record)
+            batch, cost, size, snap, rows = self._write_many(element, record)
             if batch is None:
                 return
         if batch.bytes + size > self._max_bytes and batch.entries:
@@ -279,13 +294,16 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
             batch.rollback(snap)
             batch = self._seal()
             size = self._add_entry_parts(batch, element)
-        self._accept(batch, element, record, cost, size)
+        self._accept(batch, element, record, cost, size, rows)
 
-    def _accept(self, batch: Batch, element: Any, record: Any, cost: int, size: int) -> None:
+    def _accept(
+        self, batch: Batch, element: Any, record: Any, cost: int, size: int, rows: int = 1
+    ) -> None:
         """Account for a record encoded into ``batch``; start a group commit when it is time."""
         self.open_batch.append((element, record), size)
         batch.mutations += cost
         batch.bytes += size
+        batch.rows += rows
         self.bytes_accepted += size
         if batch.mutations >= self._eager_mutations and not len(batch.entries) & 31:
             self._seal_if_idle()
@@ -300,17 +318,14 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         if not self._pending.outstanding:
             self._seal()
 
-    def _write_many(self, element: Any, record: Any) -> tuple[Any, int, int, Any]:
+    def _write_many(self, element: Any, record: Any) -> tuple[Any, int, int, Any, int]:
         """Several mutations from one record: committed in the same commit, failed together."""
         parts = self._check_element(element, record)
-        cost = 0
-        for m in parts:
-            shape = self._shapes.get((m.operation, m.table, m.columns))
-            if shape is None:
-                shape = self._compile(m, record)
-            cost += shape.cost if m.columns is not None else shape.cost * len(m.values)
+        cost, rows = self._parts_cost(parts, record)
         batch = self._batch
-        if batch.mutations + cost > self._max_mutations and batch.entries:
+        if batch.entries and (
+            batch.mutations + cost > self._max_mutations or batch.rows + rows > self._max_rows
+        ):
             batch = self._seal()
         snap = batch.snapshot()
         try:
@@ -318,8 +333,23 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         except WrongType:
             batch.rollback(snap)
             self._reject(element, record)
-            return None, 0, 0, None
-        return batch, cost, size, snap
+            return None, 0, 0, None, 0
+        return batch, cost, size, snap, rows
+
+    def _parts_cost(self, parts: Sequence[Mutation], record: Any) -> tuple[int, int]:
+        """The mutation count and rows of a record's mutations (compiling new shapes)."""
+        cost = rows = 0
+        for m in parts:
+            shape = self._shapes.get((m.operation, m.table, m.columns))
+            if shape is None:
+                shape = self._compile(m, record)
+            if m.columns is not None:
+                cost += shape.cost
+                rows += 1
+            else:
+                cost += shape.cost * len(m.values)
+                rows += len(m.values)
+        return cost, rows
 
     def _add_entry_parts(self, batch: Batch, element: Any) -> int:
         """Encode all mutations of one accepted entry (already validated); returns its bytes."""
@@ -422,13 +452,17 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         batch = self._batch
         self.open_batch.cut()
         self._batch = self._new_batch()
+        self._submit(batch)
+        return self._batch
+
+    def _submit(self, batch: Batch) -> None:
+        """Queue ``batch`` for the committer thread (waiting while the window is full)."""
         if not batch.entries:
-            return self._batch
+            return
         self._pending.admit()
         if self._executor is None:
             self._executor = OrderedExecutor(f"{self._sink}-commits")
         self._pending.add(self._executor.submit(lambda: self._commit_batch(batch)))
-        return self._batch
 
     def _wait_pending(self) -> None:
         """Wait for every sealed batch (their failures are kept for the next flush); raise

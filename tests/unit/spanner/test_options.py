@@ -42,6 +42,10 @@ def test_the_shared_names_and_nothing_per_destination() -> None:
         "max_mutations_per_commit",
         "max_commit_bytes",
         "commit_timeout",
+        "max_rows_per_commit",
+        "grouping_factor",
+        "max_commit_delay",
+        "max_cumulative_backoff",
     ]
     builder = SpannerWriterOptions.builder()
     assert isinstance(builder, SpannerWriterOptionsBuilder)
