@@ -23,7 +23,8 @@ Example::
 Modules: ``sink`` (the sink and its builder), ``options``, ``serialization``, ``destinations``,
 ``client`` (emulator variable, endpoint, channel and calls), ``writer`` (the hot path: one
 publisher per topic), ``publishing`` (the subtask's publish transport: requests in flight,
-retries, ordering) and ``dead_letter`` (the dead-letter queue any sink can use).
+retries, ordering), ``attributes`` (the attribute limits and the provenance attributes) and
+``dead_letter`` (the dead-letter queue any sink can use).
 """
 
 try:

@@ -16,6 +16,11 @@ CreateTopic, through the generated ``PublisherClient`` on the same channel, with
 and an explicit timeout: the library's default retry would wait up to 600 s on an unreachable
 service, outside the sink's own ``retry_deadline``. Under ``CREATE_NEVER`` the sink makes no
 GetTopic for its topics: a Publish answers ``NOT_FOUND`` for a missing one.
+
+Compression (``PubSubPublisherOptions.enable_compression``) is decided per Publish request, as
+Google's publisher clients do: a request whose serialized size is at least the threshold is
+sent with gRPC's gzip compression (:func:`compression_for`), smaller ones as they are. The
+channel itself stays uncompressed, so GetTopic, CreateTopic and small requests pay nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ TopicPb: Any = TopicMessage.pb()
 _CHANNEL_OPTIONS = (*UNLIMITED_MESSAGES, ("grpc.keepalive_time_ms", 30_000))
 
 
+def compression_for(size: int, threshold: int | None) -> grpc.Compression | None:
+    """The compression of a Publish request of ``size`` serialized bytes: gzip from
+    ``threshold`` bytes on, none below it or when ``threshold`` is None (compression off)."""
+    if threshold is None or size < threshold:
+        return None
+    return grpc.Compression.Gzip
+
+
 def resolve_pubsub_endpoint(explicit: str | None) -> Endpoint:
     """The builder's endpoint, else ``PUBSUB_EMULATOR_HOST``, else the service (ADC).
 
@@ -67,12 +80,24 @@ class PubSubRpc:
     thread pool. Every call is one attempt bounded by ``request_timeout_s``; the caller
     retries under its :class:`~pyflink_gcp.core.retry.RetryPolicy`.
 
+    Args:
+        endpoint: Where to connect.
+        request_timeout_s: The timeout of one call.
+        compression_threshold: Publish requests of at least this many serialized bytes are
+            gzip-compressed; None sends every request uncompressed.
+
     Attributes:
         endpoint: ``host:port`` the channel connects to, for error messages.
     """
 
-    def __init__(self, endpoint: Endpoint, request_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        request_timeout_s: float = 60.0,
+        compression_threshold: int | None = None,
+    ) -> None:
         self.endpoint = endpoint.host or f"{DEFAULT_HOST}:443"
+        self.compression_threshold = compression_threshold
         self.channel = open_channel(
             endpoint, PublisherGrpcTransport, DEFAULT_HOST, _CHANNEL_OPTIONS
         )
@@ -93,7 +118,10 @@ class PubSubRpc:
         """One Publish request. Raises ``grpc.RpcError`` on failure."""
         request = PublishRequestPb(topic=topic, messages=messages)
         return self._publish(
-            request, timeout=self._timeout, metadata=(("x-goog-request-params", f"topic={topic}"),)
+            request,
+            timeout=self._timeout,
+            metadata=(("x-goog-request-params", f"topic={topic}"),),
+            compression=self.compression_of(request),
         )
 
     def publish_future(self, topic: str, messages: Sequence[Any]) -> Any:
@@ -101,8 +129,19 @@ class PubSubRpc:
         is a ``grpc.RpcError`` on failure; its done-callbacks run on gRPC's polling thread)."""
         request = PublishRequestPb(topic=topic, messages=messages)
         return self._publish.future(
-            request, timeout=self._timeout, metadata=(("x-goog-request-params", f"topic={topic}"),)
+            request,
+            timeout=self._timeout,
+            metadata=(("x-goog-request-params", f"topic={topic}"),),
+            compression=self.compression_of(request),
         )
+
+    def compression_of(self, request: Any) -> grpc.Compression | None:
+        """The compression of ``request`` (its serialized size is only computed when
+        compression is on)."""
+        threshold = self.compression_threshold
+        if threshold is None:
+            return None
+        return compression_for(request.ByteSize(), threshold)
 
     def get_topic(self, name: str) -> Any:
         """One GetTopic attempt (no library retry). Raises ``google.api_core`` errors."""

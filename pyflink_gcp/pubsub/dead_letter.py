@@ -3,7 +3,9 @@
 A dead letter must be publishable even when the record was rejected for its size or its
 attributes, so the queue clips what it adds: the payload to ``max_payload_bytes`` (noting the
 original size in ``dlq-truncated-from``) and each ``dlq-*`` attribute value to the service's
-1,024-byte limit, on a UTF-8 character boundary.
+1,024-byte limit, on a UTF-8 character boundary; and it leaves out the original attributes
+that would break an attribute limit (an oversized key or value, or more than fit beside the
+``dlq-*`` ones), counting them in ``dlq-attributes-dropped``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from pyflink_gcp.core.writer import PicklesConfiguration
 from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc, resolve_pubsub_endpoint
 from pyflink_gcp.pubsub.destinations import TopicDestination
 from pyflink_gcp.pubsub.options import (
+    MAX_ATTRIBUTE_KEY_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGES_PER_REQUEST,
 )
@@ -38,6 +42,30 @@ ATTR_DESTINATION = "dlq-destination"
 ATTR_REASON = "dlq-reason"
 ATTR_SINK = "dlq-sink"
 ATTR_TRUNCATED = "dlq-truncated-from"
+ATTR_DROPPED = "dlq-attributes-dropped"
+#: The ``dlq-*`` attributes a dead letter may get, kept free of the original attributes.
+_DLQ_SLOTS = 6
+
+
+def _fits(key: str, value: str) -> bool:
+    """Whether an attribute is within the key and value limits (str keys and values only)."""
+    return (
+        type(key) is str
+        and type(value) is str
+        and len(key.encode("utf-8")) <= MAX_ATTRIBUTE_KEY_BYTES
+        and len(value.encode("utf-8")) <= MAX_ATTRIBUTE_VALUE_BYTES
+    )
+
+
+def publishable_attributes(attributes: dict[str, str]) -> tuple[dict[str, str], int]:
+    """The original attributes a dead letter can carry, and how many were left out: those over
+    the key or value limit, and those beyond the room the ``dlq-*`` attributes leave."""
+    kept: dict[str, str] = {}
+    room = MAX_ATTRIBUTES - _DLQ_SLOTS
+    for key, value in attributes.items():
+        if len(kept) < room and _fits(key, value):
+            kept[key] = value
+    return kept, len(attributes) - len(kept)
 
 
 def _clip(value: str) -> str:
@@ -130,7 +158,9 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
             ) from None
 
     def send(self, failed: FailedRecord) -> None:
-        attributes = dict(failed.attributes)
+        attributes, dropped = publishable_attributes(failed.attributes)
+        if dropped:
+            attributes[ATTR_DROPPED] = str(dropped)
         attributes[ATTR_DESTINATION] = _clip(failed.destination)
         attributes[ATTR_REASON] = _clip(failed.reason)
         attributes[ATTR_SINK] = _clip(failed.sink)

@@ -102,6 +102,7 @@ class PubSubSinkBuilder(CreatingSinkBuilder):
             create_options=self._create_options or TopicCreateOptions(),
             endpoint=self._endpoint,
             retry=RetryPolicy(deadline_s=options.retry_deadline_s),
+            record_id_digest=serializer.record_id_digest,
         )
         return PubSubSink(self._sink_config(name, factory, serializer))
 

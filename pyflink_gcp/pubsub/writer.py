@@ -15,6 +15,12 @@ Ordering: with message ordering enabled, a topic's requests run one after anothe
 pool, in the order they were cut, so one ordering key's messages are published in order (the
 records of one key reach one subtask in order through ``key_by``).
 
+Attributes: a message whose attributes break Pub/Sub's limits (count, key and value sizes) is
+not sent; it goes to the failure handler, alone, at the next flush, like a message over the
+size limit (:func:`~pyflink_gcp.pubsub.attributes.attribute_violation`). With a digest record
+id (``with_record_id_attribute()`` without a key) the writer adds it here, where the topic is
+known (:func:`~pyflink_gcp.pubsub.attributes.record_digest`).
+
 Under ``CREATE_NEVER`` (the default) no topic is checked before it is used: a ``NOT_FOUND``
 answer to a Publish fails the job at the flush that sees it
 (:func:`~pyflink_gcp.pubsub.publishing.missing_topic`).
@@ -40,6 +46,7 @@ from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
+from pyflink_gcp.pubsub.attributes import attribute_violation, record_digest
 from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc, resolve_pubsub_endpoint
 from pyflink_gcp.pubsub.destinations import TopicDestination
 from pyflink_gcp.pubsub.options import (
@@ -88,6 +95,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         publisher: The subtask's publish transport (channel, pool, subtask window).
         options: The batch limits and whether messages are ordered.
         writer_options: The topic's ``max_in_flight_requests`` and ``shutdown_budget``.
+        record_id_digest: The attribute to put each message's digest record id in, or None.
     """
 
     def __init__(
@@ -96,8 +104,10 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         publisher: Publisher,
         options: PubSubPublisherOptions,
         writer_options: PubSubWriterOptions,
+        record_id_digest: str | None = None,
     ) -> None:
         super().__init__(destination)
+        self._record_id = record_id_digest
         self._topic = str(destination)
         self._publisher = publisher
         self._sink = publisher.sink
@@ -124,6 +134,11 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
             ) from None
         if not self._ordered:
             key = ""
+        if self._record_id is not None:
+            attributes = dict(attributes) if attributes else {}
+            attributes[self._record_id] = record_digest(self._topic, data, key, attributes)
+        if attributes and self._attributes_fail(data, attributes, record):
+            return
         size = message_size(data, key, attributes)
         if size > MAX_MESSAGE_BYTES:
             self._rejected.append(
@@ -147,6 +162,24 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self.messages += 1
         if full:
             self._send()
+
+    def _attributes_fail(self, data: bytes, attributes: dict[str, str], record: Any) -> bool:
+        """Whether the message breaks an attribute limit: then it is rejected (for the
+        failure handler, at the flush) instead of failing its whole request at the service."""
+        try:
+            reason = attribute_violation(attributes)
+        except TypeError as exc:
+            raise SerializerError(
+                f"sink '{self._sink}': topic {self._topic}: {exc}, for record {short_repr(record)}"
+            ) from None
+        if reason is None:
+            return False
+        self._rejected.append(
+            FailedRecord(
+                self._sink, self._topic, reason, data, dict(attributes), short_repr(record)
+            )
+        )
+        return True
 
     def _send(self) -> None:
         messages = self.open_batch.cut()
@@ -216,6 +249,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         "create_options",
         "endpoint",
         "retry",
+        "record_id_digest",
     )
 
     def __init__(
@@ -229,6 +263,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         create_options: TopicCreateOptions,
         endpoint: str | None,
         retry: RetryPolicy,
+        record_id_digest: str | None = None,
     ) -> None:
         self.sink = sink_name
         self.resolver_name = resolver_name
@@ -238,6 +273,8 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self.create_options = create_options
         self.endpoint = endpoint
         self.retry = retry
+        #: The attribute of the digest record id the publishers add (None: none).
+        self.record_id_digest = record_id_digest
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -266,7 +303,9 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
     def open(self, info: SubtaskInfo) -> None:
         self.connect(
             PubSubRpc(
-                resolve_pubsub_endpoint(self.endpoint), self.retry.attempt_timeout(_CALL_TIMEOUT_S)
+                resolve_pubsub_endpoint(self.endpoint),
+                self.retry.attempt_timeout(_CALL_TIMEOUT_S),
+                self.publisher_options.compression_threshold,
             ),
             ThreadPoolExecutor(
                 max_workers=16, thread_name_prefix=f"{self.sink}-{info.subtask_index}-publish"
@@ -294,7 +333,13 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
             name = str(destination)
             if name not in self._known:
                 self._ensure_topic(name)
-        return TopicPublisher(destination, publisher, self.publisher_options, self.writer_options)
+        return TopicPublisher(
+            destination,
+            publisher,
+            self.publisher_options,
+            self.writer_options,
+            self.record_id_digest,
+        )
 
     # -- topics ------------------------------------------------------------------------------
 

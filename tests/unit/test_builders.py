@@ -38,6 +38,7 @@ from pyflink_gcp.cloudtasks import (
     QueueDestination,
 )
 from pyflink_gcp.core import ConfigurationError
+from pyflink_gcp.core.fields import FieldSelection
 from pyflink_gcp.core.functions import describe_callable
 from pyflink_gcp.core.options import OptionsBuilder
 from pyflink_gcp.core.writer import PicklesConfiguration
@@ -159,6 +160,7 @@ COMMON: dict[str, Setter] = {
     "set_chain_with_upstream": lambda b: b.set_chain_with_upstream(),
     "set_checkpoint_markers": lambda b: b.set_checkpoint_markers(False),
     "set_uid": lambda b: b.set_uid("orders-v1"),
+    "set_field_selection": lambda b: b.set_field_selection(FieldSelection.drop(["tenant"])),
     "set_writer_options": None,  # per sink
 }
 
@@ -331,7 +333,13 @@ OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     ),
     "PubSubPublisherOptions": (
         PubSubPublisherOptions.builder,
-        {"max_messages": 10, "max_bytes": 1000, "enable_message_ordering": True},
+        {
+            "max_messages": 10,
+            "max_bytes": 1000,
+            "enable_message_ordering": True,
+            "enable_compression": True,
+            "compression_bytes_threshold": 1024,
+        },
     ),
     "BigQueryWriterOptions": (
         BigQueryWriterOptions.builder,
@@ -375,6 +383,10 @@ OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
             "max_mutations_per_commit": 10,
             "max_commit_bytes": 1000,
             "commit_timeout": timedelta(seconds=5),
+            "max_rows_per_commit": 50,
+            "grouping_factor": 10,
+            "max_commit_delay": timedelta(milliseconds=50),
+            "max_cumulative_backoff": timedelta(seconds=30),
         },
     ),
 }

@@ -6,7 +6,13 @@ import grpc
 import pytest
 
 from pyflink_gcp.core.endpoints import Endpoint
-from pyflink_gcp.pubsub.client import EMULATOR_VARIABLE, PubSubRpc, resolve_pubsub_endpoint
+from pyflink_gcp.pubsub.client import (
+    EMULATOR_VARIABLE,
+    PubsubMessagePb,
+    PubSubRpc,
+    compression_for,
+    resolve_pubsub_endpoint,
+)
 
 
 def test_the_emulator_variable_is_the_gcloud_one():
@@ -71,3 +77,51 @@ def test_admin_calls_are_one_attempt_bounded_by_the_timeout_not_the_library_retr
             assert time.monotonic() - start < 3
         finally:
             rpc.close()
+
+
+@pytest.mark.parametrize(
+    ("size", "threshold", "expected"),
+    [
+        (10_000, None, None),  # compression off: never, whatever the size
+        (239, 240, None),
+        (240, 240, grpc.Compression.Gzip),  # at the threshold: compressed
+        (241, 240, grpc.Compression.Gzip),
+        (0, 0, grpc.Compression.Gzip),  # threshold 0: every request
+    ],
+)
+def test_a_request_is_gzipped_from_the_threshold_on(size, threshold, expected):
+    assert compression_for(size, threshold) is expected
+
+
+class RecordingCall:
+    """Stands in for the channel's Publish callable: keeps each call's request and options."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, dict]] = []
+
+    def __call__(self, request, **kwargs):
+        self.calls.append((request, kwargs))
+
+    def future(self, request, **kwargs):
+        self.calls.append((request, kwargs))
+
+
+@pytest.mark.parametrize("threshold", [None, 240])
+def test_publish_passes_each_request_s_compression_to_grpc(threshold):
+    rpc = PubSubRpc(Endpoint("127.0.0.1:1", True), compression_threshold=threshold)
+    recording = rpc._publish = RecordingCall()
+    try:
+        small = [PubsubMessagePb(data=b"x")]
+        large = [PubsubMessagePb(data=b"x" * 300)]
+        rpc.publish("projects/p/topics/t", small)
+        rpc.publish("projects/p/topics/t", large)
+        rpc.publish_future("projects/p/topics/t", large)
+    finally:
+        rpc.close()
+    sizes = [request.ByteSize() for request, _ in recording.calls]
+    assert sizes[0] < 240 <= sizes[1] == sizes[2]
+    compressions = [kwargs["compression"] for _, kwargs in recording.calls]
+    if threshold is None:
+        assert compressions == [None, None, None]
+    else:
+        assert compressions == [None, grpc.Compression.Gzip, grpc.Compression.Gzip]

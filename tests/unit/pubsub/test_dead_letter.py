@@ -10,7 +10,11 @@ import pytest
 from pyflink_gcp.core import ConfigurationError, FailedRecord, WriteError
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.pubsub import PubSubDeadLetterQueue, TopicDestination
-from pyflink_gcp.pubsub.options import MAX_ATTRIBUTE_VALUE_BYTES, MAX_MESSAGES_PER_REQUEST
+from pyflink_gcp.pubsub.options import (
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_MESSAGES_PER_REQUEST,
+)
 from tests.unit.pubsub.fakes import FakeRpc
 
 DLQ_TOPIC = TopicDestination.of("p", "orders-dlq")
@@ -182,3 +186,24 @@ def test_a_missing_dead_letter_topic_fails_the_subtask_at_open_naming_it(monkeyp
         "sink 'orders-sink': the dead-letter topic projects/p/topics/orders-dlq does not exist"
     )
     assert is_non_retriable(err.value)
+
+
+def test_original_attributes_over_a_limit_are_left_out_and_counted_so_the_letter_publishes():
+    queue, rpc = opened(rpc=RecordingRpc())
+    attributes = {"kind": "order", "note": "x" * 2_000, "k" * 300: "v"}
+    queue.send(FailedRecord("orders-sink", "projects/p/topics/t", "too long", b"{}", attributes))
+    many = {f"a{i:03}": "v" for i in range(100)}
+    queue.send(FailedRecord("orders-sink", "projects/p/topics/t", "too many", b"{}", many))
+    queue.flush()
+    first, second = (dict(m.attributes) for m in rpc.sent)
+    assert first == {
+        "kind": "order",
+        "dlq-attributes-dropped": "2",
+        "dlq-destination": "projects/p/topics/t",
+        "dlq-reason": "too long",
+        "dlq-sink": "orders-sink",
+    }
+    # The first 94 originals fit beside the dlq-* attributes (at most 6): 100 in all.
+    assert second["dlq-attributes-dropped"] == "6"
+    assert sorted(k for k in second if not k.startswith("dlq-")) == sorted(many)[:94]
+    assert len(second) <= MAX_ATTRIBUTES

@@ -93,11 +93,13 @@ def test_bad_writer_options_raise_naming_option_and_value(setter, value, message
     assert str(err.value) == message
 
 
-def test_publisher_options_keep_only_the_request_shape_and_ordering():
+def test_publisher_options_keep_only_the_request_shape_ordering_and_compression():
     assert [f.name for f in fields(PubSubPublisherOptions)] == [
         "max_messages",
         "max_bytes",
         "enable_message_ordering",
+        "enable_compression",
+        "compression_bytes_threshold",
     ]
     options = (
         PubSubPublisherOptions.builder()
@@ -177,3 +179,51 @@ def test_bad_topic_create_options_raise(kwargs, message):
 def test_the_creation_bound_is_a_writer_option_not_a_topic_option():
     with pytest.raises(TypeError):
         TopicCreateOptions(max_created_topics=2)
+
+
+def test_compression_is_off_by_default_with_google_s_240_byte_threshold():
+    defaults = PubSubPublisherOptions()
+    assert defaults.enable_compression is False
+    assert defaults.compression_bytes_threshold == 240
+    assert defaults.compression_threshold is None
+    options = (
+        PubSubPublisherOptions.builder()
+        .enable_compression()
+        .compression_bytes_threshold(1_024)
+        .build()
+    )
+    assert options.enable_compression and options.compression_threshold == 1_024
+    every_request = PubSubPublisherOptions.builder().enable_compression(True)
+    assert every_request.compression_bytes_threshold(0).build().compression_threshold == 0
+
+
+@pytest.mark.parametrize(
+    ("setter", "value", "message"),
+    [
+        (
+            "enable_compression",
+            "yes",
+            "PubSubPublisherOptions.enable_compression must be True or False, got 'yes'",
+        ),
+        (
+            "compression_bytes_threshold",
+            -1,
+            "PubSubPublisherOptions.compression_bytes_threshold must be in [0, 10,000,000], got -1",
+        ),
+        (
+            "compression_bytes_threshold",
+            10_000_001,
+            "PubSubPublisherOptions.compression_bytes_threshold must be in [0, 10,000,000], "
+            "got 10000001",
+        ),
+        (
+            "compression_bytes_threshold",
+            240.0,
+            "PubSubPublisherOptions.compression_bytes_threshold must be an integer, got 240.0",
+        ),
+    ],
+)
+def test_bad_compression_options_raise_naming_option_and_value(setter, value, message):
+    with pytest.raises(ConfigurationError) as err:
+        getattr(PubSubPublisherOptions.builder(), setter)(value).build()
+    assert str(err.value) == message

@@ -150,3 +150,103 @@ def test_the_schema_pickles_with_its_adapted_functions():
     )
     copy = pickle.loads(cloudpickle.dumps(schema))
     assert copy.serialize(5, CTX) == (b"5", "k", {"n": "5"})
+
+
+# -- provenance attributes --------------------------------------------------------------------
+
+
+def at(timestamp: int | None) -> WriterContext:
+    ctx = WriterContext()
+    ctx._set_time(timestamp, None)
+    return ctx
+
+
+def test_the_event_time_attribute_is_the_flink_timestamp_in_epoch_millis():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x").with_event_time_attribute()
+    assert schema.serialize(0, at(1_714_557_600_123)) == (
+        b"x",
+        "",
+        {"event-time": "1714557600123"},
+    )
+    named = schema.with_attributes(lambda r: {"kind": "k"}).with_event_time_attribute("ts")
+    assert named.serialize(0, at(5)) == (b"x", "", {"kind": "k", "ts": "5"})
+
+
+def test_a_record_without_a_timestamp_gets_no_event_time_attribute():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x").with_event_time_attribute()
+    assert schema.serialize(0, at(None)) == (b"x", "", None)
+    assert schema.serialize(0, at(-(2**63))) == (b"x", "", None)  # Flink's "no timestamp"
+    kept = schema.with_attributes(lambda r: {"kind": "k"})
+    assert kept.serialize(0, at(None)) == (b"x", "", {"kind": "k"})
+
+
+def test_a_record_id_from_a_key_function_is_set_by_the_schema_as_text():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x").with_record_id_attribute(
+        key=lambda r: r["order"]
+    )
+    assert schema.record_id_digest is None  # the writer adds nothing
+    assert schema.serialize({"order": 42}, CTX) == (b"x", "", {"record-id": "42"})
+    custom = schema.with_record_id_attribute("id", key=lambda r, ctx: f"o-{r['order']}")
+    assert custom.serialize({"order": 7}, CTX) == (b"x", "", {"id": "o-7"})
+
+
+def test_a_record_id_without_a_key_is_left_to_the_writer_s_digest():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x").with_record_id_attribute()
+    assert schema.record_id_digest == "record-id"
+    assert schema.serialize(0, CTX) == (b"x", "", None)
+    assert PubSubSerializationSchema.payload(lambda r: b"x").record_id_digest is None
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_key_function_without_an_id_fails_naming_function_and_record(value):
+    schema = PubSubSerializationSchema.payload(lambda r: b"x").with_record_id_attribute(
+        key=lambda r: value
+    )
+    with pytest.raises(SerializerError, match=r"returned .* for record \{'id': 3\}; every record"):
+        schema.serialize({"id": 3}, CTX)
+
+
+def test_an_attributes_function_setting_a_provenance_name_fails_naming_both():
+    schema = (
+        PubSubSerializationSchema.payload(lambda r: b"x")
+        .with_attributes(lambda r: {"event-time": "mine"})
+        .with_event_time_attribute()
+    )
+    with pytest.raises(SerializerError) as err:
+        schema.serialize(1, at(5))
+    assert "returned attribute 'event-time', which the schema sets itself" in str(err.value)
+    assert "for record 1; rename one of them" in str(err.value)
+
+
+def test_provenance_attribute_names_are_checked_when_the_schema_is_built():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x")
+    with pytest.raises(ConfigurationError, match="takes a non-empty attribute name"):
+        schema.with_event_time_attribute("")
+    with pytest.raises(ConfigurationError, match="over Pub/Sub's limit of 256 bytes"):
+        schema.with_record_id_attribute("n" * 300)
+    with pytest.raises(ConfigurationError, match="already names the event-time attribute"):
+        schema.with_event_time_attribute("t").with_record_id_attribute("t")
+
+
+def test_provenance_survives_the_other_with_methods_repr_and_pickling():
+    def key(record):
+        return record
+
+    schema = (
+        PubSubSerializationSchema.payload(lambda r: str(r).encode())
+        .with_event_time_attribute()
+        .with_record_id_attribute(key=key)
+        .with_attributes(lambda r: {"n": str(r)})
+    )
+    assert schema.serialize(5, at(9)) == (
+        b"5",
+        "",
+        {"n": "5", "event-time": "9", "record-id": "5"},
+    )
+    assert repr(schema).endswith(
+        ".with_event_time_attribute('event-time').with_record_id_attribute('record-id', "
+        "key=tests.unit.pubsub.test_serialization."
+        "test_provenance_survives_the_other_with_methods_repr_and_pickling.<locals>.key)"
+    )
+    copy = pickle.loads(cloudpickle.dumps(schema))
+    assert copy.serialize(6, at(10)) == (b"6", "", {"n": "6", "event-time": "10", "record-id": "6"})

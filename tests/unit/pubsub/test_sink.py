@@ -198,3 +198,12 @@ def test_help_shows_the_sinks_own_documentation() -> None:
     assert "java Sink object" not in text
     assert (PubSubSink.__doc__ or "").split("\n", 1)[0] in text
     assert "PubSubSink.builder()...build()" in text
+
+
+def test_a_digest_record_id_reaches_the_writer_factory_and_a_keyed_one_does_not():
+    schema = PubSubSerializationSchema.payload(lambda r: b"x")
+    assert builder().build()._sink_config().factory.record_id_digest is None
+    digest = builder().set_serializer(schema.with_record_id_attribute("rid")).build()
+    assert digest._sink_config().factory.record_id_digest == "rid"
+    keyed = builder().set_serializer(schema.with_record_id_attribute(key=lambda r: r)).build()
+    assert keyed._sink_config().factory.record_id_digest is None

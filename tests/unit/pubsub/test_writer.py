@@ -21,6 +21,7 @@ import pytest
 from pyflink_gcp.core import (
     CreationLimitExceededError,
     DestinationNotFoundError,
+    SerializerError,
     SubtaskInfo,
     WriteError,
 )
@@ -33,6 +34,7 @@ from pyflink_gcp.pubsub import (
     TopicCreateOptions,
     TopicDestination,
 )
+from pyflink_gcp.pubsub.attributes import record_digest
 from pyflink_gcp.pubsub.client import PubsubMessagePb
 from pyflink_gcp.pubsub.options import MAX_MESSAGE_BYTES
 from pyflink_gcp.pubsub.publishing import publish_batch
@@ -673,3 +675,91 @@ def test_the_known_topics_are_an_lru_of_bounded_size():
     assert "projects/p/topics/top0" not in factory._known
     factory.create_writer(TopicDestination.of("p", "top0"))  # checked again
     assert [c[1] for c in rpc.admin_calls].count("projects/p/topics/top0") == 2
+
+
+# -- attributes: limits and the digest record id ----------------------------------------------
+
+
+class AttributesRpc(FakeRpc):
+    """Keeps the published messages themselves, attributes included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list = []
+
+    def publish(self, topic, messages):
+        super().publish(topic, messages)
+        with self.lock:
+            self.messages.extend(messages)
+
+
+def test_a_message_over_an_attribute_limit_goes_to_the_failure_handler_and_the_rest_is_sent():
+    rpc = AttributesRpc()
+    writer = publisher_of(make_factory(rpc))
+    writer.write((b"ok", "", {"note": "short"}), {"id": 1})
+    writer.write((b"long", "", {"note": "x" * 1_025}), {"id": 2})
+    writer.write((b"many", "", {f"k{i}": "v" for i in range(101)}), {"id": 3})
+    writer.write((b"ok2", "", None), {"id": 4})
+    failed = writer.flush()
+    assert sorted(m.data for m in rpc.messages) == [b"ok", b"ok2"]
+    assert [(f.payload, f.record_repr) for f in failed] == [
+        (b"long", "{'id': 2}"),
+        (b"many", "{'id': 3}"),
+    ]
+    assert failed[0].describe() == (
+        f"sink 's': destination '{TOPIC}' rejected record {{'id': 2}}: attribute 'note' has a "
+        "value of 1,025 bytes, over Pub/Sub's limit of 1,024 bytes per attribute value"
+    )
+    assert failed[0].attributes == {"note": "x" * 1_025}  # as they were, for the handler
+    assert "101 attributes, over Pub/Sub's limit of 100" in failed[1].reason
+    assert writer.is_clean and writer.messages == 2
+
+
+def test_an_attribute_that_is_not_a_str_fails_naming_sink_topic_attribute_and_record():
+    writer = publisher_of(make_factory(FakeRpc()))
+    with pytest.raises(SerializerError) as err:
+        writer.write((b"x", "", {"count": 3}), {"id": 9})
+    assert str(err.value) == (
+        f"sink 's': topic {TOPIC}: attribute 'count' has a int value; attribute keys and "
+        "values must be str, for record {'id': 9}"
+    )
+
+
+def test_the_digest_record_id_is_added_by_the_writer_and_counted_in_the_limits():
+    rpc = AttributesRpc()
+    factory = make_factory(rpc)
+    factory.record_id_digest = "record-id"
+    writer = publisher_of(factory)
+    writer.write((b"a", "", None), 0)
+    writer.write((b"b", "", {"kind": "k"}), 1)
+    writer.write((b"a", "", None), 2)  # the same message: the same id
+    # 100 attributes of its own plus the id: one over the limit.
+    writer.write((b"c", "", {f"k{i}": "v" for i in range(100)}), 3)
+    failed = writer.flush()
+    by_data: dict[bytes, list] = {}
+    for m in rpc.messages:
+        by_data.setdefault(m.data, []).append(dict(m.attributes))
+    assert by_data[b"a"][0] == by_data[b"a"][1] == {"record-id": record_digest(TOPIC, b"a", "", {})}
+    assert by_data[b"b"] == [
+        {"kind": "k", "record-id": record_digest(TOPIC, b"b", "", {"kind": "k"})}
+    ]
+    assert [f.payload for f in failed] == [b"c"]
+    assert "101 attributes" in failed[0].reason
+
+
+def test_the_factory_opens_its_rpc_with_the_compression_threshold_and_pickles_the_digest(
+    monkeypatch,
+):
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+    compressed = PubSubPublisherOptions(enable_compression=True, compression_bytes_threshold=512)
+    for options, threshold in ((PubSubPublisherOptions(), None), (compressed, 512)):
+        factory = make_factory(None, options)
+        factory.pool.shutdown()
+        factory.record_id_digest = "rid"
+        copy = pickle.loads(cloudpickle.dumps(factory))
+        assert copy.record_id_digest == "rid"
+        copy.open(SubtaskInfo("s", 0, 1))
+        try:
+            assert copy.rpc.compression_threshold == threshold
+        finally:
+            copy.close()
