@@ -2,17 +2,21 @@
 
 Each service's ``destinations.py`` holds its rule (``pyflink_gcp.pubsub.destinations.TOPIC_ID``
 and so on) and validates with it when a destination is built; templates
-(:mod:`pyflink_gcp.routing`, the SQL connectors) sanitize each placeholder's value and check
-the rendered name with the same rule, so routing and the destination types cannot disagree.
+(:mod:`pyflink_gcp.routing`, the SQL connectors) check every rendered name with the same rule,
+and sanitize each placeholder's value with it when asked to, so routing and the destination
+types cannot disagree.
 
 A template such as ``orders_{tenant}`` takes part of a resource name from the record, and
 records carry values no service accepts as a name (``acme/eu``, ``2024-05-01T10:00:00+00:00``).
 Each rule therefore has two halves, because the two jobs differ:
 
 - :meth:`NameRule.sanitize` makes one placeholder value safe: every character the service does
-  not allow becomes the service's separator (``_``, or ``-`` where ``_`` is not allowed). It never
-  changes case: BigQuery, Pub/Sub, Cloud Tasks and Bigtable names are case-sensitive, so
-  lowercasing would merge two destinations the record keeps apart.
+  not allow becomes the service's separator (``_``, or ``-`` where ``_`` is not allowed), and a
+  value that starts the name with a character no name may start with (a digit, where only a
+  letter may) gets the rule's :attr:`~NameRule.prefix`. It never changes case: BigQuery,
+  Pub/Sub, Cloud Tasks and Bigtable names are case-sensitive, so lowercasing would merge two
+  destinations the record keeps apart. Sanitizing can still merge two values (``acme/eu`` and
+  ``acme_eu``); templates check for that (:mod:`pyflink_gcp.routing.templates`).
 - :meth:`NameRule.validate` checks the whole name (lengths, the first character, reserved
   prefixes) and says why it is invalid, so a record that cannot be routed is reported with the
   reason instead of failing later in the service's API.
@@ -63,9 +67,14 @@ class NameRule:
             keeps to ASCII all the same.
         max_bytes: The most UTF-8 bytes of a valid name, for a service that counts bytes.
         characters: The allowed characters in words, for messages; derived when None.
+        prefix: What :meth:`sanitize` puts before a value that starts a name with a character
+            no name may start with (read only when ``first`` is set). When None: the
+            replacement if a name may start with it, else ``"x"`` (so ``9lives`` becomes
+            ``x9lives`` as a Pub/Sub topic id).
 
     Raises:
-        ValueError: ``replacement`` is not one allowed character, or the lengths are inverted.
+        ValueError: ``replacement`` is not one allowed character, the lengths are inverted, or
+            ``prefix`` is not allowed text that may start a name.
     """
 
     __slots__ = (
@@ -77,6 +86,7 @@ class NameRule:
         "_bytes",
         "_chars",
         "label",
+        "prefix",
         "max_bytes",
         "max_length",
         "min_length",
@@ -86,6 +96,7 @@ class NameRule:
 
     label: str
     replacement: str
+    prefix: str
     min_length: int
     max_length: int
     max_bytes: int | None
@@ -112,6 +123,7 @@ class NameRule:
         unicode_categories: tuple[str, ...] = (),
         max_bytes: int | None = None,
         characters: str | None = None,
+        prefix: str | None = None,
     ) -> None:
         chars = _ASCII_ALNUM + allowed
         if len(replacement) != 1 or replacement not in chars:
@@ -136,6 +148,7 @@ class NameRule:
                 tuple(unicode_categories),
                 max_bytes,
                 characters,
+                prefix,
             ),
         )
         set_(self, "label", label)
@@ -153,6 +166,7 @@ class NameRule:
         if first is None:
             set_(self, "_first", None)
             set_(self, "_first_words", "")
+            set_(self, "prefix", prefix or "")
         else:
             starts = string.ascii_letters + (string.digits if first_digit else "") + first
             options = ["a letter"] + (["a digit"] if first_digit else []) + [repr(c) for c in first]
@@ -161,21 +175,38 @@ class NameRule:
             )
             set_(self, "_first", frozenset(starts))
             set_(self, "_first_words", words)
+            if prefix is None:
+                prefix = replacement if replacement in starts else "x"
+            if not prefix or prefix[0] not in starts or any(c not in chars for c in prefix):
+                raise ValueError(
+                    f"NameRule {label!r}: the prefix {prefix!r} must be allowed text that may "
+                    "start a name"
+                )
+            set_(self, "prefix", prefix)
 
-    def sanitize(self, value: str) -> str:
+    def sanitize(self, value: str, at_start: bool = False) -> str:
         """``value`` with every character the service does not allow replaced.
 
         Only ASCII letters and digits and the rule's ``allowed`` characters are kept; any other
-        character, a non-ASCII letter too, becomes :attr:`replacement`, one for one, so the
-        result is as long as ``value`` and its case is unchanged. Lengths, the first character
-        and reserved prefixes are left to :meth:`validate`: a placeholder value is usually only
-        part of a name.
+        character, a non-ASCII letter too, becomes :attr:`replacement`, one for one, and case
+        is unchanged. Lengths and reserved prefixes are left to :meth:`validate`: a
+        placeholder value is usually only part of a name.
+
+        Args:
+            value: One placeholder's value.
+            at_start: Whether the value starts the name: then a first character that no name
+                may start with (a digit of a Pub/Sub topic id, a ``_`` made of ``/``) gets
+                :attr:`prefix` before it (``9lives`` becomes ``x9lives``).
         """
         if value.isascii() and not value.encode().translate(None, self._bytes):
-            return value
-        chars = self._chars
-        replacement = self.replacement
-        return "".join(c if c in chars else replacement for c in value)
+            clean = value
+        else:
+            chars = self._chars
+            replacement = self.replacement
+            clean = "".join(c if c in chars else replacement for c in value)
+        if at_start and clean and self._first is not None and clean[0] not in self._first:
+            return self.prefix + clean
+        return clean
 
     def validate(self, name: str) -> str | None:
         """None when ``name`` is a valid id for the service, else why it is not.
@@ -200,14 +231,15 @@ class NameRule:
         return None
 
     def check_literal(self, literal: str, at_start: bool) -> tuple[int, str] | None:
-        """Why a template's literal text can never be part of a valid name, or None.
+        """Why a piece of a name can never be part of a valid name, or None.
 
         A template calls this once for each piece of its literal text when it is parsed, so
         text the service can never accept fails the configuration at once, instead of every
-        record at run time (where a resolver may dead-letter them all).
+        record at run time (where a resolver may dead-letter them all); and, for a name that
+        did not validate, on each placeholder's value, to name the value at fault.
 
         Args:
-            literal: The literal text, escaped braces already unescaped.
+            literal: The literal text (escaped braces already unescaped), or a value.
             at_start: Whether it begins the name, so the first-character rule and the reserved
                 prefixes apply.
 
@@ -283,6 +315,7 @@ def _rebuild(
     unicode_categories: tuple[str, ...],
     max_bytes: int | None,
     characters: str | None,
+    prefix: str | None = None,
 ) -> NameRule:
     return NameRule(
         label,
@@ -296,4 +329,5 @@ def _rebuild(
         unicode_categories=unicode_categories,
         max_bytes=max_bytes,
         characters=characters,
+        prefix=prefix,
     )

@@ -3,8 +3,9 @@
 - :func:`route_by_field`: a field's value mapped to a destination, with a fallback for missing
   fields, unmatched values and unparseable JSON payloads.
 - :func:`route_by_template`: ``"orders_{tenant}_{event_time:%Y%m%d}"`` rendered per record
-  (:class:`Template`, the syntax the SQL connectors take too), sanitized by the service's
-  naming rules (:mod:`~pyflink_gcp.routing.names`).
+  (:class:`Template`, the syntax the SQL connectors take too), every name checked by the
+  service's naming rule (:mod:`~pyflink_gcp.routing.names`), values sanitized by it on request
+  (``bigquery_tables(..., sanitize=True)``) with a check that no two values merge.
 - :class:`LiveRules`: field routing whose rules change while the job runs, from a second
   stream, kept in broadcast state.
 

@@ -1,8 +1,8 @@
 """The naming rule of each service, under the names routing has always given them.
 
 Each rule lives next to its destination type, in the service's ``destinations.py``, which
-validates with it; this module re-exports them, so a template sanitizes and checks a name by
-exactly the rule the destination is built with:
+validates with it; this module re-exports them, so a template checks (and, when asked to,
+sanitizes) a name by exactly the rule the destination is built with:
 
 - ``bigquery_table_id``: :data:`pyflink_gcp.bigquery.destinations.TABLE_ID`;
 - ``pubsub_topic_id``: :data:`pyflink_gcp.pubsub.destinations.TOPIC_ID`;

@@ -4,10 +4,11 @@ Given a built sink (or a resolver, or a function returning one) and a sample of 
 lines), it runs the resolver and the serializer on every record, as the sink would, without
 writing anything, and reports: the destinations with their counts; the records that would be
 unroutable, whose resolver or serializer raises, or that the serializer skips; the projected
-number of distinct destinations per day, and how it was computed; and what that implies per
-sink — destination writers per subtask, connections, auto-created resources against the
-creation budget, and, for BigQuery FILE_LOADS, load jobs per table per day against BigQuery's
-quota.
+number of distinct destinations per day, and how it was computed; for a template that sanitizes
+its values, the values that sanitize to one text (the names that would collide: the job routes
+the first it meets and refuses the others); and what that implies per sink — destination
+writers per subtask, connections, auto-created resources against the creation budget, and, for
+BigQuery FILE_LOADS, load jobs per table per day against BigQuery's quota.
 
 The projection depends on the resolver:
 
@@ -63,6 +64,7 @@ from pyflink_gcp.routing._plan_times import (
     template_of,
     window_text,
 )
+from pyflink_gcp.routing.templates import Template, TemplateValueError
 
 
 @dataclass
@@ -92,6 +94,9 @@ class Plan:
     resources: list[tuple[str, str, str | None, bool]] = field(default_factory=list)
     #: Warnings that are no bound: a BigQuery table per day, a sample that may miss keys.
     warnings: list[str] = field(default_factory=list)
+    #: Values of a sanitizing template that sanitize to one text: (placeholder, the text, the
+    #: raw values in the order the sample has them; the job refuses each after the first).
+    collisions: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
 
     @property
     def exceeded(self) -> list[str]:
@@ -134,6 +139,45 @@ def _explain_growth(plan: Plan, per_day: float) -> list[str]:
     ]
 
 
+class _Collisions:
+    """Collects, record by record, the raw values of a sanitizing template's placeholders by
+    what they sanitize to (the whole sample: the job's own check keeps a bounded window)."""
+
+    def __init__(self, template: Template, now: datetime) -> None:
+        self.template = template
+        self.now = now
+        parts = template._placeholders
+        self.sources = [part.source for part in parts]
+        # Each placeholder on its own, unsanitized: its text is the raw value.
+        self.probes = [Template(part.source) for part in parts]
+        self.seen: list[dict[str, dict[str, None]]] = [{} for _ in parts]
+
+    def observe(self, record: Any, context: WriterContext) -> None:
+        for index, probe in enumerate(self.probes):
+            try:
+                raw = probe.render(record, context, now=self.now, checked=False)
+            except TemplateValueError:
+                continue
+            text = self.template.sanitize_value(raw, index)
+            self.seen[index].setdefault(text, {})[raw] = None
+
+    def found(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        return [
+            (source, text, tuple(raws))
+            for source, seen in zip(self.sources, self.seen, strict=True)
+            for text, raws in seen.items()
+            if len(raws) > 1
+        ]
+
+
+def _collisions(resolver: Any) -> _Collisions | None:
+    """A collector of collisions, for a resolver rendering a template that sanitizes."""
+    template = template_of(resolver)
+    if template is None or not template.sanitizes or template.is_constant:
+        return None
+    return _Collisions(template, datetime.now(UTC))
+
+
 def run_plan(
     sink: Any,
     records: Iterable[Any],
@@ -158,12 +202,15 @@ def run_plan(
     plan = Plan(sink=name, records=0, records_per_second=records_per_second)
     ctx = WriterContext(number_of_parallel_subtasks=parallelism)
     buckets = _time_buckets(resolver if fixed is None else None)
+    collisions = _collisions(resolver if fixed is None else None)
     for record in records:
         at = plan.records
         plan.records += 1
         if timestamp_field is not None:
             stamp = as_millis(_field(record, timestamp_field))
             ctx.timestamp = int(stamp) if stamp is not None else None
+        if collisions is not None:
+            collisions.observe(record, ctx)
         if resolve is None:
             destination: Any = fixed
         else:
@@ -198,6 +245,8 @@ def run_plan(
                 plan.serializer_errors.append(f"{type(exc).__name__}: {exc} ({short_repr(record)})")
     if buckets is not None:
         plan.time = buckets.projection
+    if collisions is not None:
+        plan.collisions = collisions.found()
     _project_per_day(plan, timestamp_field)
     if config is not None:
         _resources(plan, config, parallelism, checkpoint_interval_s)
@@ -362,6 +411,16 @@ def format_plan(plan: Plan, top: int = 20) -> str:
         lines.append(f"  unroutable {count:,}x: {reason}")
     for error in plan.resolver_errors[:3] + plan.serializer_errors[:3]:
         lines.append(f"  error: {error}")
+    if plan.collisions:
+        lines.append(
+            f"colliding names {len(plan.collisions):,}: values that sanitize to one text (the "
+            "job keeps the name for the first it sees, and each other one is unroutable)"
+        )
+    for source, text, raws in plan.collisions[:top]:
+        values = ", ".join(repr(raw) for raw in raws)
+        lines.append(f"  {source}: {values} -> {text!r}")
+    if len(plan.collisions) > top:
+        lines.append(f"  ... and {len(plan.collisions) - top:,} more")
     time = plan.time if plan.time is not None and plan.time.buckets else None
     if time is not None and time.unit.per_day < 1:
         lines.append(

@@ -14,7 +14,9 @@ orders = route_by_field(
     {"eu": TopicDestination.of("p", "orders-eu"), "us": TopicDestination.of("p", "orders-us")},
     fallback=TopicDestination.of("p", "orders-other"),
 )
-daily = route_by_template("orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop"))
+daily = route_by_template(
+    "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop", sanitize=True)
+)
 ```
 """
 
@@ -263,61 +265,86 @@ def route_by_field(
 
 class DestinationNames:
     """Names to destinations of one service, and that service's naming rule: the rule its
-    destination type validates with, so a name the rule accepts is one the type accepts."""
+    destination type validates with, so a name the rule accepts is one the type accepts.
 
-    def __init__(self, make: Callable[[str], Destination], rule: NameRule | None, label: str):
+    Args:
+        make: The destination of a name.
+        rule: The service's naming rule; a template routing here checks every name by it.
+        label: What ``repr`` says.
+        sanitize: Whether a template routing here sanitizes its values by ``rule``
+            (:class:`~pyflink_gcp.routing.templates.Template`'s ``sanitize``).
+    """
+
+    def __init__(
+        self,
+        make: Callable[[str], Destination],
+        rule: NameRule | None,
+        label: str,
+        sanitize: bool = False,
+    ):
+        if sanitize and rule is None:
+            raise ConfigurationError(f"{label}: sanitize=True needs the service's naming rule")
         self.make = make
         self.rule = rule
         self.label = label
+        self.sanitize = bool(sanitize)
 
     def __call__(self, name: str) -> Destination:
         return self.make(name)
 
     def __repr__(self) -> str:
-        return self.label
+        return f"{self.label}, sanitized" if self.sanitize else self.label
 
 
-def bigquery_tables(project: str, dataset: str) -> DestinationNames:
-    """Table names in ``project.dataset`` (BigQuery's table id rules)."""
+def bigquery_tables(project: str, dataset: str, *, sanitize: bool = False) -> DestinationNames:
+    """Table names in ``project.dataset``, checked by BigQuery's table id rule (and with
+    ``sanitize=True``, each template value sanitized by it: see :func:`route_by_template`)."""
     from pyflink_gcp.bigquery.destinations import TableDestination
 
     return DestinationNames(
         lambda name: TableDestination.of(project, dataset, name),
         names.bigquery_table_id,
         f"tables of {project}.{dataset}",
+        sanitize,
     )
 
 
-def pubsub_topics(project: str) -> DestinationNames:
-    """Topic ids in ``project`` (Pub/Sub's topic id rules)."""
+def pubsub_topics(project: str, *, sanitize: bool = False) -> DestinationNames:
+    """Topic ids in ``project``, checked (``sanitize=True``: and sanitized) by Pub/Sub's topic
+    id rule."""
     from pyflink_gcp.pubsub.destinations import TopicDestination
 
     return DestinationNames(
         lambda name: TopicDestination.of(project, name),
         names.pubsub_topic_id,
         f"topics of {project}",
+        sanitize,
     )
 
 
-def cloudtasks_queues(project: str, location: str) -> DestinationNames:
-    """Queue ids in ``project``/``location`` (Cloud Tasks' queue id rules)."""
+def cloudtasks_queues(project: str, location: str, *, sanitize: bool = False) -> DestinationNames:
+    """Queue ids in ``project``/``location``, checked (``sanitize=True``: and sanitized) by
+    Cloud Tasks' queue id rule."""
     from pyflink_gcp.cloudtasks.destinations import QueueDestination
 
     return DestinationNames(
         lambda name: QueueDestination.of(project, location, name),
         names.cloudtasks_queue_id,
         f"queues of {project}/{location}",
+        sanitize,
     )
 
 
-def bigtable_tables(project: str, instance: str) -> DestinationNames:
-    """Table ids in a Bigtable instance (Bigtable's table id rules)."""
+def bigtable_tables(project: str, instance: str, *, sanitize: bool = False) -> DestinationNames:
+    """Table ids in a Bigtable instance, checked (``sanitize=True``: and sanitized) by
+    Bigtable's table id rule."""
     from pyflink_gcp.bigtable.destinations import TableDestination
 
     return DestinationNames(
         lambda name: TableDestination.of(project, instance, name),
         names.bigtable_table_id,
         f"tables of {project}/{instance}",
+        sanitize,
     )
 
 
@@ -344,11 +371,21 @@ class TemplateRouter(_Routing):
                 f"bigquery_tables(project, dataset); got {to!r}"
             )
         rule = to.rule if isinstance(to, DestinationNames) else None
-        self.template = (
-            template
-            if isinstance(template, Template) and (rule is None or template.sanitizer is rule)
-            else Template(text, sanitizer=rule)
-        )
+        sanitize = isinstance(to, DestinationNames) and to.sanitize
+        if isinstance(template, Template) and (
+            rule is None or (template.rule == rule and template.sanitizes >= sanitize)
+        ):
+            self.template = template
+        elif (
+            isinstance(template, Template)
+            and template.sanitizes
+            and template.sanitizer is not template.rule
+        ):
+            # A plain function sanitizes: it stays, and the service's rule checks the name.
+            self.template = Template(text, rule, sanitizer=template.sanitizer)
+        else:
+            sanitize = sanitize or (isinstance(template, Template) and template.sanitizes)
+            self.template = Template(text, rule, sanitize=sanitize)
         self.to = to
         # The function itself, a call less for every name built.
         self._make = to.make if isinstance(to, DestinationNames) else to
@@ -361,12 +398,12 @@ class TemplateRouter(_Routing):
             name = self.template.render(record, context, checked=False)
             try:
                 # A service's of() keeps the destinations it built (core.types), and checks a
-                # new name by the rule the template sanitized with: one lookup per record.
+                # new name by the template's rule: one lookup per record.
                 return self._make(name)
             except ValueError:
-                # The reason, naming the template and the record; a function of the name
-                # without a rule fails the job with its own error.
-                self.template.check(name, record)
+                # The reason, naming the template, the value and the record; a function of
+                # the name without a rule fails the job with its own error.
+                self.template.check(name, record, context)
                 raise
         except TemplateValueError as exc:
             return self._cannot_route(record, str(exc))
@@ -392,10 +429,12 @@ def route_by_template(
         template: The name template (``docs/templates.md``), e.g.
             ``"orders_{tenant}_{event_time:%Y%m%d}"``.
         to: Names to destinations: :func:`bigquery_tables`, :func:`pubsub_topics`,
-            :func:`cloudtasks_queues`, :func:`bigtable_tables` (each also sanitizes rendered
-            values by its service's naming rules), or any function of the name.
+            :func:`cloudtasks_queues`, :func:`bigtable_tables` (each checks every name by its
+            service's naming rule; with ``sanitize=True`` it also sanitizes each rendered
+            value by it, refusing a value that would take another value's name), or any
+            function of the name.
         fallback: Where a record goes whose name cannot be rendered (a missing field, a value
-            that makes no valid name).
+            that makes no valid name, a sanitized value that collides with another).
         unroutable: Send those records to the failure handler instead
             (:class:`~pyflink_gcp.core.types.UnroutableRecord`, dead-lettered with
             ``dlq-destination=unresolved``). With neither, such a record fails the job with an

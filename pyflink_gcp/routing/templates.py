@@ -18,18 +18,21 @@ DataStream job. The rules, in short (``docs/templates.md`` has them in full):
 - With a spec, dates and times use ``strftime``; a number under a time spec is epoch
   milliseconds and a string is parsed as ISO-8601; anything else goes through ``format()``.
   Without one, strings are kept, booleans are ``true``/``false``, dates and times are ISO-8601.
-- A sanitizer (a :class:`~pyflink_gcp.core.names.NameRule`) replaces the characters the
-  service does not allow in each placeholder's value, and the rendered name is validated.
+- A rule (a :class:`~pyflink_gcp.core.names.NameRule`) checks every rendered name; a value
+  the service cannot take is refused, naming the value and the rule. With ``sanitize=True``
+  the rule first replaces the characters the service does not allow in each placeholder's
+  value, and two values that sanitize to one text are refused rather than merged.
 
 A template is parsed once, into literal text and placeholders, and rendering joins strings:
-no regular expression runs per record. It is immutable and pickles as its text and sanitizer.
+no regular expression runs per record. It is immutable and pickles as its text, rule and
+switch.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime, time
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from pyflink_gcp.core.errors import ConfigurationError
@@ -37,7 +40,9 @@ from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import WriterContext
 from pyflink_gcp.routing._helpers import MISSING, field_of, row_type
-from pyflink_gcp.routing._times import TIME_DIRECTIVE, EpochFormat, from_epoch_millis
+from pyflink_gcp.routing._sanitizing import Collision, SanitizedValues, Window
+from pyflink_gcp.routing._syntax import Placeholder, parse
+from pyflink_gcp.routing._times import from_epoch_millis
 
 __all__ = [
     "EVENT_TIME",
@@ -55,8 +60,7 @@ EVENT_TIME = "event_time"
 PROCESSING_TIME = "processing_time"
 _BUILTIN_ROOTS = (EVENT_TIME, PROCESSING_TIME)
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Sanitized values a template keeps, at most.
+#: Sanitized values a template keeps, at most (with the collision check's owners).
 _CACHED_VALUES = 4_096
 
 
@@ -72,7 +76,8 @@ class TemplateValueError(ValueError):
     """A record for which a template renders no valid name.
 
     The record lacks a placeholder's field, the value is None or cannot be formatted with the
-    spec, or the rendered name is not one the sanitizer's service accepts. The message names the
+    spec, the rendered name is not one the rule's service accepts, or sanitizing made the value
+    what another value already renders. The message names the
     template, the placeholder (or the rendered name) and a short repr of the record. What it
     means is the caller's to decide: a BigQuery resolver, say, turns it into an
     :class:`~pyflink_gcp.core.types.UnroutableRecord`.
@@ -81,46 +86,15 @@ class TemplateValueError(ValueError):
 
 @runtime_checkable
 class Sanitizer(Protocol):
-    """What a template needs from a sanitizer (every rule in :mod:`pyflink_gcp.routing.names`).
+    """What a template needs from a naming rule (every rule in :mod:`pyflink_gcp.routing.names`).
 
-    ``sanitize`` is applied to each placeholder's rendered value, ``validate`` to the whole
-    rendered name (None when valid, else the reason).
+    ``validate`` is applied to the whole rendered name (None when valid, else the reason);
+    ``sanitize``, with ``sanitize=True``, to each placeholder's rendered value.
     """
 
     def sanitize(self, value: str) -> str: ...
 
     def validate(self, name: str) -> str | None: ...
-
-
-class _Placeholder:
-    """One ``{path:spec}`` of a template, resolved into what rendering needs."""
-
-    __slots__ = (
-        "epoch",
-        "path",
-        "position",
-        "rest",
-        "root",
-        "source",
-        "spec",
-        "time_spec",
-    )
-
-    def __init__(self, path: str, spec: str | None, position: int, source: str) -> None:
-        segments = path.split(".")
-        self.path = path
-        self.root = segments[0]
-        self.rest = tuple(segments[1:])
-        self.spec = spec
-        # A spec with a strftime directive ('%', an optional flag, a letter) is a time spec.
-        # Python's own format specs use '%' only as their last character (the percentage
-        # type), or as a fill character before an alignment, so '{ratio:.1%}' and '{n:%>5}'
-        # stay format() specs.
-        self.time_spec = spec is not None and TIME_DIRECTIVE.search(spec) is not None
-        self.position = position
-        self.source = source
-        #: The spec applied to epoch milliseconds (a time spec only), its texts kept per unit.
-        self.epoch = EpochFormat(spec) if spec is not None and self.time_spec else None
 
 
 def _no_field(owner: str, value: Any, name: str) -> str:
@@ -145,7 +119,7 @@ def _parse_iso(text: str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _format(value: Any, placeholder: _Placeholder) -> str:
+def _format(value: Any, placeholder: Placeholder) -> str:
     """The text of one placeholder's value (see the module docstring for the rules).
 
     Raises:
@@ -188,87 +162,150 @@ def _format(value: Any, placeholder: _Placeholder) -> str:
 
 
 class Template:
-    """A destination name with placeholders filled from each record.
+    """A destination name with placeholders filled from each record, checked by a naming rule.
 
     >>> from pyflink_gcp.routing import names
-    >>> t = Template("orders_{tenant}_{event_time:%Y%m%d}", sanitizer=names.bigquery_table_id)
+    >>> t = Template("orders_{tenant}_{event_time:%Y%m%d}", names.bigquery_table_id, sanitize=True)
     >>> t.render({"tenant": "acme/eu"}, WriterContext(timestamp=1714557600000))
     'orders_acme_eu_20240501'
 
+    With a rule, every rendered name is checked by it; values are changed only with
+    ``sanitize=True``. Without sanitizing, ``acme/eu`` renders ``orders_acme/eu_20240501``,
+    which the rule refuses: :class:`TemplateValueError` names the value and the rule. With it,
+    two values that sanitize to one text (``acme/eu``, then ``acme_eu``) are a collision: the
+    value seen second raises :class:`TemplateValueError` naming both, and a warning is logged
+    once for the pair (:mod:`pyflink_gcp.routing._sanitizing` has the scope of that check).
+
     Args:
         text: The template (see the module docstring for the syntax).
-        sanitizer: A rule from :mod:`pyflink_gcp.routing.names` (or any object with
-            ``sanitize(value) -> str`` and ``validate(name) -> str | None``), applied to every
-            rendered placeholder value and then to the whole name; or a plain callable
-            ``(value) -> str`` that only sanitizes. None keeps values as they render.
+        rule: A rule from :mod:`pyflink_gcp.routing.names` (or any object with
+            ``validate(name) -> str | None``, and ``sanitize(value) -> str`` to sanitize):
+            every rendered name is checked by it. None checks nothing.
+        sanitize: Replace, in each placeholder's value, the characters ``rule`` does not
+            allow (:meth:`NameRule.sanitize <pyflink_gcp.core.names.NameRule.sanitize>`),
+            with the collision check. Off by default: a value the service cannot take makes
+            the record unroutable instead of changing its destination.
+        sanitizer: Shorthand kept from earlier versions: a rule here is ``rule=...,
+            sanitize=True``; a plain callable ``(value) -> str`` is applied to every value
+            (with the collision check, without a cache), and ``rule``, if given, checks the
+            name.
 
     Raises:
         TemplateError: A syntax error, naming the position (counted from 0); or, with a rule
             from :mod:`~pyflink_gcp.routing.names`, literal text the service can never accept,
             or a constant template that is not a valid name.
-        TypeError: ``text`` is not a string, or ``sanitizer`` is neither a rule nor callable.
+        TypeError: ``text`` is not a string, ``rule`` has no ``validate``, ``sanitize=True``
+            without a rule that sanitizes, or two rules.
     """
 
     __slots__ = (
-        "_cleaned",
         "_parts",
         "_placeholders",
-        "_sanitize",
+        "_probes",
+        "_sanitizing",
         "_validate",
         "placeholders",
         "roots",
+        "rule",
         "sanitizer",
+        "sanitizes",
         "text",
     )
 
     text: str
     placeholders: tuple[str, ...]
     roots: frozenset[str]
+    #: The naming rule every name is checked by (None: none).
+    rule: Sanitizer | None
+    #: Whether placeholder values are sanitized.
+    sanitizes: bool
+    #: What sanitizes them: the rule, a plain callable, or None.
     sanitizer: Sanitizer | Callable[[str], str] | None
-    _parts: tuple[str | _Placeholder, ...]
-    _placeholders: tuple[_Placeholder, ...]
-    _sanitize: Callable[[str], str] | None
-    _cleaned: dict[str, str] | None
+    _parts: tuple[str | Placeholder, ...]
+    _placeholders: tuple[Placeholder, ...]
+    _sanitizing: bool
     _validate: Callable[[str], str | None] | None
+    _probes: list[Template]
 
     def __init__(
-        self, text: str, sanitizer: Sanitizer | Callable[[str], str] | None = None
+        self,
+        text: str,
+        rule: Sanitizer | None = None,
+        *,
+        sanitize: bool = False,
+        sanitizer: Sanitizer | Callable[[str], str] | None = None,
     ) -> None:
         if not isinstance(text, str):
             raise TypeError(f"a template is a string, got {type(text).__name__}")
         if not text:
             raise TemplateError("a template is a destination name and cannot be empty")
-        sanitize: Callable[[str], str] | None
-        validate: Callable[[str], str | None] | None
-        if sanitizer is None:
-            sanitize = validate = None
-        elif callable(getattr(sanitizer, "sanitize", None)) and callable(
-            getattr(sanitizer, "validate", None)
-        ):
-            sanitize = sanitizer.sanitize  # type: ignore[union-attr]
-            validate = sanitizer.validate  # type: ignore[union-attr]
-        elif callable(sanitizer):
-            sanitize, validate = sanitizer, None
-        else:
+        function: Callable[[str], str] | None = None
+        if sanitizer is not None:
+            if _is_rule(sanitizer):
+                if rule is not None and rule != sanitizer:
+                    raise TypeError("a template takes one rule: give rule= or sanitizer=")
+                rule, sanitize = sanitizer, True  # type: ignore[assignment]
+            elif callable(sanitizer):
+                function = sanitizer
+            else:
+                raise TypeError(
+                    "a template's sanitizer is a rule from pyflink_gcp.routing.names (sanitize() "
+                    f"and validate()) or a callable (value) -> str, got {type(sanitizer).__name__}"
+                )
+        if rule is not None and not callable(getattr(rule, "validate", None)):
             raise TypeError(
-                "a template's sanitizer is a rule from pyflink_gcp.routing.names (sanitize() and "
-                f"validate()) or a callable (value) -> str, got {type(sanitizer).__name__}"
+                "a template's rule is one of pyflink_gcp.routing.names (or has validate(name)), "
+                f"got {type(rule).__name__}; a function of the value goes in sanitizer="
             )
-        parts, literal_positions = _parse(text)
-        placeholders = tuple(p for p in parts if isinstance(p, _Placeholder))
+        if sanitize and function is None and not callable(getattr(rule, "sanitize", None)):
+            raise TypeError("sanitize=True needs a rule that sanitizes (pyflink_gcp.routing.names)")
+        parts, literal_positions = parse(text, TemplateError)
+        placeholders = tuple(p for p in parts if isinstance(p, Placeholder))
+        sanitizes = bool(sanitize) or function is not None
         set_ = object.__setattr__
         set_(self, "text", text)
-        set_(self, "sanitizer", sanitizer)
+        set_(self, "rule", rule)
+        set_(self, "sanitizes", sanitizes)
+        set_(self, "sanitizer", function if function is not None else rule if sanitizes else None)
         set_(self, "_parts", parts)
         set_(self, "_placeholders", placeholders)
-        set_(self, "_sanitize", sanitize)
-        # A NameRule's sanitize() is a pure function of the text, so its results are kept (by
-        # the rendered text, at most _CACHED_VALUES); another sanitizer runs every time.
-        set_(self, "_cleaned", {} if isinstance(sanitizer, NameRule) else None)
-        set_(self, "_validate", validate)
+        set_(self, "_sanitizing", sanitizes and bool(placeholders))
+        set_(self, "_validate", rule.validate if rule is not None else None)
+        set_(self, "_probes", [])
         set_(self, "placeholders", tuple(p.path for p in placeholders))
         set_(self, "roots", frozenset(p.root for p in placeholders))
         self._check_literals(literal_positions)
+        if sanitizes:
+            # A NameRule's sanitize() is a pure function of the text, so its results are kept
+            # (at most _CACHED_VALUES, with the owners the collision check needs); another
+            # sanitizer runs every time.
+            window = Window(_CACHED_VALUES)
+            for part in placeholders:
+                part.values = SanitizedValues(
+                    self._value_sanitizer(part),
+                    window,
+                    cached=isinstance(self.sanitizer, NameRule),
+                    where=f"template '{text}' placeholder {part.source}",
+                )
+                part.cache = part.values.cache
+
+    def _value_sanitizer(self, part: Placeholder) -> Callable[[str], str]:
+        """The function sanitizing ``part``'s values: a NameRule's knows whether they start the
+        name (it may prefix them)."""
+        sanitizer = self.sanitizer
+        if isinstance(sanitizer, NameRule) and part.at_start:
+            return partial(sanitizer.sanitize, at_start=True)
+        if _is_rule(sanitizer):
+            return sanitizer.sanitize  # type: ignore[union-attr]
+        return sanitizer  # type: ignore[return-value]
+
+    def sanitize_value(self, text: str, index: int = 0) -> str:
+        """What sanitizing makes of ``text`` as the value of the ``index``-th placeholder
+        (counted from 0), without the collision check; ``text`` itself when the template does
+        not sanitize. ``pyflink-gcp plan`` lists collisions with it."""
+        if not self.sanitizes:
+            return text
+        return self._value_sanitizer(self._placeholders[index])(text)
 
     @property
     def is_constant(self) -> bool:
@@ -318,14 +355,15 @@ class Template:
             now: The wall clock for ``processing_time`` (default ``datetime.now(UTC)``, read
                 once per call); a naive value is taken as UTC. Not deterministic on replay: see
                 the module docstring.
-            checked: Check the name against the sanitizer's service (:meth:`check`).
+            checked: Check the name by the rule (:meth:`check`).
 
         Raises:
             TemplateValueError: A placeholder's field is missing or None, its value cannot be
-                formatted with the spec, or the name is not valid for the sanitizer's service.
+                formatted with the spec, its sanitized value collides with another value's, or
+                (``checked``) the name is not valid by the rule.
         """
-        sanitize = self._sanitize
-        cleaned = self._cleaned
+        sanitizing = self._sanitizing
+        collision: tuple[Placeholder, Collision] | None = None
         out = []
         for part in self._parts:
             if isinstance(part, str):
@@ -368,33 +406,83 @@ class Template:
                 raise self._value_error(
                     part, record, f"cannot format {short_repr(value)}: {exc}"
                 ) from exc
-            if sanitize is not None:
-                clean = cleaned.get(text) if cleaned is not None else None
+            if sanitizing:
+                cache = part.cache
+                clean = cache.get(text) if cache is not None else None
                 if clean is None:
-                    clean = sanitize(text)
-                    if cleaned is not None:
-                        if len(cleaned) >= _CACHED_VALUES:
-                            cleaned.clear()
-                        cleaned[text] = clean
+                    try:
+                        clean = part.values.clean(text)  # type: ignore[union-attr]
+                    except Collision as exc:
+                        # The rest is rendered all the same, to name the destination.
+                        collision = collision or (part, exc)
+                        clean = exc.text
                 text = clean
             out.append(text)
         name = "".join(out)
+        if collision is not None:
+            where, found = collision
+            raise TemplateValueError(
+                f"template '{self.text}': placeholder {where.source}: the values "
+                f"{found.owner!r} and {found.value!r} both sanitize to {found.text!r}, so both "
+                f"would be {name!r}; {found.owner!r}, seen first, keeps it and {found.value!r} "
+                f"is unroutable; record {short_repr(record)}"
+            )
         if checked:
-            self.check(name, record)
+            self._check(name, record, context, now)
         return name
 
-    def check(self, name: str, record: Any = None) -> None:
-        """Raise TemplateValueError unless ``name`` is valid for the sanitizer's service (a
-        caller that renders with ``checked=False`` and keeps the names it checked)."""
-        if self._validate is not None:
-            reason = self._validate(name)
-            if reason is not None:
-                raise TemplateValueError(
-                    f"template '{self.text}' rendered {name!r}, which {reason}; record "
-                    f"{short_repr(record)}"
-                )
+    def check(self, name: str, record: Any = None, context: WriterContext | None = None) -> None:
+        """Raise TemplateValueError unless ``name`` is valid by the rule (for a caller that
+        renders with ``checked=False`` and keeps the names it checked).
 
-    def _event_millis(self, part: _Placeholder, record: Any, context: WriterContext | None) -> int:
+        Without sanitizing, a value with a character the rule does not allow (or that starts
+        the name as no name may) is named with the rule's reason; ``record`` and ``context``
+        are read again to find it.
+        """
+        self._check(name, record, context, None)
+
+    def _check(
+        self, name: str, record: Any, context: WriterContext | None, now: datetime | None
+    ) -> None:
+        if self._validate is None:
+            return
+        reason = self._validate(name)
+        if reason is None:
+            return
+        value = None if self.sanitizes else self._value_at_fault(record, context, now)
+        if value is not None:
+            source, text, why = value
+            raise TemplateValueError(
+                f"template '{self.text}': placeholder {source} is {text!r}: {why} (values are "
+                f"not sanitized); record {short_repr(record)}"
+            )
+        raise TemplateValueError(
+            f"template '{self.text}' rendered {name!r}, which {reason}; record {short_repr(record)}"
+        )
+
+    def _value_at_fault(
+        self, record: Any, context: WriterContext | None, now: datetime | None
+    ) -> tuple[str, str, str] | None:
+        """The first placeholder whose value the rule refuses as part of a name: its source,
+        its text and the reason (None: the name as a whole is at fault, or the rule cannot
+        say)."""
+        check = getattr(self.rule, "check_literal", None)
+        if check is None or record is None:
+            return None
+        probes = self._probes
+        if not probes:
+            probes.extend(Template(part.source) for part in self._placeholders)
+        for part, probe in zip(self._placeholders, probes, strict=True):
+            try:
+                text = probe.render(record, context, now=now, checked=False)
+            except TemplateValueError:
+                return None
+            problem = check(text, part.at_start)
+            if problem is not None:
+                return part.source, text, problem[1]
+        return None
+
+    def _event_millis(self, part: Placeholder, record: Any, context: WriterContext | None) -> int:
         timestamp = context.timestamp if context is not None else None
         if timestamp is None:
             raise self._value_error(
@@ -405,7 +493,7 @@ class Template:
             )
         return timestamp
 
-    def _nested(self, part: _Placeholder, record: Any, value: Any) -> Any:
+    def _nested(self, part: Placeholder, record: Any, value: Any) -> Any:
         where = part.root
         for segment in part.rest:
             if value is None:
@@ -418,14 +506,14 @@ class Template:
             where = f"{where}.{segment}"
         return value
 
-    def _value_error(self, part: _Placeholder, record: Any, reason: str) -> TemplateValueError:
+    def _value_error(self, part: Placeholder, record: Any, reason: str) -> TemplateValueError:
         return TemplateValueError(
             f"template '{self.text}': placeholder {part.source}: {reason}; record "
             f"{short_repr(record)}"
         )
 
     def _check_literals(self, literal_positions: list[list[int]]) -> None:
-        """Refuse literal text the sanitizer's service can never accept, and invalid constants."""
+        """Refuse literal text the rule's service can never accept, and invalid constants."""
         if self._validate is None:
             return
         if self.is_constant:
@@ -434,7 +522,7 @@ class Template:
             if reason is not None:
                 raise TemplateError(f"template '{self.text}' is not a valid name: it {reason}")
             return
-        check = getattr(self.sanitizer, "check_literal", None)
+        check = getattr(self.rule, "check_literal", None)
         if check is None:
             return
         literals = iter(literal_positions)
@@ -453,7 +541,7 @@ class Template:
         for literal in self._parts:
             if isinstance(literal, str):
                 fixed += len(literal)
-        longest = getattr(self.sanitizer, "max_length", None)
+        longest = getattr(self.rule, "max_length", None)
         if isinstance(longest, int) and fixed > longest:
             raise TemplateError(
                 f"template '{self.text}': its literal text alone has {fixed} characters, more "
@@ -463,106 +551,40 @@ class Template:
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("Template is immutable")
 
+    def _args(self) -> tuple[Any, ...]:
+        """What the template is made of: text, rule, whether it sanitizes, a plain sanitizer."""
+        function = None if self.sanitizer is self.rule else self.sanitizer
+        return (self.text, self.rule, self.sanitizes and function is None, function)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Template):
-            return self.text == other.text and self.sanitizer == other.sanitizer
+            return self._args() == other._args()
         return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.text)
 
     def __repr__(self) -> str:
-        if self.sanitizer is None:
-            return f"Template({self.text!r})"
-        return f"Template({self.text!r}, sanitizer={self.sanitizer!r})"
+        text, rule, sanitize, function = self._args()
+        args = [repr(text)]
+        if rule is not None:
+            args.append(f"rule={rule!r}")
+        if sanitize:
+            args.append("sanitize=True")
+        if function is not None:
+            args.append(f"sanitizer={function!r}")
+        return f"Template({', '.join(args)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Template, (self.text, self.sanitizer))
+        return (_rebuild, self._args())
 
 
-def _parse(text: str) -> tuple[tuple[str | _Placeholder, ...], list[list[int]]]:
-    """Split ``text`` into literal strings and placeholders, once, when the template is built.
-
-    Returns:
-        The parts in order (adjacent literal text merged, no empty strings), and for each
-        literal part the position in ``text`` of each of its characters (escaped braces make
-        them differ), for messages about literal text.
-
-    Raises:
-        TemplateError: A syntax error, naming the template and the position.
-    """
-    parts: list[str | _Placeholder] = []
-    literal: list[str] = []
-    positions: list[int] = []
-    literal_positions: list[list[int]] = []
-
-    def error(reason: str, position: int, hint: str = "") -> TemplateError:
-        hint = f" ({hint})" if hint else ""
-        return TemplateError(f"template '{text}': {reason} at position {position}{hint}")
-
-    def flush() -> None:
-        if literal:
-            parts.append("".join(literal))
-            literal_positions.append(positions.copy())
-            literal.clear()
-            positions.clear()
-
-    i = 0
-    n = len(text)
-    while i < n:
-        char = text[i]
-        if char == "{":
-            if text.startswith("{", i + 1):
-                literal.append("{")
-                positions.append(i)
-                i += 2
-                continue
-            close = text.find("}", i + 1)
-            nested = text.find("{", i + 1)
-            if close < 0:
-                raise error("unclosed '{'", i, "write '{{' for a literal brace")
-            if 0 <= nested < close:
-                raise error("'{' inside a placeholder", nested, "placeholders do not nest")
-            body = text[i + 1 : close]
-            if not body:
-                raise error("empty placeholder '{}'", i)
-            path, colon, spec = body.partition(":")
-            _check_path(path, i + 1, error)
-            flush()
-            parts.append(
-                _Placeholder(path, spec if colon and spec else None, i, text[i : close + 1])
-            )
-            i = close + 1
-        elif char == "}":
-            if not text.startswith("}", i + 1):
-                raise error("single '}'", i, "write '}}' for a literal brace")
-            literal.append("}")
-            positions.append(i)
-            i += 2
-        else:
-            stop = min((p for p in (text.find("{", i), text.find("}", i)) if p >= 0), default=n)
-            literal.append(text[i:stop])
-            positions.extend(range(i, stop))
-            i = stop
-    flush()
-    return tuple(parts), literal_positions
+def _rebuild(
+    text: str, rule: Any, sanitize: bool, function: Callable[[str], str] | None
+) -> Template:
+    return Template(text, rule, sanitize=sanitize, sanitizer=function)
 
 
-def _check_path(path: str, start: int, error: Callable[..., TemplateError]) -> None:
-    """Raise unless ``path`` is identifiers joined by dots; ``start`` is its position."""
-    if not path:
-        raise error("placeholder without a field name", start)
-    offset = start
-    for segment in path.split("."):
-        match = _IDENTIFIER.match(segment)
-        end = match.end() if match else 0
-        if end != len(segment) or not segment:
-            bad = offset + end
-            if not segment:
-                raise error(f"empty field name in {path!r}", bad)
-            raise error(
-                f"invalid character {segment[end]!r} in field path {path!r}",
-                bad,
-                "a path is identifiers [A-Za-z_][A-Za-z0-9_]* joined by '.'",
-            )
-        offset += len(segment) + 1
+def _is_rule(value: Any) -> bool:
+    """Whether ``value`` is a naming rule: it has ``sanitize`` and ``validate``."""
+    return callable(getattr(value, "sanitize", None)) and callable(getattr(value, "validate", None))

@@ -112,7 +112,7 @@ def test_a_template_routes_rows_to_tables_by_tenant_and_event_day(project: str) 
     schema = TableSchema.of([SchemaField("id", "INT64"), SchemaField("tenant", "STRING")])
 
     def row(i: int) -> dict[str, Any]:
-        # Three tenants (one with a character table ids do not allow) over two days.
+        # Three tenants (one with a space, which sanitizing replaces) over two days.
         return {"id": i, "tenant": ("acme", "globex", "ini tech")[i % 3], "at": start + i * 144_000}
 
     sink = (
@@ -121,7 +121,7 @@ def test_a_template_routes_rows_to_tables_by_tenant_and_event_day(project: str) 
         .set_destination_resolver(
             route_by_template(
                 "orders_{tenant}_{event_time:%Y%m%d}",
-                bigquery_tables(project, dataset),
+                bigquery_tables(project, dataset, sanitize=True),
                 fields=("id", "tenant", "at"),
             )
         )

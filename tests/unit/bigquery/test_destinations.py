@@ -103,5 +103,10 @@ def test_orders_2024_is_routed_by_a_template_and_built_by_the_type_alike() -> No
     assert constant({"id": 1}, WriterContext()) == expected
     by_year = route_by_template("orders {year}", bigquery_tables("p", "d"), unroutable=True)
     assert by_year({"year": 2024}, WriterContext()) == expected
-    # A value is sanitized (the space becomes '_'); literal text keeps what BigQuery allows.
-    assert by_year({"year": "20 24"}, WriterContext()).table == "orders 20_24"
+    # A value is checked, not changed: BigQuery allows the space.
+    assert by_year({"year": "20 24"}, WriterContext()).table == "orders 20 24"
+    # Sanitized on request (the space becomes '_'); literal text keeps what BigQuery allows.
+    sanitized = route_by_template(
+        "orders {year}", bigquery_tables("p", "d", sanitize=True), unroutable=True
+    )
+    assert sanitized({"year": "20 24"}, WriterContext()).table == "orders 20_24"

@@ -363,3 +363,23 @@ def test_the_destination_type_accepts_exactly_what_its_rule_validates(rule, buil
     else:
         with pytest.raises(ValueError, match=re.escape(reason)):
             build(name)
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "expected"),
+    [
+        (names.pubsub_topic_id, "9lives", "x9lives"),
+        (names.pubsub_topic_id, "_eu", "x_eu"),
+        (names.spanner_table_name, "2024", "x2024"),
+        (names.bigtable_table_id, ".t", "_.t"),
+        (names.bigtable_table_id, "9t", "9t"),
+        (names.bigquery_table_id, "9t", "9t"),
+        (names.cloudtasks_queue_id, "-9", "-9"),
+    ],
+)
+def test_a_value_starting_the_name_is_prefixed_where_the_service_forbids_its_start(
+    rule, value, expected
+):
+    assert rule.sanitize(value, at_start=True) == expected
+    if expected != value:
+        assert rule.validate(value) is not None and rule.validate(expected) is None

@@ -73,6 +73,19 @@ def by_customer_id(bound: int = 100) -> BigQuerySink:
     )
 
 
+def by_customer_sanitized() -> BigQuerySink:
+    """A table per customer, the customer sanitized into the table id."""
+    return bigquery_sink(
+        route_by_template(
+            "orders_{customer}", bigquery_tables("p", "d", sanitize=True), unroutable=True
+        )
+    )
+
+
+#: Customers of which three sanitize to one table id, and two to another.
+COLLIDING = ["acme/eu", "globex", "acme_eu", "acme/eu", "acme eu", "ini.tech", "ini_tech"]
+
+
 def orders(count: int, customers: int) -> list[dict[str, Any]]:
     return [{"id": i, "customer": f"c{i % customers}"} for i in range(count)]
 
@@ -87,6 +100,40 @@ def test_a_sample_shows_destinations_unroutable_records_and_serializer_failures(
     report = format_plan(plan)
     assert "3 distinct destinations" in report and "serializer errors 1" in report
     assert "the sink would fail the job" in report
+
+
+def test_a_sample_lists_the_names_that_collide_when_values_are_sanitized() -> None:
+    records = [{"id": i, "customer": c} for i, c in enumerate(COLLIDING)]
+    plan = run_plan(by_customer_sanitized(), records)
+    assert plan.collisions == [
+        ("{customer}", "acme_eu", ("acme/eu", "acme_eu", "acme eu")),
+        ("{customer}", "ini_tech", ("ini.tech", "ini_tech")),
+    ]
+    # The job's own check: each value after the first is unroutable, naming both.
+    assert plan.destinations == {
+        "projects/p/datasets/d/tables/orders_acme_eu": 2,
+        "projects/p/datasets/d/tables/orders_globex": 1,
+        "projects/p/datasets/d/tables/orders_ini_tech": 1,
+    }
+    assert sum(plan.unroutable.values()) == 3
+    assert any("values 'ini.tech' and 'ini_tech' both sanitize" in r for r in plan.unroutable)
+    report = format_plan(plan)
+    assert "colliding names 2: values that sanitize to one text" in report
+    assert "  {customer}: 'acme/eu', 'acme_eu', 'acme eu' -> 'acme_eu'" in report
+    assert "  {customer}: 'ini.tech', 'ini_tech' -> 'ini_tech'" in report
+    assert "... and 1 more" in format_plan(plan, top=1)
+
+
+def test_a_sample_of_a_template_that_does_not_sanitize_has_no_collisions() -> None:
+    records = [{"id": i, "customer": c} for i, c in enumerate(COLLIDING)]
+    plan = run_plan(by_customer(), records)
+    assert plan.collisions == []
+    assert "colliding names" not in format_plan(plan)
+    # The values BigQuery refuses are unroutable, named with the rule.
+    assert sum(plan.unroutable.values()) == 3  # acme/eu twice and ini.tech
+    assert len(plan.destinations) == 4  # globex, acme_eu, 'acme eu' and ini_tech
+    reasons = list(plan.unroutable)
+    assert any("placeholder {customer} is 'acme/eu': '/' is not allowed" in r for r in reasons)
 
 
 def test_a_saturated_sample_projects_itself_and_a_growing_one_extrapolates() -> None:
@@ -387,3 +434,21 @@ def test_the_command_plans_an_example_and_fails_past_a_bound(tmp_path: Path) -> 
         check=False,
     )
     assert bad.returncode == 2 and "has no 'no_such_thing'" in bad.stderr
+
+
+def test_the_command_lists_colliding_names(tmp_path: Path) -> None:
+    sample = tmp_path / "orders.jsonl"
+    sample.write_text(
+        "".join(json.dumps({"id": i, "customer": c}) + "\n" for i, c in enumerate(COLLIDING))
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pyflink_gcp.cli", "plan", "--sample", str(sample)]
+        + ["tests.unit.routing.test_plan:by_customer_sanitized"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode in (0, 1), run.stderr
+    assert "colliding names 2" in run.stdout
+    assert "{customer}: 'acme/eu', 'acme_eu', 'acme eu' -> 'acme_eu'" in run.stdout

@@ -103,17 +103,91 @@ def test_a_sink_that_does_not_take_unroutable_records_refuses_unroutable_true() 
         by_region(unroutable=True).check_sink("custom", TopicDestination, False)
 
 
-def test_templates_render_sanitized_names_per_service() -> None:
+def test_templates_render_sanitized_names_per_service_on_request() -> None:
     resolver = route_by_template(
-        "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop")
+        "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop", sanitize=True)
     )
     # Sanitized by BigQuery's table id rules: the space becomes an underscore (dashes are allowed).
     assert resolver({"tenant": "acme-eu west"}, CTX) == TableDestination.of(
         "p", "shop", "orders_acme-eu_west_20240501"
     )
+    assert resolver.template.sanitizes
+    assert repr(resolver) == (
+        "route_by_template('orders_{tenant}_{event_time:%Y%m%d}', tables of p.shop, sanitized)"
+    )
     topics = route_by_template("events-{kind}", pubsub_topics("p"), fallback=OTHER)
     assert topics({"kind": "click"}, CTX) == TopicDestination.of("p", "events-click")
     assert topics({"other": 1}, CTX) == OTHER  # cannot render: the fallback
+
+
+def test_by_default_names_are_checked_not_sanitized() -> None:
+    resolver = route_by_template("orders_{tenant}", bigquery_tables("p", "shop"), unroutable=True)
+    assert not resolver.template.sanitizes
+    # BigQuery allows the space: the name is the value's.
+    assert resolver({"tenant": "acme eu"}, CTX) == TableDestination.of(
+        "p", "shop", "orders_acme eu"
+    )
+    result = resolver({"tenant": "acme/eu", "id": 3}, CTX)
+    assert isinstance(result, UnroutableRecord)
+    assert result.payload == b'{"tenant": "acme/eu", "id": 3}'
+    assert result.reason == (
+        "template 'orders_{tenant}': placeholder {tenant} is 'acme/eu': '/' is not allowed; a "
+        "BigQuery table id allows only letters, marks, numbers, connectors such as '_', dashes "
+        "and spaces (values are not sanitized); record {'id': 3, 'tenant': 'acme/eu'}"
+    )
+    # The second time, the destination cache has not kept the name: refused again.
+    assert isinstance(resolver({"tenant": "acme/eu"}, CTX), UnroutableRecord)
+
+
+def test_a_value_starting_a_topic_id_with_a_digit_is_prefixed_only_when_sanitizing() -> None:
+    checked = route_by_template("{kind}", pubsub_topics("p"), unroutable=True)
+    refused = checked({"kind": "9lives"}, CTX)
+    assert isinstance(refused, UnroutableRecord)
+    assert "placeholder {kind} is '9lives': starts with '9'; a Pub/Sub topic id" in refused.reason
+    sanitized = route_by_template("{kind}", pubsub_topics("p", sanitize=True), unroutable=True)
+    assert sanitized({"kind": "9lives"}, CTX) == TopicDestination.of("p", "x9lives")
+
+
+def test_a_sanitized_collision_makes_the_second_value_unroutable() -> None:
+    resolver = route_by_template(
+        "orders_{tenant}", bigquery_tables("p", "shop", sanitize=True), unroutable=True
+    )
+    table = TableDestination.of("p", "shop", "orders_acme_eu")
+    assert resolver({"tenant": "acme/eu", "id": 1}, CTX) == table
+    second = resolver({"tenant": "acme_eu", "id": 2}, CTX)
+    assert isinstance(second, UnroutableRecord)
+    assert second.payload == b'{"tenant": "acme_eu", "id": 2}'
+    assert "the values 'acme/eu' and 'acme_eu' both sanitize to 'acme_eu'" in second.reason
+    assert "so both would be 'orders_acme_eu'" in second.reason
+    assert resolver({"tenant": "acme/eu", "id": 3}, CTX) == table
+    with_fallback = route_by_template(
+        "orders_{tenant}", bigquery_tables("p", "shop", sanitize=True), fallback=table
+    )
+    assert with_fallback({"tenant": "x/y"}, CTX) == TableDestination.of("p", "shop", "orders_x_y")
+    assert with_fallback({"tenant": "x_y"}, CTX) == table  # the fallback, not orders_x_y
+
+
+def test_a_template_object_keeps_its_switch_and_takes_the_services_rule() -> None:
+    from pyflink_gcp.routing import Template, names
+
+    sanitizing = Template("orders_{tenant}", names.bigquery_table_id, sanitize=True)
+    kept = route_by_template(sanitizing, bigquery_tables("p", "d"), unroutable=True)
+    assert kept.template is sanitizing
+    bare = route_by_template(Template("orders_{tenant}"), bigquery_tables("p", "d", sanitize=True))
+    assert bare.template.rule is names.bigquery_table_id and bare.template.sanitizes
+    unchecked = route_by_template(Template("orders_{tenant}"), bigquery_tables("p", "d"))
+    assert unchecked.template.rule is names.bigquery_table_id and not unchecked.template.sanitizes
+    own = Template("orders_{tenant}", sanitizer=lambda v: v.replace(" ", "-"))
+    mixed = route_by_template(own, bigquery_tables("p", "d"))
+    assert mixed.template.rule is names.bigquery_table_id
+    assert mixed({"tenant": "a b"}, CTX) == TableDestination.of("p", "d", "orders_a-b")
+
+
+def test_destination_names_need_a_rule_to_sanitize() -> None:
+    from pyflink_gcp.routing import DestinationNames
+
+    with pytest.raises(ConfigurationError, match="sanitize=True needs the service's naming rule"):
+        DestinationNames(lambda name: OTHER, None, "custom", sanitize=True)
 
 
 def test_a_template_that_cannot_render_is_unroutable_for_bigquery() -> None:
@@ -134,6 +208,7 @@ def test_routers_pickle(dumps) -> None:
     for resolver in (
         by_region(fallback=OTHER),
         route_by_template("events-{kind}", pubsub_topics("p"), fallback=OTHER),
+        route_by_template("events-{kind}", pubsub_topics("p", sanitize=True), fallback=OTHER),
     ):
         if dumps is pickle.dumps and "template" in repr(resolver):
             continue  # the destination kinds hold lambdas: cloudpickle ships them

@@ -1,5 +1,5 @@
 """Destination-name templates: syntax, field lookup, event and processing time, formatting,
-sanitizing and validation, field checks, pickling."""
+checking and sanitizing by a naming rule, collisions, field checks, pickling."""
 
 from __future__ import annotations
 
@@ -427,26 +427,78 @@ def test_bytes_have_no_text():
         Template("{v}").render({"v": b"acme"})
 
 
-# --- sanitizing and validation --------------------------------------------------------------
+# --- the rule: checking, and sanitizing on request ------------------------------------------
+
+BQ = names.bigquery_table_id
 
 
-def test_the_sanitizer_applies_to_values_not_to_literal_text():
-    t = Template("Orders-{tenant}_{event_time:%Y-%m-%d}", sanitizer=names.bigquery_table_id)
+def test_a_rule_checks_values_without_changing_them():
+    t = Template("Orders-{tenant}_{event_time:%Y-%m-%d}", BQ)
+    assert not t.sanitizes and t.rule is BQ and t.sanitizer is None
+    assert t.render({"tenant": "Acme EU 1"}, ctx()) == "Orders-Acme EU 1_2024-05-01"  # valid
+    with pytest.raises(TemplateValueError) as err:
+        t.render({"tenant": "acme/eu"}, ctx())
+    assert str(err.value) == (
+        "template 'Orders-{tenant}_{event_time:%Y-%m-%d}': placeholder {tenant} is 'acme/eu': "
+        "'/' is not allowed; a BigQuery table id allows only letters, marks, numbers, "
+        "connectors such as '_', dashes and spaces (values are not sanitized); record "
+        "{'tenant': 'acme/eu'}"
+    )
+
+
+def test_a_value_starting_the_name_as_no_name_may_is_named_without_sanitizing():
+    t = Template("{region}-events", names.pubsub_topic_id)
+    with pytest.raises(TemplateValueError, match=r"placeholder \{region\} is '9lives': starts"):
+        t.render({"region": "9lives"})
+    # A name the values alone do not explain is named whole.
+    with pytest.raises(TemplateValueError, match="rendered 'eu', which has 2 characters"):
+        Template("{region}", names.pubsub_topic_id).render({"region": "eu"})
+
+
+def test_sanitize_true_applies_the_rule_to_values_not_to_literal_text():
+    t = Template("Orders-{tenant}_{event_time:%Y-%m-%d}", BQ, sanitize=True)
+    assert t.sanitizes and t.sanitizer is BQ
     assert t.render({"tenant": "Acme/EU 1"}, ctx()) == "Orders-Acme_EU_1_2024-05-01"
 
 
+def test_sanitizer_is_the_shorthand_for_a_rule_that_sanitizes():
+    assert Template("{a}", sanitizer=BQ) == Template("{a}", BQ, sanitize=True)
+    assert Template("{a}", BQ, sanitizer=BQ) == Template("{a}", rule=BQ, sanitize=True)
+    with pytest.raises(TypeError, match="one rule"):
+        Template("{a}", BQ, sanitizer=names.pubsub_topic_id)
+
+
 def test_the_sanitizer_applies_to_every_formatted_value():
-    t = Template("q-{n}-{t}", sanitizer=names.cloudtasks_queue_id)
+    t = Template("q-{n}-{t}", names.cloudtasks_queue_id, sanitize=True)
     assert t.render({"n": 1.5, "t": datetime(2024, 5, 1, 10)}) == "q-1-5-2024-05-01T10-00-00"
 
 
 def test_bigquery_literal_text_may_use_what_bigquery_allows():
-    t = Template("daily orders é_{tenant}", sanitizer=names.bigquery_table_id)
+    t = Template("daily orders é_{tenant}", BQ, sanitize=True)
     assert t.render({"tenant": "é x"}) == "daily orders é___x"
 
 
+@pytest.mark.parametrize(
+    ("rule", "value", "name"),
+    [
+        (names.pubsub_topic_id, "9lives", "x9lives"),  # a topic id starts with a letter
+        (names.pubsub_topic_id, "/eu-west", "x_eu-west"),
+        (names.spanner_table_name, "2024_orders", "x2024_orders"),
+        (names.bigtable_table_id, "-x", "_-x"),  # '_' may start a Bigtable table id
+        (names.bigtable_table_id, "9x", "9x"),  # and so may a digit
+        (names.bigquery_table_id, "9x", "9x"),  # BigQuery has no rule for the start
+    ],
+)
+def test_sanitizing_prefixes_a_value_that_starts_the_name_as_no_name_may(rule, value, name):
+    assert Template("{r}", rule, sanitize=True).render({"r": value}) == name
+    # Not at the start, the value is not prefixed.
+    assert Template("t{r}", rule, sanitize=True).render({"r": value}) == "t" + value.replace(
+        "/", rule.replacement
+    )
+
+
 def test_a_rendered_name_the_service_refuses_is_a_value_error():
-    t = Template("{region}", sanitizer=names.pubsub_topic_id)
+    t = Template("{region}", names.pubsub_topic_id, sanitize=True)
     assert t.render({"region": "europe"}) == "europe"
     with pytest.raises(TemplateValueError) as err:
         t.render({"region": "eu"})
@@ -456,60 +508,86 @@ def test_a_rendered_name_the_service_refuses_is_a_value_error():
     )
 
 
+@pytest.mark.parametrize("sanitize", [False, True])
 @pytest.mark.parametrize(
     ("rule", "text", "record", "reason"),
     [
-        (names.pubsub_topic_id, "{r}", {"r": "9lives"}, "starts with '9'"),
         (names.pubsub_topic_id, "{r}-events", {"r": "google"}, "starts with 'goog'"),
-        (names.bigtable_table_id, "{r}", {"r": "-x"}, "starts with '-'"),
-        (names.spanner_table_name, "{r}", {"r": "_x"}, "starts with '_'"),
         (names.cloudtasks_queue_id, "q{r}", {"r": "x" * 100}, "has 101 characters"),
         (names.bigquery_table_id, "{r}", {"r": ""}, "is empty"),
+        (names.bigtable_table_id, "{r}", {"r": "t" * 51}, "has 51 characters"),
     ],
 )
-def test_validation_failures(rule, text, record, reason):
+def test_validation_failures(rule, text, record, reason, sanitize):
     with pytest.raises(TemplateValueError, match=reason):
-        Template(text, sanitizer=rule).render(record)
+        Template(text, rule, sanitize=sanitize).render(record)
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "reason"),
+    [
+        (names.pubsub_topic_id, "9lives", "starts with '9'"),
+        (names.bigtable_table_id, "-x", "starts with '-'"),
+        (names.spanner_table_name, "_x", "starts with '_'"),
+        (names.cloudtasks_queue_id, "a_b", "'_' is not allowed"),
+    ],
+)
+def test_without_sanitizing_the_value_at_fault_is_named(rule, value, reason):
+    with pytest.raises(TemplateValueError) as err:
+        Template("{r}", rule).render({"r": value})
+    assert f"placeholder {{r}} is {value!r}: {reason}" in str(err.value)
+    assert rule.label in str(err.value) and "(values are not sanitized)" in str(err.value)
+
+
+def test_render_unchecked_then_check_names_the_value():
+    t = Template("orders_{tenant}", BQ)
+    name = t.render({"tenant": "a:b"}, checked=False)
+    assert name == "orders_a:b"
+    with pytest.raises(TemplateValueError, match=r"placeholder \{tenant\} is 'a:b': ':' is not"):
+        t.check(name, {"tenant": "a:b"})
+    with pytest.raises(TemplateValueError, match="rendered 'orders_a:b', which contains ':'"):
+        t.check(name)  # without the record, the name is named
 
 
 def test_literal_text_the_service_never_accepts_fails_at_construction():
-    with pytest.raises(TemplateError) as err:
-        Template("orders:{tenant}", sanitizer=names.bigquery_table_id)
-    assert str(err.value) == (
-        "template 'orders:{tenant}': the literal text at position 6 can never be part of a "
-        "valid name: ':' is not allowed; a BigQuery table id allows only letters, marks, "
-        "numbers, connectors such as '_', dashes and spaces"
-    )
+    for sanitize in (False, True):
+        with pytest.raises(TemplateError) as err:
+            Template("orders:{tenant}", BQ, sanitize=sanitize)
+        assert str(err.value) == (
+            "template 'orders:{tenant}': the literal text at position 6 can never be part of a "
+            "valid name: ':' is not allowed; a BigQuery table id allows only letters, marks, "
+            "numbers, connectors such as '_', dashes and spaces"
+        )
 
 
 def test_literal_positions_count_escaped_braces_as_written():
     with pytest.raises(TemplateError, match="the literal text at position 5 .*'{' is not allowed"):
-        Template("{a}_x{{b}}", sanitizer=names.pubsub_topic_id)
+        Template("{a}_x{{b}}", names.pubsub_topic_id)
     braces = NameRule("braced id", allowed="{}_", replacement="_", min_length=1, max_length=50)
     with pytest.raises(TemplateError, match="the literal text at position 9 .*'/' is not allowed"):
-        Template("{a}_{{b}}/x", sanitizer=braces)
+        Template("{a}_{{b}}/x", braces)
 
 
 def test_a_leading_literal_must_start_the_name_validly():
     with pytest.raises(TemplateError, match="starts with '1'; a Pub/Sub topic id"):
-        Template("1-{region}", sanitizer=names.pubsub_topic_id)
+        Template("1-{region}", names.pubsub_topic_id, sanitize=True)
     with pytest.raises(TemplateError, match="starts with 'goog'"):
-        Template("goog-{region}", sanitizer=names.pubsub_topic_id)
-    assert Template("{region}-1", sanitizer=names.pubsub_topic_id).render({"region": "eu"})
+        Template("goog-{region}", names.pubsub_topic_id)
+    assert Template("{region}-1", names.pubsub_topic_id).render({"region": "eu"})
 
 
 def test_literal_text_longer_than_any_valid_name_fails_at_construction():
     with pytest.raises(TemplateError) as err:
-        Template("q" * 101 + "{n}", sanitizer=names.cloudtasks_queue_id)
+        Template("q" * 101 + "{n}", names.cloudtasks_queue_id)
     assert str(err.value).endswith(
         "its literal text alone has 101 characters, more than the 100 a valid name has"
     )
 
 
 def test_a_constant_template_is_validated_at_construction():
-    assert Template("orders", sanitizer=names.bigquery_table_id).render({}) == "orders"
+    assert Template("orders", BQ).render({}) == "orders"
     with pytest.raises(TemplateError) as err:
-        Template("ab", sanitizer=names.pubsub_topic_id)
+        Template("ab", names.pubsub_topic_id)
     assert str(err.value) == (
         "template 'ab' is not a valid name: it has 2 characters; a Pub/Sub topic id has 3 to "
         "255 characters"
@@ -518,18 +596,16 @@ def test_a_constant_template_is_validated_at_construction():
 
 def test_a_plain_callable_sanitizes_without_validation():
     t = Template("T_{tenant}", sanitizer=str.upper)
+    assert t.sanitizes and t.rule is None
     assert t.render({"tenant": "acme"}) == "T_ACME"
     assert Template("a:b", sanitizer=str.upper).render({}) == "a:b"
 
 
-def test_a_rules_sanitized_values_are_kept_in_a_bounded_cache(monkeypatch):
-    monkeypatch.setattr(templates, "_CACHED_VALUES", 4)
-    t = Template("orders_{tenant}", sanitizer=names.bigquery_table_id)
-    for round_ in range(3):  # the cache is emptied on the way and filled again
-        for i in range(10):
-            assert t.render({"tenant": f"acme/{i}.eu"}) == f"orders_acme_{i}_eu", round_
-            assert t.render({"tenant": f"acme{i}"}) == f"orders_acme{i}"
-        assert len(t._cleaned) <= 4
+def test_a_plain_callable_with_a_rule_sanitizes_and_the_rule_checks():
+    t = Template("t-{a}", names.cloudtasks_queue_id, sanitizer=lambda v: v.replace(" ", "-"))
+    assert t.render({"a": "x y"}) == "t-x-y"
+    with pytest.raises(TemplateValueError, match="rendered 't-x_y', which contains '_'"):
+        t.render({"a": "x_y"})
 
 
 def test_another_sanitizer_runs_for_every_value():
@@ -552,15 +628,146 @@ def test_a_custom_rule_object():
         def validate(self, name: str) -> str | None:
             return None if len(name) < 10 else "is too long"
 
-    t = Template("{a}", sanitizer=Dashes())
+    t = Template("{a}", Dashes(), sanitize=True)
     assert t.render({"a": "a b"}) == "a-b"
     with pytest.raises(TemplateValueError, match="which is too long"):
         t.render({"a": "a b c d e f"})
+    checked = Template("{a}", Dashes())
+    assert checked.render({"a": "a b"}) == "a b"
 
 
-def test_a_sanitizer_that_is_neither_a_rule_nor_callable():
-    with pytest.raises(TypeError, match="got str"):
-        Template("{a}", sanitizer="bigquery")  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sanitizer": "bigquery"}, "got str"),
+        ({"rule": "bigquery"}, "has validate"),
+        ({"rule": str.upper}, "a function of the value goes in sanitizer="),
+        ({"sanitize": True}, "sanitize=True needs a rule that sanitizes"),
+    ],
+)
+def test_arguments_that_make_no_template(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        Template("{a}", **kwargs)
+
+
+# --- collisions -----------------------------------------------------------------------------
+
+
+def test_two_values_that_sanitize_to_one_name_are_never_merged(caplog):
+    t = Template("orders_{tenant}_{event_time:%Y%m%d}", BQ, sanitize=True)
+    assert t.render({"tenant": "acme/eu"}, ctx()) == "orders_acme_eu_20240501"
+    with caplog.at_level("WARNING", logger="pyflink_gcp.routing"):
+        for _ in range(3):
+            with pytest.raises(TemplateValueError) as err:
+                t.render({"tenant": "acme_eu"}, ctx())
+            assert str(err.value) == (
+                "template 'orders_{tenant}_{event_time:%Y%m%d}': placeholder {tenant}: the "
+                "values 'acme/eu' and 'acme_eu' both sanitize to 'acme_eu', so both would be "
+                "'orders_acme_eu_20240501'; 'acme/eu', seen first, keeps it and 'acme_eu' is "
+                "unroutable; record {'tenant': 'acme_eu'}"
+            )
+        # The first value keeps its name.
+        assert t.render({"tenant": "acme/eu"}, ctx()) == "orders_acme_eu_20240501"
+        # A third value taking the same name is refused too, and logged once more.
+        with pytest.raises(TemplateValueError, match="'acme/eu' and 'acme eu' both"):
+            t.render({"tenant": "acme eu"}, ctx())
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "template 'orders_{tenant}_{event_time:%Y%m%d}' placeholder {tenant}: the values "
+        "'acme/eu' and 'acme_eu' both sanitize to 'acme_eu'; 'acme/eu', seen first, keeps the "
+        "name, and records with 'acme_eu' are unroutable (logged once per pair)",
+        "template 'orders_{tenant}_{event_time:%Y%m%d}' placeholder {tenant}: the values "
+        "'acme/eu' and 'acme eu' both sanitize to 'acme_eu'; 'acme/eu', seen first, keeps the "
+        "name, and records with 'acme eu' are unroutable (logged once per pair)",
+    ]
+
+
+def test_the_value_seen_first_keeps_the_name_whichever_it_is():
+    t = Template("orders_{tenant}", BQ, sanitize=True)
+    assert t.render({"tenant": "acme_eu"}) == "orders_acme_eu"
+    with pytest.raises(TemplateValueError, match="'acme_eu' and 'acme/eu' both sanitize"):
+        t.render({"tenant": "acme/eu"})
+
+
+def test_collisions_are_unchecked_by_render_checked_false_all_the_same():
+    t = Template("orders_{tenant}", BQ, sanitize=True)
+    t.render({"tenant": "a/b"}, checked=False)
+    with pytest.raises(TemplateValueError, match="both sanitize to 'a_b'"):
+        t.render({"tenant": "a_b"}, checked=False)
+
+
+def test_each_placeholder_has_its_own_owners():
+    # 'x/y' in {a} and 'x_y' in {b} are no collision: they sit in different parts of the name.
+    t = Template("{a}-{b}", BQ, sanitize=True)
+    assert t.render({"a": "x/y", "b": "x_y"}) == "x_y-x_y"
+    assert t.render({"a": "x/y", "b": "x_y"}) == "x_y-x_y"
+    with pytest.raises(TemplateValueError, match=r"placeholder \{a\}: the values 'x/y' and 'x_y'"):
+        t.render({"a": "x_y", "b": "x_y"})
+
+
+def test_values_without_sanitizing_never_collide():
+    t = Template("orders_{tenant}", BQ)
+    assert t.render({"tenant": "acme eu"}) == "orders_acme eu"
+    assert t.render({"tenant": "acme_eu"}) == "orders_acme_eu"
+
+
+def test_a_plain_callable_sanitizer_is_collision_checked_too():
+    t = Template("{a}", sanitizer=str.lower)
+    assert t.render({"a": "Acme"}) == "acme"
+    with pytest.raises(TemplateValueError, match="'Acme' and 'acme' both sanitize to 'acme'"):
+        t.render({"a": "acme"})
+    assert t.render({"a": "Acme"}) == "acme"
+
+
+def _kept(t: Template) -> int:
+    return sum(len(p.values.owners) + len(p.values.collided) for p in t._placeholders)
+
+
+def test_a_rules_sanitized_values_are_kept_in_a_bounded_window(monkeypatch):
+    monkeypatch.setattr(templates, "_CACHED_VALUES", 4)
+    t = Template("orders_{tenant}_{region}", BQ, sanitize=True)
+    for round_ in range(3):  # the window is emptied on the way and filled again
+        for i in range(10):
+            record = {"tenant": f"acme/{i}.eu", "region": f"r{i}"}
+            assert t.render(record) == f"orders_acme_{i}_eu_r{i}", round_
+            assert _kept(t) <= 4
+            cache = t._placeholders[0].cache
+            assert cache is not None and len(cache) <= 4
+
+
+def test_a_collision_outlives_the_window(monkeypatch):
+    monkeypatch.setattr(templates, "_CACHED_VALUES", 4)
+    t = Template("{tenant}", BQ, sanitize=True)
+    t.render({"tenant": "acme/eu"})
+    with pytest.raises(TemplateValueError):
+        t.render({"tenant": "acme_eu"})
+    for i in range(20):  # turns the window over several times
+        t.render({"tenant": f"t{i}"})
+        assert _kept(t) <= 4
+    with pytest.raises(TemplateValueError, match="'acme/eu' and 'acme_eu'"):
+        t.render({"tenant": "acme_eu"})
+    assert t.render({"tenant": "acme/eu"}) == "acme_eu"
+
+
+def test_collisions_that_fill_half_the_window_are_forgotten_with_it(monkeypatch):
+    monkeypatch.setattr(templates, "_CACHED_VALUES", 4)
+    t = Template("{tenant}", BQ, sanitize=True)
+    for pair in ("a", "b"):
+        t.render({"tenant": f"{pair}/x"})
+        with pytest.raises(TemplateValueError):
+            t.render({"tenant": f"{pair}_x"})
+    assert _kept(t) == 4
+    t.render({"tenant": "c"})  # the window is full: everything goes, the pairs too
+    assert _kept(t) == 1
+    assert t.render({"tenant": "a_x"}) == "a_x"  # a new window: 'a_x' is first now
+
+
+def test_a_window_of_one_template_counts_all_its_placeholders(monkeypatch):
+    monkeypatch.setattr(templates, "_CACHED_VALUES", 6)
+    t = Template("{a}_{b}_{c}", BQ, sanitize=True)
+    for i in range(10):
+        t.render({"a": f"a{i}", "b": f"b{i}", "c": f"c{i}"})
+        assert _kept(t) <= 6
 
 
 # --- check_fields ---------------------------------------------------------------------------
@@ -604,17 +811,21 @@ def test_check_fields_with_no_fields():
 
 @pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"])
 def test_templates_pickle(dumps):
-    t = Template("orders_{tenant}_{event_time:%Y%m%d}", sanitizer=names.bigquery_table_id)
+    t = Template("orders_{tenant}_{event_time:%Y%m%d}", names.bigquery_table_id, sanitize=True)
     assert t.render({"tenant": "a b"}, ctx()) == "orders_a_b_20240501"  # fills the cache
     copy = pickle.loads(dumps(t))
     assert copy == t
     assert hash(copy) == hash(t)
     assert copy.placeholders == t.placeholders
     assert copy.render({"tenant": "a b"}, ctx(MAY_1 + 86_400_000)) == "orders_a_b_20240502"
+    assert copy.sanitizes and copy.rule == names.bigquery_table_id
+    checked = Template("{a}", names.bigquery_table_id)
+    assert pickle.loads(dumps(checked)) == checked and not pickle.loads(dumps(checked)).sanitizes
 
 
 def test_a_pickled_template_is_small_and_a_callable_sanitizer_travels_with_cloudpickle():
-    t = Template("orders_{tenant}_{event_time:%Y%m%d}", sanitizer=names.bigquery_table_id)
+    t = Template("orders_{tenant}_{event_time:%Y%m%d}", names.bigquery_table_id, sanitize=True)
+    t.render({"tenant": "a b"}, ctx())  # a value kept does not travel
     assert len(pickle.dumps(t)) < 600
     t = Template("{a}", sanitizer=lambda value: value.replace("/", "-"))
     assert cloudpickle.loads(cloudpickle.dumps(t)).render({"a": "x/y"}) == "x-y"
@@ -628,9 +839,15 @@ def test_templates_are_immutable():
 
 def test_equality_and_repr():
     rule = names.bigquery_table_id
-    assert Template("{a}", rule) == Template("{a}", sanitizer=rule)
+    assert Template("{a}", rule) == Template("{a}", rule=rule)
+    assert Template("{a}", rule) != Template("{a}", rule, sanitize=True)
+    assert Template("{a}", sanitizer=rule) == Template("{a}", rule, sanitize=True)
     assert Template("{a}") != Template("{a}", rule)
     assert Template("{a}") != Template("{b}")
     assert Template("{a}") != "{a}"
     assert repr(Template("{a}")) == "Template('{a}')"
-    assert repr(Template("{a}", rule)) == "Template('{a}', sanitizer=NameRule('BigQuery table id'))"
+    assert repr(Template("{a}", rule)) == "Template('{a}', rule=NameRule('BigQuery table id'))"
+    assert repr(Template("{a}", rule, sanitize=True)) == (
+        "Template('{a}', rule=NameRule('BigQuery table id'), sanitize=True)"
+    )
+    assert repr(Template("{a}", sanitizer=str.upper)).startswith("Template('{a}', sanitizer=")
