@@ -21,6 +21,7 @@ EXAMPLES = [
     "pubsub_dynamic_topics.py",
     "pubsub_live_rules.py",
     "bigquery_dynamic_tables.py",
+    "bigquery_tenant_tables.py",
     "bigquery_file_loads.py",
     "bigtable_daily_tables.py",
     "cloudtasks_webhooks.py",

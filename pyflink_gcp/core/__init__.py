@@ -14,6 +14,7 @@ from pyflink_gcp.core.errors import (
     WriteError,
 )
 from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord, FailureHandler
+from pyflink_gcp.core.fields import FieldSelection
 from pyflink_gcp.core.options import (
     CreateDisposition,
     CreatingWriterOptions,
@@ -37,6 +38,7 @@ __all__ = [
     "DestinationWriter",
     "FailedRecord",
     "FailureHandler",
+    "FieldSelection",
     "RecordRejectedError",
     "RecordSchemaError",
     "ResolverError",

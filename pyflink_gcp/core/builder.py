@@ -1,5 +1,5 @@
-"""What every sink builder shares: name, resolver, serializer, failure handler, endpoint,
-writer options and (for sinks that create destinations) the create disposition.
+"""What every sink builder shares: name, resolver, serializer, field selection, failure handler,
+endpoint, writer options and (for sinks that create destinations) the create disposition.
 
 A service builder subclasses :class:`SinkBuilder` (or :class:`CreatingSinkBuilder`), names its
 options type, adds the setters of its own service, and in ``build()`` calls
@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Self
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.fields import FieldSelection, SelectedFields
 from pyflink_gcp.core.functions import as_resolver, ensure_picklable, with_context
 from pyflink_gcp.core.options import CreateDisposition, DestinationWriterOptions, WriterOptions
 from pyflink_gcp.core.sink_writer import SinkConfig
@@ -42,6 +43,7 @@ class SinkBuilder:
         self._chain_with_upstream = False
         self._checkpoint_markers = True
         self._uid: str | None = None
+        self._selection: FieldSelection | None = None
 
     def set_sink_name(self, name: str) -> Self:
         """The name used in errors, logs and metrics."""
@@ -74,6 +76,38 @@ class SinkBuilder:
         """Turns a record into the service's element (None skips the record)."""
         self._serializer = serializer
         return self
+
+    def set_field_selection(self, selection: FieldSelection) -> Self:
+        """Which fields of each record are written: ``FieldSelection.drop([...])``,
+        ``.keep([...])`` or ``.only(field)`` (default: the whole record).
+
+        The resolver still sees the whole record, so a record can be routed on a field (its
+        tenant, its country) that is not written; the serializer gets the selected record
+        (:mod:`pyflink_gcp.core.fields`). A record the selection cannot apply to goes to the
+        failure handler. At most one selection per sink: a second, different one is refused.
+        """
+        selection = self._require(
+            selection,
+            FieldSelection,
+            "set_field_selection",
+            "FieldSelection.drop([...]), .keep([...]) or .only(field)",
+        )
+        if self._selection is not None and selection != self._selection:
+            raise ConfigurationError(
+                f"sink '{self._name}': set_field_selection() was already given "
+                f"{self._selection!r}; at most one of drop, keep and only selects the written "
+                f"fields, got {selection!r} too"
+            )
+        self._selection = selection
+        return self
+
+    def _select_fields(self, serializer: Any) -> Any:
+        """The ``(record, context)`` serializer that applies the field selection, decided at
+        ``build()``: by default the serializer gets the selected record. A sink whose
+        serializer also routes (Spanner's names each mutation's table) applies it to what the
+        serializer returns instead."""
+        assert self._selection is not None
+        return SelectedFields(self._selection, serializer)
 
     def set_failure_handler(self, handler: FailureHandler) -> Self:
         """What happens to records the service rejects for their content (default: fail)."""
@@ -165,6 +199,8 @@ class SinkBuilder:
         if not callable(getattr(serializer, "serialize", None)):
             # A plain callable may take (record) or (record, context): decided once, here.
             serializer = with_context(serializer, "serializer", name)
+        if self._selection is not None:
+            serializer = self._select_fields(serializer)
         if isinstance(options, DestinationWriterOptions):
             service_fields.setdefault("idle_timeout_s", options.idle_timeout_s)
             service_fields.setdefault("max_active", options.max_active_destinations)

@@ -42,6 +42,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pyflink_gcp.core.fields import FieldSelection, FieldSelectionError, unselectable
+from pyflink_gcp.core.functions import describe_callable
+
 #: Write this to a TIMESTAMP column declared with ``OPTIONS (allow_commit_timestamp=true)`` to
 #: store the commit's timestamp (a replayed record then gets a new timestamp).
 COMMIT_TIMESTAMP = "spanner.commit_timestamp()"
@@ -286,6 +289,49 @@ def _write(operation: str, table: str, row: Mapping[str, Any]) -> Mutation:
             f"got {type(row).__name__}"
         )
     return Mutation(operation, table, tuple(row), tuple(row.values()))
+
+
+class SelectedColumns:
+    """A Spanner serializer under a field selection (``set_field_selection``).
+
+    Spanner's serializer routes as well as serializes (each mutation names its table), so it
+    gets the whole record and the selection applies to the row of each write mutation it
+    returns; deletes keep their keys. A row the selection cannot apply to (``only`` naming a
+    column that is missing or holds no record) makes the record an ``UnroutableRecord``, for
+    the failure handler.
+    """
+
+    def __init__(self, selection: FieldSelection, serializer: Any) -> None:
+        self.selection = selection
+        self.serializer = serializer
+        method = getattr(serializer, "serialize", None)
+        self._serialize = method if callable(method) else serializer
+        self.__qualname__ = describe_callable(serializer)
+        self.__module__ = ""
+
+    def __call__(self, record: Any, context: Any) -> Any:
+        element = self._serialize(record, context)
+        try:
+            if type(element) is Mutation:
+                return self._select(element)
+            if isinstance(element, list):
+                return [self._select(m) if type(m) is Mutation else m for m in element]
+        except FieldSelectionError as exc:
+            return unselectable(self.selection, record, exc)
+        return element
+
+    def _select(self, mutation: Mutation) -> Mutation:
+        if mutation.columns is None:
+            return mutation
+        row = self.selection.apply(dict(zip(mutation.columns, mutation.values, strict=True)))
+        if not isinstance(row, Mapping):
+            row = row.as_dict()  # a Row that only() selected
+        if not row:
+            raise FieldSelectionError(f"it leaves no column of table {mutation.table!r}")
+        return Mutation(mutation.operation, mutation.table, tuple(row), tuple(row.values()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.selection, self.serializer))
 
 
 def _json_default(value: Any) -> Any:

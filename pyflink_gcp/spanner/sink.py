@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pyflink_gcp.core.builder import SinkBuilder
 from pyflink_gcp.core.errors import ConfigurationError
@@ -10,6 +10,7 @@ from pyflink_gcp.core.functions import ensure_picklable, with_context
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.spanner.destinations import DatabaseDestination
 from pyflink_gcp.spanner.options import SpannerWriterOptions
+from pyflink_gcp.spanner.serialization import SelectedColumns
 from pyflink_gcp.spanner.writer import SpannerWriterFactory
 
 if TYPE_CHECKING:
@@ -89,6 +90,12 @@ class SpannerSinkBuilder(SinkBuilder):
             "DatabaseDestination.of(project, instance, database)",
         )
         return self
+
+    def _select_fields(self, serializer: Any) -> Any:
+        """Spanner's serializer names each mutation's table, so it sees the whole record; the
+        field selection applies to the rows of the mutations it returns."""
+        assert self._selection is not None
+        return SelectedColumns(self._selection, serializer)
 
     def build(self) -> SpannerSink:
         name = self._name

@@ -6,7 +6,7 @@ A connector's adapter (``pyflink_gcp.table.pubsub.build_sink``, ...) is a functi
 sink describes. It builds the service's DataStream sink with that service's builder, so the
 table path runs exactly the DataStream runtime; this module holds the parts every adapter
 needs: the writer options (every option whose ``maps_to`` is ``writer.<field>``), the failure
-handler, the create disposition and the destination template.
+handler, the create disposition, the field selection (``fields.*``) and the destination template.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from pyflink_gcp.core.builder import CreatingSinkBuilder, SinkBuilder
+from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
+from pyflink_gcp.core.fields import FieldSelection
 from pyflink_gcp.core.options import CreateDisposition, WriterOptions
 from pyflink_gcp.routing.names import NameRule
 from pyflink_gcp.routing.templates import Template
 from pyflink_gcp.table.options import CONNECTORS
-from pyflink_gcp.table.rows import TableInfo
+from pyflink_gcp.table.rows import Column, TableInfo
 
 O = TypeVar("O", bound=WriterOptions)  # noqa: E741 - the options type, as in core.options
 
@@ -65,18 +67,89 @@ def failure_handler(values: dict[str, Any]) -> FailureHandler:
 def destination_template(
     values: dict[str, Any], key: str, table: TableInfo, sanitizer: NameRule
 ) -> Template:
-    """The template of option ``key``, its placeholders checked against the table's columns."""
-    template = Template(values[key], sanitizer=sanitizer)
+    """The template of option ``key``, its placeholders checked against the table's columns;
+    every name is checked by ``sanitizer`` (a rule), which sanitizes values with
+    ``name.sanitize``."""
+    template = Template(values[key], sanitizer, sanitize=bool(values.get("name.sanitize")))
     template.check_fields(table.names, f"sink '{table.sink_name}' option '{key}'")
     return template
 
 
+_SELECTION_KEYS = ("fields.drop", "fields.keep", "fields.only")
+
+
+def field_selection(
+    identifier: str, values: dict[str, Any], table: TableInfo
+) -> FieldSelection | None:
+    """The ``fields.*`` options as a :class:`~pyflink_gcp.core.fields.FieldSelection` (None:
+    every column is written).
+
+    Raises:
+        ConfigurationError: More than one of them is set, ``fields.only`` names a column that
+            is no ROW or is set on a table with a primary key, or the selection leaves out a
+            primary key column (a changelog row needs its key).
+    """
+    given = [k for k in _SELECTION_KEYS if values.get(k) is not None]
+    if not given:
+        return None
+    where = f"sink '{table.sink_name}': option"
+    if len(given) > 1:
+        raise ConfigurationError(
+            f"{where}s {' and '.join(repr(k) for k in given)} of connector '{identifier}' "
+            "exclude each other: at most one of fields.drop, fields.keep and fields.only "
+            "selects the written columns"
+        )
+    key = given[0]
+    if key == "fields.only":
+        column = table.column(values[key])
+        if column.root != "ROW":
+            raise ConfigurationError(
+                f"{where} 'fields.only' of connector '{identifier}' names column {column.name} "
+                f"of type {column.type['sql']}; it must be a ROW column, whose fields are "
+                "written as the row"
+            )
+        if table.primary_key:
+            raise ConfigurationError(
+                f"{where} 'fields.only' of connector '{identifier}' cannot apply to a table "
+                "with a PRIMARY KEY: its changelog rows are written by their key columns"
+            )
+        return FieldSelection.only(column.name)
+    kind = key.removeprefix("fields.")
+    selection = FieldSelection.of(**{kind: values[key]})
+    assert selection is not None
+    kept = selection.columns(table.names)
+    lost = [k for k in table.primary_key if k not in kept]
+    if lost:
+        raise ConfigurationError(
+            f"{where} '{key}' of connector '{identifier}' leaves out the primary key column(s) "
+            f"{', '.join(lost)}: a changelog row is written by its key, so the key is written"
+        )
+    return selection
+
+
+def written_columns(selection: FieldSelection | None, table: TableInfo) -> tuple[Column, ...]:
+    """The columns a row is written with under ``selection``: the table's, those ``drop`` or
+    ``keep`` leave, or the fields of ``only``'s ROW column."""
+    if selection is None:
+        return table.columns
+    if selection.kind == "only":
+        row = table.column(selection.fields[0])
+        return tuple(Column(f["name"], f["type"]) for f in row.type["fields"])
+    kept = set(selection.columns(table.names))
+    return tuple(c for c in table.columns if c.name in kept)
+
+
 def configure(
     builder: SinkBuilder, identifier: str, values: dict[str, Any], table: TableInfo
-) -> None:
-    """What every connector sets on its builder: name, writer options, failures, creation."""
+) -> FieldSelection | None:
+    """What every connector sets on its builder: name, writer options, failures, creation and
+    the field selection, which it returns (None: every column is written)."""
     builder.set_sink_name(table.sink_name)
     builder.set_writer_options(writer_options(identifier, values, builder.options_type))
     builder.set_failure_handler(failure_handler(values))
     if isinstance(builder, CreatingSinkBuilder) and values.get("create-disposition"):
         builder.set_create_disposition(_DISPOSITIONS[values["create-disposition"]])
+    selection = field_selection(identifier, values, table)
+    if selection is not None:
+        builder.set_field_selection(selection)
+    return selection

@@ -62,7 +62,12 @@ from pyflink_gcp.bigquery.serialization import CHANGE_TYPE, TableSchemaError
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.routing import bigquery_tables, names, route_by_template
-from pyflink_gcp.table.adapter import configure, destination_template, writer_options
+from pyflink_gcp.table.adapter import (
+    configure,
+    destination_template,
+    writer_options,
+    written_columns,
+)
 from pyflink_gcp.table.options import CONNECTORS
 from pyflink_gcp.table.pubsub import row_json
 from pyflink_gcp.table.rows import LTZ, NTZ, Column, DeletedRow, TableInfo
@@ -306,7 +311,8 @@ class ChangeRows:
 def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     """The BigQuery sink of a ``gcp-bigquery`` table."""
     builder = BigQuerySink.builder()
-    configure(builder, IDENTIFIER, values, table)
+    selection = configure(builder, IDENTIFIER, values, table)
+    columns = written_columns(selection, table)  # the created tables have no other column
     builder.set_writer_options(
         dataclasses.replace(
             writer_options(IDENTIFIER, values, BigQueryWriterOptions),
@@ -325,10 +331,10 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
         )
     )
     try:
-        schema = table_schema(table.columns, table.primary_key, values)
+        schema = table_schema(columns, table.primary_key, values)
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink '{table.sink_name}': {exc}") from exc
-    to_row: Any = ChangeRows(table.columns) if table.primary_key else MapEntries(table.columns)
+    to_row: Any = ChangeRows(columns) if table.primary_key else MapEntries(columns)
     plain = not table.primary_key and not to_row.columns
     builder.set_serializer(BigQuerySerializer.of(None if plain else to_row, schema))
     method = values["write-method"]

@@ -41,10 +41,11 @@ from pyflink_gcp.bigtable import (
     TableCreateOptions,
 )
 from pyflink_gcp.core.errors import ConfigurationError
+from pyflink_gcp.core.fields import FieldSelection
 from pyflink_gcp.core.runtime import DynamicSink
 from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.routing import bigtable_tables, names, route_by_template
-from pyflink_gcp.table.adapter import configure, destination_template
+from pyflink_gcp.table.adapter import configure, destination_template, written_columns
 from pyflink_gcp.table.pubsub import row_json, value_text
 from pyflink_gcp.table.rows import LTZ, NTZ, TableInfo
 
@@ -169,11 +170,31 @@ def _check_timestamp_column(table: TableInfo, values: dict[str, Any]) -> None:
         )
 
 
+def _written(
+    table: TableInfo, values: dict[str, Any], selection: FieldSelection | None
+) -> TableInfo:
+    """The table as its rows reach the serializer under the ``fields.*`` selection: the row
+    key and timestamp columns are no cells, but each row needs them, so they stay."""
+    if selection is None:
+        return table
+    columns = written_columns(selection, table)
+    names = {c.name for c in columns}
+    for key in ("row-key", "timestamp.column"):
+        if values[key] is not None and values[key] not in names:
+            raise ConfigurationError(
+                f"sink '{table.sink_name}': option 'fields.{selection.kind}' of connector "
+                f"'{IDENTIFIER}' leaves out the {key} column {values[key]}, which every row "
+                f"needs (it is not written as a cell): "
+                + ("keep it" if selection.kind == "keep" else "do not drop it")
+            )
+    return TableInfo(table.sink_name, columns, table.primary_key)
+
+
 def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
     """The Bigtable sink of a ``gcp-bigtable`` table."""
     _check_timestamp_column(table, values)
     builder = BigtableSink.builder()
-    configure(builder, IDENTIFIER, values, table)
+    selection = configure(builder, IDENTIFIER, values, table)
     template = destination_template(values, "table", table, names.bigtable_table_id)
     builder.set_destination_resolver(
         route_by_template(
@@ -183,7 +204,7 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
             payload=row_json,
         )
     )
-    serializer = RowCells(table, values)
+    serializer = RowCells(_written(table, values, selection), values)
     builder.set_serializer(serializer)
     if values["create-disposition"] == "create-if-needed":
         families: dict[str, int | None] = {values["column-family"]: None}

@@ -155,6 +155,53 @@ def _writer_options(
     )
 
 
+#: Whether a destination template sanitizes its values; every connector with one takes it,
+#: after the template option (:class:`~pyflink_gcp.routing.templates.Template`'s ``sanitize``).
+_NAME_SANITIZE = TableOption(
+    "name.sanitize",
+    "bool",
+    "Replace the characters the service does not allow in each template value (and prefix one "
+    "that starts the name as no name may), instead of sending the row to the failure handler; "
+    "a value that then renders another value's name goes to the failure handler.",
+    default="false",
+)
+
+
+def _field_selection_options(only: bool = True) -> tuple[TableOption, ...]:
+    """Which columns a row-shaped sink writes once the row is routed: at most one of the three
+    (``set_field_selection``, :mod:`pyflink_gcp.core.fields`).
+
+    Args:
+        only: Whether the connector takes ``fields.only`` (a ROW column written as the row).
+    """
+    selection = (
+        TableOption(
+            "fields.drop",
+            "columns",
+            "Columns not written (the table template may still use them); at most one of "
+            "fields.drop, fields.keep and fields.only.",
+            maps_to="set_field_selection",
+        ),
+        TableOption(
+            "fields.keep",
+            "columns",
+            "The only columns written (the table template may use others).",
+            maps_to="set_field_selection",
+        ),
+    )
+    if not only:
+        return selection
+    return (
+        *selection,
+        TableOption(
+            "fields.only",
+            "column",
+            "A ROW column whose fields are written as the row, instead of the whole row.",
+            maps_to="set_field_selection",
+        ),
+    )
+
+
 def _created_table_options() -> tuple[TableOption, ...]:
     """The settings of the tables a BigQuery sink creates: each maps to an argument of the
     ``TableSchema`` the adapter derives from the DDL, which checks it against BigQuery's rules
@@ -193,6 +240,7 @@ PUBSUB = Connector(
             names="pubsub_topic_id",
             maps_to="set_destination_resolver",
         ),
+        _NAME_SANITIZE,
         TableOption("endpoint", "string", "host:port of Pub/Sub.", maps_to="set_endpoint"),
         TableOption(
             "payload.format",
@@ -243,6 +291,22 @@ PUBSUB = Connector(
             maximum=10_000_000,
         ),
         TableOption(
+            "publisher.enable-compression",
+            "bool",
+            "Gzip Publish requests of at least publisher.compression-bytes-threshold bytes.",
+            default="false",
+            maps_to="publisher.enable_compression",
+        ),
+        TableOption(
+            "publisher.compression-bytes-threshold",
+            "int",
+            "The smallest Publish request compressed, in bytes (0: every request).",
+            default="240",
+            maps_to="publisher.compression_bytes_threshold",
+            minimum=0,
+            maximum=10_000_000,
+        ),
+        TableOption(
             "sink.shutdown-budget",
             "duration",
             "How long closing a publisher may wait for its requests.",
@@ -269,6 +333,7 @@ BIGQUERY = Connector(
             names="bigquery_table_id",
             maps_to="set_destination_resolver",
         ),
+        _NAME_SANITIZE,
         TableOption(
             "write-method",
             "enum",
@@ -350,6 +415,7 @@ BIGQUERY = Connector(
             "Base URL of the BigQuery REST API.",
             maps_to="set_rest_endpoint",
         ),
+        *_field_selection_options(),
         *_writer_options(creates=True, create_default="create-if-needed"),
         *_created_table_options(),
     ),
@@ -372,6 +438,7 @@ BIGTABLE = Connector(
             names="bigtable_table_id",
             maps_to="set_destination_resolver",
         ),
+        _NAME_SANITIZE,
         TableOption(
             "row-key",
             "column",
@@ -400,6 +467,7 @@ BIGTABLE = Connector(
             choices=("text", "binary"),
         ),
         TableOption("endpoint", "string", "host:port of Bigtable.", maps_to="set_endpoint"),
+        *_field_selection_options(only=False),
         *_writer_options(creates=True, max_rows="50000", in_flight="8"),
     ),
 )
@@ -419,6 +487,7 @@ CLOUDTASKS = Connector(
             names="cloudtasks_queue_id",
             maps_to="set_destination_resolver",
         ),
+        _NAME_SANITIZE,
         TableOption(
             "url",
             "template",
@@ -491,7 +560,9 @@ SPANNER = Connector(
             required=True,
             names="spanner_table_name",
         ),
+        _NAME_SANITIZE,
         TableOption("endpoint", "string", "host:port of Spanner.", maps_to="set_endpoint"),
+        *_field_selection_options(),
         *_writer_options(creates=False, max_rows="100000", in_flight="2", per_destination=False),
     ),
     upserts=True,

@@ -33,6 +33,7 @@ PARALLELISM = 4
 EXAMPLES = {
     "pubsub_dynamic_topics.py": ["--orders", "4000"],
     "bigquery_dynamic_tables.py": ["--orders", "4000"],
+    "bigquery_tenant_tables.py": ["--orders", "4000"],
     "bigquery_file_loads.py": ["--readings", "4000"],
     "bigtable_daily_tables.py": ["--count", "3000"],
     "cloudtasks_webhooks.py": ["--events", "2000"],

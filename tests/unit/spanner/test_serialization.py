@@ -116,3 +116,51 @@ def test_json_payload_describes_the_mutation() -> None:
     }
     deleted = json.loads(Mutation.delete("T", [1, KeyRange.closed_open(2, 3)]).to_json_bytes())
     assert deleted["keys"] == [[1], {"start_closed": [2], "end_open": [3]}]
+
+
+# -- field selection: Spanner's serializer routes, so the selection applies to its mutations ----
+
+
+def _spanner_sink(serializer: Any, selection: Any) -> Any:
+    from pyflink_gcp.spanner import DatabaseDestination, SpannerSink
+
+    builder = SpannerSink.builder().set_database(DatabaseDestination.of("p", "inst", "db"))
+    return builder.set_serializer(serializer).set_field_selection(selection).build()
+
+
+def _by_tenant(record: Any) -> Any:
+    return [
+        Mutation.insert_or_update(f"Orders_{record['tenant']}", record),
+        Mutation.delete("Stale", record["id"]),
+    ]
+
+
+def test_the_selection_applies_to_the_rows_of_the_mutations_the_serializer_makes() -> None:
+    from pyflink_gcp.core.fields import FieldSelection
+
+    sink = _spanner_sink(_by_tenant, FieldSelection.drop(["tenant"]))
+    serialize = cloudpickle.loads(cloudpickle.dumps(sink._sink_config())).serializer
+    upsert, delete = serialize({"tenant": "acme", "id": 7, "n": 2}, None)
+    assert upsert == Mutation.insert_or_update("Orders_acme", {"id": 7, "n": 2})
+    assert delete == Mutation.delete("Stale", 7)  # deletes keep their keys
+    keep = _spanner_sink(_by_tenant, FieldSelection.keep(["id"]))._sink_config().serializer
+    assert keep({"tenant": "acme", "id": 7, "n": 2}, None)[0].row == {"id": 7}
+
+
+def test_only_writes_a_record_column_and_a_row_it_cannot_apply_to_is_unroutable() -> None:
+    from pyflink_gcp.core.fields import FieldSelection
+    from pyflink_gcp.core.types import UnroutableRecord
+
+    def nested(record: Any, ctx: Any) -> Mutation:
+        return Mutation.insert_or_update("Items", record)
+
+    serialize = _spanner_sink(nested, FieldSelection.only("item"))._sink_config().serializer
+    assert serialize({"id": 1, "item": {"sku": "a"}}, None) == Mutation.insert_or_update(
+        "Items", {"sku": "a"}
+    )
+    failed = serialize({"id": 1, "item": "a"}, None)
+    assert isinstance(failed, UnroutableRecord)
+    assert "field 'item' holds str ('a'), not a record" in failed.reason
+    assert json.loads(failed.payload) == {"id": 1, "item": "a"}
+    empty = _spanner_sink(nested, FieldSelection.drop(["id"]))._sink_config().serializer
+    assert "leaves no column of table 'Items'" in empty({"id": 1}, None).reason

@@ -43,7 +43,7 @@ def _config(**options: str):
 
 
 def test_json_body_url_template_and_queue_template():
-    config = _config(**{"task-id.column": "id"})
+    config = _config(**{"task-id.column": "id", "name.sanitize": "true"})
     assert config.resolver.resolve(RECORD, None) == QueueDestination.of(
         "p", "us-central1", "q-a-b-c"
     )

@@ -11,6 +11,7 @@ import pytest
 
 from pyflink_gcp.core.errors import RecordRejectedError
 from pyflink_gcp.core.sink_writer import SinkWriter
+from pyflink_gcp.core.types import UnroutableRecord
 from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.table.pubsub import build_sink, row_json
 from pyflink_gcp.table.rows import Column, TableInfo
@@ -46,11 +47,22 @@ def test_json_renders_every_sql_value_form():
 
 
 def test_the_default_message_is_the_row_as_json_to_the_templates_topic():
-    serializer, resolver = _serializer_and_resolver()
+    serializer, resolver = _serializer_and_resolver(**{"name.sanitize": "true"})
     record = {"id": 1, "region": "eu/west", "body": None, "labels": None, "customer": "c1"}
     assert serializer.serialize(record, None) == (row_json(record), "", None)
-    # The sanitizer turns what a topic id cannot hold into its separator.
+    # name.sanitize turns what a topic id cannot hold into its separator.
     assert str(resolver.resolve(record, None)) == "projects/p/topics/ev-eu_west"
+
+
+def test_without_name_sanitize_a_value_a_topic_id_cannot_hold_makes_the_row_unroutable():
+    _, resolver = _serializer_and_resolver()
+    record = {"id": 1, "region": "eu/west", "body": None, "labels": None, "customer": "c1"}
+    unroutable = resolver.resolve(record, None)
+    assert isinstance(unroutable, UnroutableRecord)
+    assert unroutable.payload == row_json(record)
+    assert "placeholder {region} is 'eu/west': '/' is not allowed; a Pub/Sub topic id" in (
+        unroutable.reason
+    )
 
 
 def test_raw_payload_attributes_and_ordering_key_come_from_columns():
