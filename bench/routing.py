@@ -18,9 +18,10 @@ this thread, per record.
   against a function formatting the same name with ``datetime.strftime`` and building the
   ``TableDestination``, over a steady stream (event times 10 ms apart), one record a minute,
   a new tenant in every record (a new name each time), and one record a day (a new day and a
-  new name each time). The helper keeps the destinations it built by name and the text of
-  each day it formatted (both bounded), which a hand-written resolver rarely does, and
-  sanitizes each value and checks each new name against BigQuery's rules, which it does not.
+  new name each time), and the same new tenants with ``sanitize=True`` (each value sanitized
+  and each sanitized name checked for a collision). The helper keeps the destinations it built
+  by name and the text of each day it formatted (both bounded), which a hand-written resolver
+  rarely does, and checks each new name against BigQuery's rules, which it does not.
 
 Run: ``python bench/routing.py [--records N] [--repeats 5] [--chunk 2000] [--min-time 0.05]``.
 """
@@ -126,11 +127,15 @@ def main() -> None:
     by_template = route_by_template(
         "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop")
     )
+    sanitizing = route_by_template(
+        "orders_{tenant}_{event_time:%Y%m%d}", bigquery_tables("p", "shop", sanitize=True)
+    )
     cases: list[tuple[str, Any, Any, list[Any], list[Any]]] = [
         ("field, dict records", by_field, hand_field, dicts, plain),
         ("template, event times a minute apart", by_template, hand_template, tenants, minutes),
         ("template, event times 10 ms apart", by_template, hand_template, tenants, steady),
         ("template, a new tenant per record", by_template, hand_template, new_tenants, minutes),
+        ("same, sanitize=True", sanitizing, hand_template, new_tenants, minutes),
         ("template, event times a day apart", by_template, hand_template, tenants, daily),
     ]
     for size in (1_000, 10_000):
