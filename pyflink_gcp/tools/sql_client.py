@@ -19,7 +19,8 @@ script ends at once with ``NoClassDefFoundError: .../DefaultContext``. This comm
   ``INSERT``: ``table.dml-sync = true``);
 * hands every other argument to ``sql-client.sh`` unchanged, replacing this process with it
   for an interactive session; a script (``-f``) runs as a child whose exit status is 1 when a
-  statement failed (Flink's client exits with 0 then).
+  statement failed (Flink's client exits with 0 then), printing the failed job's root cause
+  from the client's log, since the client itself may only say that its MiniCluster stopped.
 
 A full Flink distribution needs none of this: its ``opt/`` holds the gateway jar (see
 ``docs/sql.md``).
@@ -55,6 +56,7 @@ __all__ = [
     "SqlClientLaunch",
     "WheelFlink",
     "fetch",
+    "job_failure",
     "prepare",
     "run",
     "wheel_flink",
@@ -436,14 +438,88 @@ def _is_script(args: Sequence[str]) -> bool:
     return any(arg in ("-f", "--file") or arg.startswith("--file=") for arg in args)
 
 
+def client_logs(launch: SqlClientLaunch) -> list[Path]:
+    """The SQL client's log files: ``flink-*-sql-client-*.log`` in its log directory
+    (``FLINK_LOG_DIR``, else the distribution's ``log/``)."""
+    directory = Path(launch.env.get("FLINK_LOG_DIR") or launch.flink.home / "log")
+    return sorted(directory.glob("flink-*-sql-client-*.log"))
+
+
+#: A Python exception line of this package (``pyflink_gcp.core.errors.X: message``) and, as a
+#: fallback, the deepest ``Caused by:`` line of a Java stack trace.
+_OWN_ERROR = re.compile(r"^(pyflink_gcp(?:\.\w+)+(?:Error|Exception): .+)$", re.MULTILINE)
+_CAUSED_BY = re.compile(r"^Caused by: (.+)$", re.MULTILINE)
+
+
+def job_failure(log_text: str) -> str | None:
+    """The root cause of a failed job in the client's log, or None.
+
+    With ``execution.target = local`` the job runs in a MiniCluster that shuts down as soon as
+    the job fails, and the client, waiting for the ``INSERT`` (``table.dml-sync``), then only
+    says ``MiniCluster is not yet running or has already been shut down``; the reason is in
+    the log. An error of this package (it names the sink, the destination and the record) is
+    preferred over the last ``Caused by:`` of a Java stack trace.
+    """
+    own = _OWN_ERROR.findall(log_text)
+    if own:
+        return str(own[0]).strip()
+    causes = _CAUSED_BY.findall(log_text)
+    return str(causes[-1]).strip() if causes else None
+
+
+#: How much of a log's start tells whether a run rewrote it rather than appended to it.
+_LOG_HEAD_BYTES = 256
+
+
+def _log_marks(launch: SqlClientLaunch) -> dict[Path, tuple[int, bytes]]:
+    """Each client log's size and first bytes before a run."""
+    marks = {}
+    for path in client_logs(launch):
+        try:
+            with path.open("rb") as log:
+                marks[path] = (path.stat().st_size, log.read(_LOG_HEAD_BYTES))
+        except OSError:
+            continue
+    return marks
+
+
+def _this_runs_log(path: Path, mark: tuple[int, bytes] | None) -> str:
+    """What a run wrote to ``path``: all of it when the run rewrote the file (Flink's
+    ``log4j-cli.properties`` does not append), else what follows the size before the run."""
+    with path.open("rb") as log:
+        head = log.read(_LOG_HEAD_BYTES)
+        size = path.stat().st_size
+        start = 0
+        if mark is not None and size >= mark[0] and head[: len(mark[1])] == mark[1]:
+            start = mark[0]
+        log.seek(start)
+        return log.read().decode("utf-8", "replace")
+
+
+def _report_job_failure(launch: SqlClientLaunch, marks: Mapping[Path, tuple[int, bytes]]) -> None:
+    """Prints the root cause of a failed statement from what this run wrote to the log."""
+    for path in client_logs(launch):
+        try:
+            text = _this_runs_log(path, marks.get(path))
+        except OSError:
+            continue
+        cause = job_failure(text)
+        if cause:
+            print(f"pyflink-gcp: the job failed: {cause}", file=sys.stderr)
+            print(f"pyflink-gcp: the SQL client's log: {path}", file=sys.stderr)
+            return
+
+
 def run_script(launch: SqlClientLaunch) -> int:
     """Runs a ``-f`` script's client, echoing its output; non-zero when a statement failed.
 
     Flink's SQL client stops at the first statement that fails but still exits with 0; a
     script run by a scheduler or a test needs the failure in the exit status, so a line with
-    the client's ``[ERROR]`` mark turns it into 1.
+    the client's ``[ERROR]`` mark turns it into 1, and the job's root cause, which the client
+    may not show (:func:`job_failure`), is printed from its log.
     """
     failed = False
+    marks = _log_marks(launch)
     process = subprocess.Popen(launch.argv, env=launch.env, stdout=subprocess.PIPE)
     assert process.stdout is not None
     out = sys.stdout.buffer
@@ -457,6 +533,8 @@ def run_script(launch: SqlClientLaunch) -> int:
         # The terminal sent the client the same interrupt: let it shut its session down.
         returncode = process.wait()
         return returncode or 130
+    if failed:
+        _report_job_failure(launch, marks)
     return returncode or (1 if failed else 0)
 
 

@@ -275,3 +275,74 @@ def test_the_command_is_listed_in_the_help(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "sql-client" in capsys.readouterr().out
+
+
+LOG_OF_A_FAILED_JOB = """\
+2026-01-01 00:00:00,000 INFO  org.apache.flink.runtime.jobmaster.JobMaster [] - starting
+java.util.concurrent.ExecutionException: org.apache.flink.runtime.execution.SuppressRestartsException: Unrecoverable failure.
+Caused by: java.lang.RuntimeException: Error received from SDK harness for instruction 2: Traceback (most recent call last):
+pyflink_gcp.core.errors.DestinationNotFoundError: sink 'events': topic projects/p/topics/events-eu does not exist and the create disposition is CREATE_NEVER
+Caused by: java.lang.RuntimeException: Failed to close remote bundle
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        (
+            LOG_OF_A_FAILED_JOB,
+            "pyflink_gcp.core.errors.DestinationNotFoundError: sink 'events': topic "
+            "projects/p/topics/events-eu does not exist and the create disposition is "
+            "CREATE_NEVER",
+        ),
+        (
+            "x\nCaused by: java.io.IOException: outer\nCaused by: java.net.ConnectException: no\n",
+            "java.net.ConnectException: no",
+        ),
+        ("2026-01-01 INFO all went well\n", None),
+    ],
+)
+def test_the_root_cause_of_a_failed_job_is_found_in_the_log(log: str, cause: str | None) -> None:
+    assert sql_client.job_failure(log) == cause
+
+
+def test_a_failed_script_prints_the_jobs_root_cause_from_this_runs_log(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "log"
+    logs.mkdir()
+    log = logs / "flink-me-sql-client-host.log"
+    # An earlier run's failure is in the log already: only what this run wrote counts.
+    log.write_text("pyflink_gcp.core.errors.WriteError: an old failure\n")
+    script = (
+        f"printf 'pyflink_gcp.core.errors.DestinationNotFoundError: sink x: gone\\n' >> {log}\n"
+        "printf 'Flink SQL> \\033[31;1m[ERROR] Could not execute SQL statement. Reason:\\n'\n"
+        "echo 'java.lang.IllegalStateException: MiniCluster is not yet running'\n"
+    )
+    launch = _launch(tmp_path, script)
+    launch.env["FLINK_LOG_DIR"] = str(logs)
+    assert sql_client.run_script(launch) == 1
+    err = capfd.readouterr().err
+    assert "the job failed: pyflink_gcp.core.errors.DestinationNotFoundError: sink x: gone" in err
+    assert "an old failure" not in err
+    assert str(log) in err
+
+
+def test_a_log_the_run_rewrote_is_read_whole(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "log"
+    logs.mkdir()
+    log = logs / "flink-me-sql-client-host.log"
+    log.write_text("2026-01-01 00:00:00 INFO an earlier run, longer than this one's log\n" * 20)
+    # As Flink's log4j-cli.properties does: the client starts the file afresh.
+    script = (
+        f"printf 'pyflink_gcp.core.errors.WriteError: sink x: refused\\n' > {log}\n"
+        "printf 'Flink SQL> [ERROR] Could not execute SQL statement.\\n'\n"
+    )
+    launch = _launch(tmp_path, script)
+    launch.env["FLINK_LOG_DIR"] = str(logs)
+    assert sql_client.run_script(launch) == 1
+    assert "the job failed: pyflink_gcp.core.errors.WriteError: sink x: refused" in (
+        capfd.readouterr().err
+    )
