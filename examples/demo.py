@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = [
     "pubsub_dynamic_topics.py",
     "pubsub_live_rules.py",
+    "lineage_listener.py",
     "bigquery_dynamic_tables.py",
     "bigquery_tenant_tables.py",
     "bigquery_file_loads.py",

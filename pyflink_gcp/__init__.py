@@ -7,6 +7,7 @@ behind an optional extra. This top level holds what every sink shares.
 from pyflink_gcp._version import __version__
 from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.fields import FieldSelection
+from pyflink_gcp.core.lineage import LineageDataset, LineageListener
 from pyflink_gcp.core.options import CreateDisposition
 from pyflink_gcp.core.types import UnroutableRecord, WriterContext
 
@@ -14,6 +15,8 @@ __all__ = [
     "CreateDisposition",
     "FailureHandler",
     "FieldSelection",
+    "LineageDataset",
+    "LineageListener",
     "UnroutableRecord",
     "WriterContext",
     "__version__",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from pyflink_gcp.core.lineage import LineageDataset, resource_dataset
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination
 
@@ -128,6 +129,13 @@ class TableDestination(Destination):
         """``project.dataset.table``, as the REST client and SQL take it."""
         _, project, _, dataset, _, table = self._name.split("/")
         return f"{project}.{dataset}.{table}"
+
+    def lineage_dataset(self) -> LineageDataset:
+        """OpenLineage's BigQuery dataset: namespace ``bigquery``, name
+        ``project.dataset.table`` of the table itself (every partition of a table is one
+        dataset)."""
+        base = self.base
+        return resource_dataset("bigquery", base.table_id, "bigquery", base.resource_name)
 
     @property
     def default_stream(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from pyflink_gcp.core.lineage import LineageDataset, resource_dataset
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination
 
@@ -77,6 +78,12 @@ class TableDestination(Destination):
                 unset.
         """
         return TableDestination._of(ids)
+
+    def lineage_dataset(self) -> LineageDataset:
+        """The table's dataset: namespace ``bigtable``, name ``project.instance.table``
+        (OpenLineage names no Bigtable datasets; this follows its BigQuery form)."""
+        name = f"{self.project}.{self.instance}.{self.table}"
+        return resource_dataset("bigtable", name, "bigtable", self._name)
 
     @property
     def project(self) -> str:

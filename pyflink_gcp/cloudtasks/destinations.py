@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from pyflink_gcp.core.lineage import LineageDataset, resource_dataset
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination
 
@@ -75,6 +76,12 @@ class QueueDestination(Destination):
         ):
             raise ValueError(f"not a Cloud Tasks queue resource name: {name!r}")
         return QueueDestination._of((parts[1], parts[3], parts[5]))
+
+    def lineage_dataset(self) -> LineageDataset:
+        """The queue's dataset: namespace ``cloudtasks``, name ``project.location.queue``
+        (OpenLineage names no Cloud Tasks datasets; this follows its BigQuery form)."""
+        name = f"{self.project}.{self.location}.{self.queue}"
+        return resource_dataset("cloudtasks", name, "cloudtasks", self._name)
 
     @property
     def project(self) -> str:

@@ -15,6 +15,7 @@ from pyflink_gcp.core.errors import (
 )
 from pyflink_gcp.core.failure import DeadLetterQueue, FailedRecord, FailureHandler
 from pyflink_gcp.core.fields import FieldSelection
+from pyflink_gcp.core.lineage import LineageDataset, LineageListener
 from pyflink_gcp.core.options import (
     CreateDisposition,
     CreatingWriterOptions,
@@ -39,6 +40,8 @@ __all__ = [
     "FailedRecord",
     "FailureHandler",
     "FieldSelection",
+    "LineageDataset",
+    "LineageListener",
     "RecordRejectedError",
     "RecordSchemaError",
     "ResolverError",

@@ -18,6 +18,13 @@ from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.core.fields import FieldSelection, SelectedFields
 from pyflink_gcp.core.functions import as_resolver, ensure_picklable, with_context
+from pyflink_gcp.core.lineage import (
+    DEFAULT_MAX_LINEAGE_DATASETS,
+    LineageListener,
+    LineageSettings,
+    as_listener,
+    sink_facets,
+)
 from pyflink_gcp.core.options import CreateDisposition, DestinationWriterOptions, WriterOptions
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.core.writer import WriterFactory
@@ -44,6 +51,8 @@ class SinkBuilder:
         self._checkpoint_markers = True
         self._uid: str | None = None
         self._selection: FieldSelection | None = None
+        self._lineage_listener: LineageListener | None = None
+        self._max_lineage_datasets = DEFAULT_MAX_LINEAGE_DATASETS
 
     def set_sink_name(self, name: str) -> Self:
         """The name used in errors, logs and metrics."""
@@ -179,6 +188,33 @@ class SinkBuilder:
         self._checkpoint_markers = bool(enabled)
         return self
 
+    def set_lineage_listener(self, listener: Any) -> Self:
+        """Hear of each dataset the sink starts writing to: a
+        :class:`~pyflink_gcp.core.lineage.LineageListener` or a callable ``fn(dataset)``
+        (default: none; the datasets are still logged and counted).
+
+        Each subtask calls it once per dataset it had not reported, when it opens the first
+        writer of a destination, up to ``set_max_lineage_datasets()``; it runs in the Python
+        worker and must be picklable. See docs/lineage.md.
+        """
+        try:
+            self._lineage_listener = as_listener(listener)
+        except TypeError as exc:
+            raise ConfigurationError(f"sink '{self._name}': set_lineage_listener(): {exc}") from exc
+        return self
+
+    def set_max_lineage_datasets(self, count: int) -> Self:
+        """How many datasets each subtask reports at most (default 1,000; 0 turns lineage
+        reporting off). Past the bound a subtask logs one WARNING, tells the listener once
+        (``on_limit_reached``) and reports nothing more, so a resolver naming a new destination
+        per record cannot flood the lineage backend or the log."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigurationError(
+                f"sink '{self._name}': set_max_lineage_datasets() takes an int >= 0, got {count!r}"
+            )
+        self._max_lineage_datasets = count
+        return self
+
     def _sink_config(
         self,
         name: str,
@@ -219,6 +255,11 @@ class SinkBuilder:
             max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
             per_destination_metrics=options.per_destination_metrics,
             retry_deadline_s=options.retry_deadline_s,
+            lineage=LineageSettings(
+                self._lineage_listener,
+                self._max_lineage_datasets,
+                tuple(sink_facets(name, factory, service_fields.get("requires_bridge")).items()),
+            ),
             **service_fields,
         )
 
@@ -240,6 +281,8 @@ class SinkBuilder:
         dlq = self._failure_handler.dead_letter_queue
         if dlq is not None:
             ensure_picklable(dlq, "dead-letter queue", name)
+        if self._lineage_listener is not None:
+            ensure_picklable(self._lineage_listener, "lineage listener", name)
         if self._endpoint is not None and (
             not isinstance(self._endpoint, str) or not self._endpoint
         ):

@@ -30,6 +30,10 @@ SINK_GAUGES: dict[str, str] = {
     "lastFlushMillis": "duration of the last full flush, in milliseconds",
     "checkpointMarkers": "checkpoint and end-of-input markers received from the Java bridge",
 }
+#: Sink counters, per subtask: name → meaning.
+SINK_COUNTERS: dict[str, str] = {
+    "lineageDatasets": "lineage datasets reported (pyflink_gcp.core.lineage), up to the bound",
+}
 #: Gauges of one service's sinks only (``WriterFactory.gauges``), per subtask: name → meaning.
 SERVICE_GAUGES: dict[str, str] = {
     "schemaUpdates": "BigQuery: table schema updates this subtask made (schema_update)",

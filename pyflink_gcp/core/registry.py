@@ -50,7 +50,8 @@ class WriterRegistry(Generic[D]):
       flush per record.
 
     Releases are routine at a cap, so they are logged at DEBUG and counted (``released``;
-    ``evicted`` counts them with the idle evictions).
+    ``evicted`` counts them with the idle evictions). ``on_open`` is told of every writer opened
+    (the sink's lineage, :mod:`pyflink_gcp.core.lineage`), after the factory created it.
 
     Not thread-safe: used from the processing thread only.
     """
@@ -63,6 +64,7 @@ class WriterRegistry(Generic[D]):
         max_active: int | None = None,
         on_failures: Callable[[list[FailedRecord]], None] | None = None,
         on_close: Callable[[DestinationWriter[D]], None] | None = None,
+        on_open: Callable[[D], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sink_name: str = "sink",
     ) -> None:
@@ -74,6 +76,7 @@ class WriterRegistry(Generic[D]):
         self._batch = max(1, (max_active or 1) // RELEASE_BATCH_FRACTION)
         self._on_failures = on_failures
         self._on_close = on_close
+        self._on_open = on_open
         self._clock = clock
         self._sink = sink_name
         self._writers: OrderedDict[D, DestinationWriter[D]] = OrderedDict()
@@ -112,6 +115,8 @@ class WriterRegistry(Generic[D]):
         self._writers[destination] = writer
         self.created += 1
         self.max_seen = max(self.max_seen, len(self._writers) + len(self._releasing))
+        if self._on_open is not None:
+            self._on_open(destination)
         _LOG.debug(
             "%s: opened writer for %s (%d active)", self._sink, destination, len(self._writers)
         )

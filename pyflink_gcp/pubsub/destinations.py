@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pyflink_gcp.core.lineage import LineageDataset, resource_dataset
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination
 
@@ -61,6 +62,11 @@ class TopicDestination(Destination):
         if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics":
             raise ValueError(f"not a topic resource name: {name!r}")
         return TopicDestination(parts[1], parts[3])
+
+    def lineage_dataset(self) -> LineageDataset:
+        """OpenLineage's Pub/Sub dataset: namespace ``pubsub``, name ``topic:project:topic``."""
+        name = f"topic:{self.project}:{self.topic}"
+        return resource_dataset("pubsub", name, "pubsub", self._name)
 
     @property
     def project(self) -> str:

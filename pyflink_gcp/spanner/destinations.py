@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from pyflink_gcp.core.lineage import LineageDataset, resource_dataset
 from pyflink_gcp.core.names import NameRule
 from pyflink_gcp.core.types import Destination
 
@@ -77,6 +78,13 @@ class DatabaseDestination(Destination):
                 unset.
         """
         return DatabaseDestination._of(ids)
+
+    def lineage_dataset(self) -> LineageDataset:
+        """The database's dataset: namespace ``spanner``, name ``project.instance.database``
+        (OpenLineage names no Spanner datasets; this follows its BigQuery form). The tables
+        are named by each mutation, so a Spanner sink reports its database."""
+        name = f"{self.project}.{self.instance}.{self.database}"
+        return resource_dataset("spanner", name, "spanner", self._name)
 
     @property
     def project(self) -> str:

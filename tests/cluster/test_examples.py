@@ -32,6 +32,7 @@ PARALLELISM = 4
 #: Each example with the arguments that keep it small.
 EXAMPLES = {
     "pubsub_dynamic_topics.py": ["--orders", "4000"],
+    "lineage_listener.py": ["--orders", "3000"],
     "bigquery_dynamic_tables.py": ["--orders", "4000"],
     "bigquery_tenant_tables.py": ["--orders", "4000"],
     "bigquery_file_loads.py": ["--readings", "4000"],

@@ -161,6 +161,8 @@ COMMON: dict[str, Setter] = {
     "set_checkpoint_markers": lambda b: b.set_checkpoint_markers(False),
     "set_uid": lambda b: b.set_uid("orders-v1"),
     "set_field_selection": lambda b: b.set_field_selection(FieldSelection.drop(["tenant"])),
+    "set_lineage_listener": lambda b: b.set_lineage_listener(_nothing),
+    "set_max_lineage_datasets": lambda b: b.set_max_lineage_datasets(5),
     "set_writer_options": None,  # per sink
 }
 

@@ -26,6 +26,8 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/BundleSettings.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
     "dev/pyflinkgcp/bridge/KeepingOutput.class",
+    "dev/pyflinkgcp/bridge/LineageDiscardingSink.class",
+    "dev/pyflinkgcp/bridge/LineageDiscardingSink$ConfigFacet.class",
     "dev/pyflinkgcp/bridge/RunningFlush.class",
     "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
     "dev/pyflinkgcp/bridge/SlotWorkerLease.class",
