@@ -24,6 +24,7 @@ EXAMPLES = [
     "bigquery_dynamic_tables.py",
     "bigquery_tenant_tables.py",
     "bigquery_file_loads.py",
+    "bigquery_results_to_tasks.py",
     "bigtable_daily_tables.py",
     "cloudtasks_webhooks.py",
     "spanner_events.py",

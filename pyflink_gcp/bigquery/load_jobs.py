@@ -57,6 +57,7 @@ from datetime import timedelta
 from typing import Any
 
 from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
+from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.file_formats import load_job_config
 from pyflink_gcp.bigquery.load_job_ids import attempt_job_id, load_job_id, safe_name
 from pyflink_gcp.bigquery.options import MAX_LOAD_URIS, BigQueryFileLoadsOptions
@@ -255,6 +256,10 @@ class LoadJobCommitter(Committer):
                 len(kept),
             )
         return kept
+
+    def waiting(self, kept: list[Any]) -> set[str] | None:
+        """The tables (resource names) of the kept files and running jobs."""
+        return {str(TableDestination.from_table_id(item.table_id)) for item in kept}
 
     def writers_started(self) -> None:
         """Delete the failed attempts' staged objects that nothing names: none of their

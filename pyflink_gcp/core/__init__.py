@@ -22,6 +22,7 @@ from pyflink_gcp.core.options import (
     DestinationWriterOptions,
     WriterOptions,
 )
+from pyflink_gcp.core.results import WriteResult
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
@@ -51,6 +52,7 @@ __all__ = [
     "SubtaskInfo",
     "UnroutableRecord",
     "WriteError",
+    "WriteResult",
     "WriterContext",
     "WriterFactory",
     "WriterOptions",

@@ -119,6 +119,15 @@ class Committer(ABC):
                 restored job commits the same set again.
         """
 
+    def waiting(self, kept: list[Any]) -> set[str] | None:
+        """The destinations (string forms) whose writes ``kept``, what :meth:`commit` just
+        returned, holds back for a later commit; None when the committer cannot tell.
+
+        Write results (:mod:`pyflink_gcp.core.results`) of these destinations wait with the
+        kept work; with None, every result waits while anything is kept.
+        """
+        return None
+
     def writers_started(self) -> None:  # noqa: B027 - optional hook
         """Every writer subtask feeding this committer started in this committer's attempt:
         nothing an earlier attempt prepared can still arrive (called once, after a commit)."""

@@ -29,6 +29,7 @@ from pyflink_gcp.core.commit import (
 )
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.metrics import SINK_GROUP
+from pyflink_gcp.core.results import WriteResult, merge_results, output_tags, release_results
 from pyflink_gcp.core.runtime_info import subtask_info
 from pyflink_gcp.core.sink_writer import SinkConfig
 
@@ -52,9 +53,13 @@ class CommitterProcessFunction(ProcessFunction):
         self._received: list[Any] = []
         self.commits = 0
         self.committed = 0
+        #: The side output of the write results (``write_with_results`` only).
+        self._results_tag = output_tags(config.sink_name)[0] if config.write_results else None
+        self._subtask = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
         info = subtask_info(runtime_context, self._config)
+        self._subtask = info.subtask_index
         factory = self._config.factory
         assert isinstance(factory, CommittingWriterFactory)
         committer = factory.create_committer()
@@ -81,7 +86,9 @@ class CommitterProcessFunction(ProcessFunction):
         """Commit one set; what the committer keeps is the output (the Java side keeps it)."""
         assert self._committer is not None
         received, self._received = self._received, []
-        committables = [c for c in received if type(c) is not WriterStarted]
+        committables = [
+            c for c in received if type(c) is not WriterStarted and type(c) is not WriteResult
+        ]
         restored, final = mode == MODE_RESTORED, mode == MODE_FINAL
         start = time.monotonic()
         try:
@@ -103,7 +110,24 @@ class CommitterProcessFunction(ProcessFunction):
             checkpoint_id,
             time.monotonic() - start,
         )
-        return list(kept) if kept else None
+        out = list(kept) if kept else []
+        if self._results_tag is not None:
+            out.extend(self._release(received, out, checkpoint_id))
+        return out or None
+
+    def _release(self, received: list[Any], kept: list[Any], checkpoint_id: int) -> list[Any]:
+        """The set's write results after its commit: those of destinations the committer
+        keeps work of join what it keeps, the others go to the results side output. Results
+        of a writer's end of input are the checkpoint's that commits them."""
+        assert self._committer is not None
+        results = merge_results(
+            [c for c in received if type(c) is WriteResult], self._subtask, checkpoint_id
+        )
+        if not results:
+            return []
+        waiting = self._committer.waiting(kept) if kept else set()
+        emit, keep = release_results(results, waiting, bool(kept))
+        return [*keep, *((self._results_tag, result) for result in emit)]
 
     def close(self) -> None:
         if self._committer is not None:

@@ -86,13 +86,14 @@ class _Mode(enum.Enum):
     FAIL = "fail_job"
     DROP = "log_and_drop"
     DLQ = "dead_letter_queue"
+    STREAM = "to_stream"
 
 
 class FailureHandler:
     """Decides what happens to a record-shaped failure.
 
-    Build one with :meth:`fail_job` (the default of every sink), :meth:`log_and_drop` or
-    :meth:`send_to_dead_letter_queue`. The handler is configuration; each sink subtask opens its
+    Build one with :meth:`fail_job` (the default of every sink), :meth:`log_and_drop`,
+    :meth:`send_to_dead_letter_queue` or :meth:`to_stream`. The handler is configuration; each sink subtask opens its
     own dead-letter queue from it.
     """
 
@@ -121,6 +122,23 @@ class FailureHandler:
                 f"PubSubDeadLetterQueue.of(...), got {type(dlq).__name__}"
             )
         return FailureHandler(_Mode.DLQ, dlq)
+
+    @staticmethod
+    def to_stream() -> FailureHandler:
+        """Hand the rejected record to the job as a :class:`FailedRecord` in the stream
+        ``sink.write_with_results(ds).failed()`` returns, instead of a dead-letter topic.
+
+        Each writer subtask emits its failed records at the next checkpoint's marker (or with
+        the next record after a flush found them), so they are held in memory until then; a
+        failover replays them like the records they came from. Only ``write_with_results``
+        can use this handler: ``ds.sink_to(sink)`` has no stream to hand them to and refuses it.
+        """
+        return FailureHandler(_Mode.STREAM)
+
+    @property
+    def streams_failures(self) -> bool:
+        """Whether failed records go to the failed-records stream (:meth:`to_stream`)."""
+        return self._mode is _Mode.STREAM
 
     @property
     def mode(self) -> str:
@@ -155,6 +173,9 @@ class FailureRouter:
         self._dlq = handler.dead_letter_queue
         self.dropped = 0
         self.dead_lettered = 0
+        #: Failed records handed to the failed-records stream, and those not emitted yet.
+        self.streamed = 0
+        self.pending: list[FailedRecord] = []
         self._logged = 0
         self._unlogged: Counter[str] = Counter()
         self._sink = ""
@@ -177,6 +198,9 @@ class FailureRouter:
             )
         if mode is _Mode.DROP:
             self.dropped += 1
+        elif mode is _Mode.STREAM:
+            self.pending.append(failed)
+            self.streamed += 1
         else:
             assert self._dlq is not None
             self._dlq.send(failed)
@@ -194,9 +218,24 @@ class FailureRouter:
         if self._dlq is not None:
             self._dlq.close()
 
+    def take_pending(self) -> list[FailedRecord]:
+        """The failed records for the failed-records stream since the last call."""
+        pending, self.pending = self.pending, []
+        return pending
+
     @property
     def _verb(self) -> str:
-        return "dropped" if self._handler._mode is _Mode.DROP else "dead-lettered"
+        mode = self._handler._mode
+        if mode is _Mode.STREAM:
+            return "sent to the failed-records stream"
+        return "dropped" if mode is _Mode.DROP else "dead-lettered"
+
+    @property
+    def _handled(self) -> int:
+        mode = self._handler._mode
+        if mode is _Mode.STREAM:
+            return self.streamed
+        return self.dropped if mode is _Mode.DROP else self.dead_lettered
 
     def _log(self, failed: FailedRecord) -> None:
         self._sink = failed.sink
@@ -222,7 +261,7 @@ class FailureRouter:
             self._verb,
             total,
             by_destination,
-            self.dropped if self._handler._mode is _Mode.DROP else self.dead_lettered,
+            self._handled,
             self._verb,
         )
         self._unlogged.clear()

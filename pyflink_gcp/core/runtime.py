@@ -37,7 +37,7 @@ This module runs in the client, when the job graph is built; what runs on the wo
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyflink.common import Configuration
 from pyflink.datastream import DataStream, KeyedStream
@@ -52,6 +52,7 @@ from pyflink_gcp.core.bridge import (
 from pyflink_gcp.core.commit import commits
 from pyflink_gcp.core.commit_operator import add_committer_operator, writer_uid
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, ConfigurationError
+from pyflink_gcp.core.lineage import lineage_end_sink
 from pyflink_gcp.core.operators import (
     MARKER_TAG,
     MarkedWriterProcessFunction,
@@ -59,6 +60,9 @@ from pyflink_gcp.core.operators import (
     WriterProcessFunction,
 )
 from pyflink_gcp.core.sink_writer import SinkConfig
+
+if TYPE_CHECKING:
+    from pyflink_gcp.core.result_stream import WriteResultStream
 
 __all__ = ["DynamicSink", "add_writer_operator"]
 
@@ -119,6 +123,10 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
             operator_class = process.ExternalPythonKeyedProcessOperator
         else:
             operator_class = process.ExternalPythonProcessOperator
+    if config.write_results:
+        from pyflink_gcp.core.result_stream import results_function
+
+        func_class = results_function(func_class)
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
     if upstream is not None:
@@ -143,8 +151,13 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     uid = writer_uid(config)
     if uid is not None and upstream is None:  # fused, it keeps the first function's uid
         out._j_data_stream.uid(uid)
+    writer_out = out
     if commits(config.factory):
         out = add_committer_operator(out, config, j_conf, name)
+    if config.write_results:
+        from pyflink_gcp.core.result_stream import results_stream
+
+        return results_stream(config, writer_out, out)
     return out
 
 
@@ -323,7 +336,18 @@ class _WriterTransformer(StreamTransformer):
         self._sink = sink
 
     def apply(self, ds: DataStream) -> DataStream:
-        return add_writer_operator(ds, self._sink._sink_config(), f"{self._sink.name}: Writer")
+        config = self._sink._sink_config()
+        if config.failure_handler.streams_failures:
+            raise ConfigurationError(
+                f"sink '{config.sink_name}': FailureHandler.to_stream() hands failed records "
+                "to the stream sink.write_with_results(ds).failed() returns; ds.sink_to(sink) "
+                "has none, so use write_with_results (or another failure handler)"
+            )
+        out = add_writer_operator(ds, config, f"{self._sink.name}: Writer")
+        if self._sink._j_function is None:
+            # Datasets known now (a fixed destination) go to Flink's lineage graph.
+            self._sink._j_function = lineage_end_sink(config, out)
+        return out
 
 
 class DynamicSink(Sink, SupportsPreprocessing):
@@ -355,6 +379,20 @@ class DynamicSink(Sink, SupportsPreprocessing):
 
     def get_transformer(self) -> StreamTransformer:
         return _WriterTransformer(self)
+
+    def write_with_results(self, ds: DataStream) -> WriteResultStream:
+        """Write ``ds`` as ``ds.sink_to(self)`` does, and return the stream of what each
+        checkpoint wrote: one :class:`~pyflink_gcp.core.results.WriteResult` per destination
+        and checkpoint (per writer subtask at least once; after the commit, per committer
+        subtask, for an exactly-once write method). ``.failed()`` on it gives the records the
+        failure handler :meth:`~pyflink_gcp.core.failure.FailureHandler.to_stream` hands over.
+
+        Needs the Java bridge's checkpoint-marker operator (see
+        :mod:`pyflink_gcp.core.result_stream`).
+        """
+        from pyflink_gcp.core.result_stream import write_with_results
+
+        return write_with_results(ds, self._sink_config(), f"{self.name}: Writer")
 
     def __repr__(self) -> str:
         """One line: the sink type and name, how it writes as far as its configuration says

@@ -17,8 +17,10 @@ from pyflink_gcp.core.commit import CommittingWriterFactory, WriterStarted, comm
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
 from pyflink_gcp.core.functions import as_resolver, describe_callable, short_repr
+from pyflink_gcp.core.lineage import LineageReporter, LineageSettings
 from pyflink_gcp.core.metrics import DestinationMetrics
 from pyflink_gcp.core.registry import WriterRegistry
+from pyflink_gcp.core.results import result_collector
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.types import Destination, UnroutableRecord, WriterContext
 from pyflink_gcp.core.writer import DestinationWriter, WriterFactory
@@ -61,6 +63,11 @@ class SinkConfig:
             with a ConfigurationError naming this, before any record is written.
         uid: The base of the stateful operators' uids (``set_uid``): the writer gets
             ``<uid>-writer``, an exactly-once sink's committer ``<uid>-committer``.
+        write_results: Count what each checkpoint writes per destination
+            (:mod:`pyflink_gcp.core.results`); set by ``write_with_results``, never by a
+            builder.
+        lineage: Who hears of each destination a subtask starts writing to, and how many at
+            most (``set_lineage_listener``, ``set_max_lineage_datasets``).
     """
 
     sink_name: str
@@ -79,6 +86,8 @@ class SinkConfig:
     retry_deadline_s: float | None = None
     requires_bridge: str | None = None
     uid: str | None = None
+    write_results: bool = False
+    lineage: LineageSettings = field(default_factory=LineageSettings)
 
 
 class SinkWriter:
@@ -114,12 +123,14 @@ class SinkWriter:
         if not callable(self._serialize):
             raise SerializerError(f"sink '{self._sink}': the serializer must be callable")
         self._router = FailureRouter(config.failure_handler)
+        self._lineage = LineageReporter(self._sink, config.lineage)
         self._registry: WriterRegistry[Any] = WriterRegistry(
             self._create_writer,
             idle_timeout_s=config.idle_timeout_s,
             max_active=config.max_active,
             on_failures=self._handle_failures,
             on_close=self._count_bytes,
+            on_open=self._lineage.resolved if self._lineage.enabled else None,
             sink_name=self._sink,
         )
         self._per_destination = config.per_destination_metrics
@@ -148,6 +159,8 @@ class SinkWriter:
         self._stop = threading.Event()
         self._background_error: BaseException | None = None
         self._subtask = 0
+        #: Per-destination counts for the write results (``write_with_results`` only).
+        self.results = result_collector(config) if config.write_results else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -160,6 +173,9 @@ class SinkWriter:
         )
         self._factory.open(info)
         self._router.open(info)
+        if self.results is not None:
+            self.results.open(info.subtask_index)
+        self._lineage.open(info, metric_group)
         if self._per_destination:
             self._destination_metrics = DestinationMetrics(metric_group)
         self._opened = True
@@ -193,6 +209,7 @@ class SinkWriter:
             self._factory.close()
         finally:
             self._router.close()
+            self._lineage.close()
         if self._opened:
             _LOG.info(
                 "%s: subtask %d closed: %d records written (%d bytes counted) through %d "
@@ -258,6 +275,8 @@ class SinkWriter:
         if self._per_destination:
             self._destination_metrics.written(destination, 0)
         self.records_written += 1
+        if self.results is not None:
+            self.results.add(destination, ctx.timestamp)
 
     def _check_destination(self, destination: Any, record: Any) -> Any:
         """Slow path of the type check: subclasses, UnroutableRecord, None and wrong types."""
@@ -454,6 +473,8 @@ class SinkWriter:
 
     def _handle_failures(self, failures: list[FailedRecord]) -> None:
         for failed in failures:
+            if self.results is not None:
+                self.results.failed(failed.destination)
             self._destination_metrics.error(failed.destination)
             self._router.handle(failed)
 

@@ -36,6 +36,7 @@ EXAMPLES = {
     "bigquery_dynamic_tables.py": ["--orders", "4000"],
     "bigquery_tenant_tables.py": ["--orders", "4000"],
     "bigquery_file_loads.py": ["--readings", "4000"],
+    "bigquery_results_to_tasks.py": ["--readings", "4000"],
     "bigtable_daily_tables.py": ["--count", "3000"],
     "cloudtasks_webhooks.py": ["--events", "2000"],
     "spanner_events.py": ["--count", "3000"],
