@@ -101,8 +101,10 @@ class BigQueryWriterOptions(CreatingWriterOptions):
             are cut into requests of at most this size; a single row above it is rejected.
         max_request_rows: Rows of one AppendRows request. Cutting requests while records still
             arrive lets sending overlap with processing instead of all waiting for the flush.
-        sender_threads: Threads per subtask sending requests; bounds how many tables are
-            written concurrently.
+        sender_threads: Threads per subtask for the calls that still run on a thread: the
+            committer's FlushRows and FinalizeWriteStream (``BUFFERED_STREAM``) and
+            ``FILE_LOADS``' uploads and load jobs. Appends take no thread: they complete by
+            callback.
         channel_count: ``STORAGE_API_AT_LEAST_ONCE`` only: gRPC channels per subtask (per
             project and location), each carrying one long-lived AppendRows connection on which
             the tables are multiplexed (each request names its table; the writer schema goes

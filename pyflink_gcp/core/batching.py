@@ -25,6 +25,8 @@ Both know no service and no client library: a request is any ``concurrent.future
 
 from __future__ import annotations
 
+import heapq
+import logging
 import math
 import sys
 import threading
@@ -337,3 +339,57 @@ class InFlightWindow(Generic[R]):
 
     def __repr__(self) -> str:
         return f"InFlightWindow({self.what}: {self._requests} in flight, limit {self.limit})"
+
+
+class Timers:
+    """One thread that runs callbacks at their due time, for every waiter of a subtask.
+
+    What: :meth:`call_later` schedules ``fn`` to run after ``delay_s`` on the timer thread.
+    Why: a writer whose requests complete by callback backs off before a retry without a thread
+    sleeping for it; at thousands of destinations a thread per waiting destination would be
+    thousands of threads. A callback must not block: it holds up every later one. The thread
+    starts with the first callback and ends with :meth:`close`.
+    """
+
+    def __init__(self, name: str = "timers") -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._count = 0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the timer thread in ``delay_s`` seconds (dropped once closed)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._count += 1
+            heapq.heappush(self._due, (time.monotonic() + max(0.0, delay_s), self._count, fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                fn = heapq.heappop(self._due)[2]
+            try:
+                fn()
+            except Exception:  # one callback's failure must not stop the others
+                logging.getLogger("pyflink_gcp").exception("a timer callback failed")
+
+    def close(self) -> None:
+        """Drop the callbacks not yet run and end the thread."""
+        with self._cond:
+            self._closed = True
+            self._due.clear()
+            self._cond.notify_all()

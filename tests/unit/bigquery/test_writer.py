@@ -187,7 +187,6 @@ class _Catalog:
 
 def _open_with(made: BigQueryWriterFactory, service: FakeService) -> None:
     made.stub = service
-    made.executor = ThreadPoolExecutor(2)
     made.metadata_executor = ThreadPoolExecutor(1)
     made.catalog = _Catalog()  # type: ignore[assignment]
 
@@ -215,7 +214,7 @@ def test_the_factory_pickles_its_configuration_only() -> None:
     assert made.stub is not None and made.catalog is not None
     copy = pickle.loads(pickle.dumps(made))
     made.close()
-    assert (copy.stub, copy.executor, copy.metadata_executor, copy.catalog) == (None,) * 4
+    assert (copy.stub, copy.timers, copy.metadata_executor, copy.catalog) == (None,) * 4
     assert copy.options.max_request_rows == 7
     assert [type(i) for i in copy.interceptors] == [Passing]
     assert (copy.storage_endpoint, copy.rest_endpoint) == (
