@@ -2,11 +2,12 @@
 
 :class:`~pyflink_gcp.bigquery.sender.TableSender` (:mod:`pyflink_gcp.bigquery.sender`) sends a
 table's requests, and each response comes back to it in order by callback; the methods here
-(a mixin of the sender) decide what each response, or a lost connection, means: rows appended, bad rows to
-narrow down and hand to the failure handler, a request to send again, a wait before a new
-connection, or the end of the job. They are apart from the sending steps because they are the
-sink's judgement of the service's answers, the part that decides which rows fail and which
-errors a restart cannot fix, while the steps only move requests through a connection.
+(a mixin of the sender) decide what each response, or a lost connection, means: rows
+appended, bad rows to narrow down and hand to the failure handler, a request to send again, a
+wait before a new connection, or the end of the job. They are apart from the sending steps
+because they are the sink's judgement of the service's answers, the part that decides which
+rows fail and which errors a restart cannot fix, while the steps only move requests through a
+connection.
 
 Failures (a row that cannot be encoded never gets this far: the sender rejects it at once):
 
@@ -25,8 +26,9 @@ Failures (a row that cannot be encoded never gets this far: the sender rejects i
   request reaches the failure handler. A rejection without that detail or per-row errors is
   still narrowed down by halving: the emulator rejects bad rows that way.
 - Transport errors and transient statuses re-send the unanswered requests on a new connection,
-  with backoff (a timer, no thread sleeping), until the retry deadline; then the job fails. They are never dead-lettered. On
-  a BUFFERED stream the requests that hold an offset are sent again first, in offset order.
+  with backoff (a timer, no thread sleeping), until the retry deadline; then the job fails.
+  They are never dead-lettered. On a BUFFERED stream the requests that hold an offset are sent
+  again first, in offset order.
 - Quota errors (RESOURCE_EXHAUSTED) are retried the same way, on the policy's slower quota
   schedule, and halve the subtask's :class:`~pyflink_gcp.core.quota.QuotaWindow`, which caps
   every table's requests in flight until appends succeed again.

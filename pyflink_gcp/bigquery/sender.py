@@ -24,8 +24,12 @@ order on a connection, and pipelining several requests on one connection is what
 default stream fast. A table holds one connection while it has requests in flight: on the
 default stream a lease on a connection it shares with the subtask's other tables
 (:mod:`pyflink_gcp.bigquery.connections`), else (a BUFFERED stream, or ``channel_count`` None)
-a connection of its own, closed when nothing is left in flight. So an idle table costs no
-thread and no stream.
+a connection of its own, closed when nothing is left in flight. A BUFFERED stream's
+connection first takes one of the subtask's ``channel_count`` slots
+(:class:`~pyflink_gcp.core.batching.Slots`): when all are held, the table's requests wait in
+its queue until a table releases one, and that release calls the table back. So an idle
+table costs no thread and no stream, and a subtask holds a bounded number of connections
+however many tables it writes.
 
 A row that cannot be encoded (wrong type, unknown column) or is larger than a request is
 rejected here, at once, without an RPC. What each response (or a lost connection) means for
@@ -60,7 +64,7 @@ from pyflink_gcp.bigquery.schema_update import MissingValues, UnknownFields, fat
 from pyflink_gcp.bigquery.serialization import row_payload
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.values import RowError
-from pyflink_gcp.core.batching import Timers
+from pyflink_gcp.core.batching import Slots, Timers
 from pyflink_gcp.core.errors import SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
@@ -111,6 +115,7 @@ class TableSender(ResponseHandling):
         missing_values: MissingValues = MissingValues.NULL,
         quota: QuotaWindow | None = None,
         timers: Timers | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.destination = destination
         #: The subtask's window (else the table's own): caps ``max_in_flight`` after quota errors.
@@ -135,6 +140,10 @@ class TableSender(ResponseHandling):
             lambda name, _, on_answer: AppendConnection(stub, name, self._timeout_s, on_answer)
         )
         self._timers = timers or _TIMERS
+        #: The subtask's bound on connections of their own (``channel_count``); None: none.
+        self._slots = slots
+        self._slot = False  # holds one of ``_slots`` (while it connects and sends)
+        self._slot_wanted = False  # queued for one
         self._retry = retry
         self._depth = max_in_flight
         self._layout_source = layout
@@ -308,9 +317,16 @@ class TableSender(ResponseHandling):
             self._queue.clear()
             connection, self._connection = self._connection, None
             self._generation += 1
+            slot, self._slot = self._slot, False
+            wanted, self._slot_wanted = self._slot_wanted, False
             self._cond.notify_all()
         if connection is not None:
             connection.close()
+        if self._slots is not None:
+            if slot:
+                self._slots.release()
+            if wanted:
+                self._slots.cancel(self)  # if granted meanwhile, _slot_granted gives it back
         source = self._layout_source
         if isinstance(source, Future):
             source.cancel()  # a lookup still queued for a writer that is gone
@@ -368,7 +384,8 @@ class TableSender(ResponseHandling):
         ):
             return "disconnect"  # nothing left in flight; a retiring connection takes no more
         if not self._queue or self._paused:
-            return ""
+            # A slot held without a connection (all its rows refused, or a backoff) goes back.
+            return "disconnect" if self._slot and connection is None else ""
         if connection is not None and connection.retiring:
             return ""
         if len(self._in_flight) >= min(self._depth, self._quota.limit):
@@ -376,7 +393,29 @@ class TableSender(ResponseHandling):
         for source in (self._layout_source, self._stream_source):
             if isinstance(source, Future) and not source.done():
                 return ""  # its done-callback runs the steps
+        if connection is None and self._slots is not None and not self._slot:
+            # A connection of its own needs one of the subtask's slots; when all are held,
+            # the release of one calls ``_slot_granted`` (no thread waits for it).
+            if self._slot_wanted:
+                return ""
+            if not self._slots.acquire(self, self._slot_granted):
+                self._slot_wanted = True
+                return ""
+            self._slot = True
         return "send"
+
+    def _slot_granted(self) -> None:
+        """A connection slot was taken for this sender (the releasing thread)."""
+        with self._cond:
+            self._slot_wanted = False
+            keep = not self._closed and self._fatal is None and not self._slot
+            if keep:
+                self._slot = True
+        if not keep:
+            assert self._slots is not None
+            self._slots.release()
+            return
+        self._step()
 
     def _run(self) -> None:
         try:
@@ -579,5 +618,9 @@ class TableSender(ResponseHandling):
         with self._cond:
             connection, self._connection = self._connection, None
             self._generation += 1
+            slot, self._slot = self._slot, False
         if connection is not None:
             connection.close()
+        if slot:
+            assert self._slots is not None
+            self._slots.release()

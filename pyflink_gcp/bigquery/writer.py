@@ -45,7 +45,7 @@ from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
-from pyflink_gcp.core.batching import OpenBatch, Timers
+from pyflink_gcp.core.batching import OpenBatch, Slots, Timers
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -298,6 +298,9 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.pool: ConnectionPool | None = None
         #: Ends the senders' backoffs (one thread for every table of the subtask).
         self.timers: Timers | None = None
+        #: Bounds the connections of their own that tables hold at once (BUFFERED streams,
+        #: each on its own connection: ``channel_count``); None: the pool bounds them, or none.
+        self.slots: Slots | None = None
         self.metadata_executor: Any = None
         self.catalog: TableCatalog | None = None
         #: Each table's requests in flight: max_in_flight_requests, less after quota errors.
@@ -329,6 +332,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
                 interceptors=self.interceptors,
             )
+        elif count is not None:
+            self.slots = Slots(count)
         self.timers = Timers(f"{self.sink_name}-{info.subtask_index}-timers")
         self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
 
@@ -387,6 +392,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             missing_values=options.missing_values,
             quota=self.quota,
             timers=self.timers,
+            slots=self.slots,
         )
         return TableWriter(
             destination,

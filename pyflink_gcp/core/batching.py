@@ -19,6 +19,10 @@ bookkeeping, so it lives here once:
   :meth:`InFlightWindow.admit`, when the window is full (Flink backpressure), and in
   :meth:`InFlightWindow.drain`, before a checkpoint barrier, where every request must be done.
 
+Two helpers serve writers whose requests complete by callback: :class:`Timers`, one thread
+that ends every backoff of a subtask, and :class:`Slots`, a bound on things held at once (a
+subtask's connections) whose waiters are called back when one is free.
+
 Both know no service and no client library: a request is any ``concurrent.futures.Future`` or
 ``grpc.Future`` (anything with ``add_done_callback`` and ``exception``).
 """
@@ -393,3 +397,61 @@ class Timers:
             self._closed = True
             self._due.clear()
             self._cond.notify_all()
+
+
+class Slots:
+    """At most ``limit`` holders at once, with waiters served by callback in arrival order.
+
+    What: :meth:`acquire` takes a slot for a key at once (True), or queues the key (False) and
+    calls its ``on_grant`` once a slot was taken for it, on the thread of the :meth:`release`
+    that freed it; :meth:`cancel` withdraws a waiter; :meth:`release` gives a slot back. A key
+    waits once however often it asks. ``limit`` None: no bound, every acquire succeeds.
+    Why: a writer whose requests complete by callback must sometimes wait for a scarce thing (a
+    connection of the subtask) before it can send; a thread blocked on it would be the thread
+    the design removes. ``on_grant`` must not block; it runs outside the slots' lock, and a
+    grant to a holder that no longer wants it is given back with :meth:`release`.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held = 0
+        self._waiting: dict[object, Callable[[], None]] = {}  # in arrival order
+
+    @property
+    def held(self) -> int:
+        """Slots taken."""
+        return self._held
+
+    @property
+    def waiting(self) -> int:
+        """Keys waiting for a slot."""
+        return len(self._waiting)
+
+    def acquire(self, key: object, on_grant: Callable[[], None]) -> bool:
+        """Take a slot for ``key`` now (True), or queue it for ``on_grant`` (False)."""
+        with self._lock:
+            if self.limit is None or (self._held < self.limit and not self._waiting):
+                self._held += 1
+                return True
+            self._waiting.setdefault(key, on_grant)
+            return False
+
+    def cancel(self, key: object) -> bool:
+        """Withdraw ``key``'s wait; False when it was not waiting (granted already, or never
+        queued)."""
+        with self._lock:
+            return self._waiting.pop(key, None) is not None
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest waiter (its ``on_grant`` runs here), else free."""
+        with self._lock:
+            if not self._waiting:
+                self._held -= 1
+                return
+            key = next(iter(self._waiting))
+            on_grant = self._waiting.pop(key)
+        on_grant()
+
+    def __repr__(self) -> str:
+        return f"Slots({self._held} held of {self.limit}, {len(self._waiting)} waiting)"

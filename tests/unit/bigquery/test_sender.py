@@ -28,6 +28,7 @@ from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
 from pyflink_gcp.core import DestinationNotFoundError
+from pyflink_gcp.core.batching import Slots
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 
@@ -531,3 +532,44 @@ def test_a_settle_is_bounded_by_a_connection_that_never_answers(monkeypatch: Any
     s.submit(_encoded([7]))
     assert s.settle() == []
     assert s.rows_appended == 1 and len(opened) == 2
+
+
+def test_buffered_tables_wait_for_a_connection_slot_and_a_release_hands_it_on() -> None:
+    service = Gated()
+    service.stream = BUFFERED_STREAM
+    recording = Recording(service)
+    open_now: list[int] = [0, 0]  # now, most
+
+    def connect(stream: str, layout: Any, on_answer: Any) -> Any:
+        connection = recording.connect(stream, layout, on_answer)
+        open_now[0] += 1
+        open_now[1] = max(open_now)
+        close = connection.close
+
+        def closed() -> None:
+            open_now[0] -= 1
+            close()
+
+        connection.close = closed
+        return connection
+
+    slots = Slots(1)
+    layout = TableLayout.of(ENCODER_SCHEMA)
+    first, second, third = (
+        sender(None, layout, stream=created(), connect=connect, slots=slots) for _ in range(3)
+    )
+    first.submit(_encoded([1]))
+    second.submit(_encoded([2]))
+    third.submit(_encoded([3]))
+    # One connection: the other tables' requests wait in their queues; no thread waits.
+    assert recording.opened == 1 and (slots.held, slots.waiting) == (1, 2)
+    assert (first.requests_sent, second.requests_sent) == (1, 0)
+    third.close()  # a table closed while it waits gives up its turn
+    assert slots.waiting == 1
+    service.gate.set()
+    # The first table's answer closes its connection, and the release sends the second's.
+    _until(lambda: second.rows_appended == 1)
+    assert first.settle() == [] and second.settle() == []
+    _until(lambda: slots.held == 0)
+    assert sorted(service.committed) == [1, 2] and recording.opened == 2
+    assert open_now == [0, 1] and slots.waiting == 0 and third.requests_sent == 0

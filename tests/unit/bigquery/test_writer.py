@@ -21,7 +21,11 @@ from pyflink_gcp.bigquery import (
     TableDestination,
 )
 from pyflink_gcp.bigquery.tables import TableLayout
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.bigquery.writer import (
+    BigQueryWriterFactory,
+    BufferedBigQueryWriterFactory,
+    TableWriter,
+)
 from pyflink_gcp.core import SerializerError, SubtaskInfo, WriteError
 from pyflink_gcp.core.sink_writer import SinkWriter
 from tests.unit.bigquery.test_sender import (
@@ -222,3 +226,28 @@ def test_the_factory_pickles_its_configuration_only() -> None:
         "http://127.0.0.1:2",
     )
     assert copy.tables_created == 0
+
+
+@pytest.mark.parametrize("channels", [3, None])
+def test_buffered_tables_connections_are_bounded_by_channel_count(channels: int | None) -> None:
+    made = BufferedBigQueryWriterFactory(
+        sink_name="s",
+        resolver=None,
+        serializer=BigQuerySerializer.of(),
+        options=BigQueryWriterOptions(channel_count=channels),
+        storage_endpoint="http://127.0.0.1:1",
+        rest_endpoint="http://127.0.0.1:2",
+    )
+    made.open(SubtaskInfo("s", 0, 1))
+    try:
+        # Each BUFFERED stream has a connection of its own: no shared pool, a bound instead.
+        assert made.pool is None
+        if channels is None:
+            assert made.slots is None
+        else:
+            assert made.slots is not None and made.slots.limit == channels
+        made.stream_for = lambda *_: None  # type: ignore[method-assign]  # no CreateWriteStream
+        sender = made.writer_for(DEST, TableLayout.of([SchemaField("id", "INT64")])).sender
+        assert sender._slots is made.slots
+    finally:
+        made.close()
