@@ -380,9 +380,11 @@ class TableSender(ResponseHandling):
         if (
             connection is not None
             and not self._in_flight
-            and (not self._queue or connection.retiring)
+            and (not self._queue or connection.retiring or self._paused)
         ):
-            return "disconnect"  # nothing left in flight; a retiring connection takes no more
+            # Nothing left in flight; a retiring connection takes no more; a backoff gives the
+            # connection (and its slot) to the other tables while it runs.
+            return "disconnect"
         if not self._queue or self._paused:
             # A slot held without a connection (all its rows refused, or a backoff) goes back.
             return "disconnect" if self._slot and connection is None else ""

@@ -573,3 +573,25 @@ def test_buffered_tables_wait_for_a_connection_slot_and_a_release_hands_it_on() 
     _until(lambda: slots.held == 0)
     assert sorted(service.committed) == [1, 2] and recording.opened == 2
     assert open_now == [0, 1] and slots.waiting == 0 and third.requests_sent == 0
+
+
+def test_a_table_backing_off_gives_its_connection_slot_to_another_table() -> None:
+    timers, slots = ManualTimers(), Slots(1)
+    service = OverQuota(errors=1)
+    service.stream = BUFFERED_STREAM
+    policy = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5.0)
+    layout = TableLayout.of(ENCODER_SCHEMA)
+    first, second = (
+        sender(service, layout, stream=created(), timers=timers, slots=slots, retry=policy)
+        for _ in range(2)
+    )
+    first.submit(_encoded([1]))
+    _until(lambda: len(timers.due) == 1)  # quota error: the first table backs off
+    second.submit(_encoded([2]))
+    # The slot went to the second table while the first waits for its timer.
+    _until(lambda: second.rows_appended == 1)
+    assert first.rows_appended == 0 and service.committed == [2]
+    timers.run()
+    assert first.settle() == [] and second.settle() == []
+    assert sorted(service.committed) == [1, 2]
+    _until(lambda: slots.held == 0)
