@@ -14,7 +14,8 @@ the first one (the emulator then answers ``Stream not found``).
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -105,9 +106,11 @@ def _requests(pending: queue.SimpleQueue[Any]) -> Iterator[Any]:
 class AppendConnection:
     """One AppendRows bidi stream: requests go in through a queue, responses come back in order.
 
-    Used by one sender thread at a time; :meth:`close` may come from another thread. A
+    With ``on_answer``, a reader thread of the connection hands each response to it, and the
+    stream's end (an error, or UNAVAILABLE when it ended without answering) once; otherwise one
+    thread at a time reads them with :meth:`receive`. :meth:`close` may come from any thread. A
     BUFFERED stream's sender (and every sender with ``channel_count`` None) has one of its own
-    per sending burst; default-stream senders otherwise share the connections of
+    while it has requests in flight; default-stream senders otherwise share the connections of
     :mod:`pyflink_gcp.bigquery.connections`.
     """
 
@@ -116,7 +119,13 @@ class AppendConnection:
     #: A connection of its own never retires (a shared one does, see ``connections``).
     retiring = False
 
-    def __init__(self, stub: Any, stream: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        stub: Any,
+        stream: str,
+        timeout_s: float,
+        on_answer: Callable[[Any], None] | None = None,
+    ) -> None:
         self._pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # The routing header lets the service find the stream before the first request.
         self._call = stub(
@@ -124,6 +133,10 @@ class AppendConnection:
             metadata=(("x-goog-request-params", f"write_stream={stream}"),),
             timeout=timeout_s,
         )
+        if on_answer is not None:
+            threading.Thread(
+                target=self._read, args=(on_answer,), name="append-rows-reader", daemon=True
+            ).start()
 
     def send(self, request: Any) -> None:
         """Queue ``request`` for the stream (gRPC takes it from the queue)."""
@@ -143,7 +156,18 @@ class AppendConnection:
                 grpc.StatusCode.UNAVAILABLE, "the AppendRows stream ended without a response"
             ) from None
 
+    def _read(self, on_answer: Callable[[Any], None]) -> None:
+        while True:
+            try:
+                response = self.receive()
+            except Exception as exc:  # noqa: BLE001 - the owner decides what it means
+                on_answer(exc)
+                return
+            on_answer(response)
+
     def close(self) -> None:
         """End the request stream and cancel the call."""
         self._pending.put(None)
         self._call.cancel()
+
+    abort = close

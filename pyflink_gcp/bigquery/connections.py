@@ -19,8 +19,9 @@ never be mistaken for bad rows. It costs a few hundred bytes per request.
 Here a subtask holds at most ``channel_count`` gRPC channels per project and location, each
 carrying one AppendRows connection at a time. A table's sender leases a connection (a new one
 while fewer than ``channel_count`` are open and all are in use, else the least loaded) for as
-long as it has requests to send, so its responses come back in its own order; a reader thread per
-connection hands each response to the lease that sent the request. A connection lives across
+long as it has requests in flight, so its responses come back in its own order; a reader thread
+per connection hands each response to the lease that sent the request, whose callback settles it
+(no thread waits on a table's answers). A connection lives across
 checkpoints; it stops taking new leases at half its call deadline (``retiring``) and closes
 when its last lease is released, so no call runs into its deadline in normal operation. When a
 connection fails, every lease with requests on it receives the error, and each table's sender
@@ -105,7 +106,7 @@ class SharedConnection:
                 self._waiting.append(lease)
                 self._pending.put(request)
                 return
-        lease.answers.put(error)
+        lease.deliver(error)
 
     def _read(self) -> None:
         error: BaseException
@@ -118,7 +119,7 @@ class SharedConnection:
                         )
                         break
                     lease = self._waiting.popleft()
-                lease.answers.put(response)
+                lease.deliver(response)
             else:
                 error = StatusError(
                     grpc.StatusCode.UNAVAILABLE, "the AppendRows stream ended without a response"
@@ -130,7 +131,7 @@ class SharedConnection:
                 self.error = error
             waiting, self._waiting = self._waiting, deque()
         for lease in waiting:
-            lease.answers.put(error)
+            lease.deliver(error)
         self._end_call()
         self._pool._ended(self)
 
@@ -149,15 +150,21 @@ class SharedConnection:
 class Lease:
     """A table sender's use of a shared connection while it has requests in flight.
 
-    Has the interface of :class:`~pyflink_gcp.bigquery.client.AppendConnection`, which a
-    BUFFERED stream's sender uses instead.
+    Each answer (a response, or the connection's error) goes, in the order of the lease's
+    requests, to ``on_answer`` on the connection's reader thread; without one it waits in a
+    queue for :meth:`receive`. Has the interface of
+    :class:`~pyflink_gcp.bigquery.client.AppendConnection`, which a BUFFERED stream's sender
+    uses instead.
     """
 
-    __slots__ = ("connection", "answers", "_released")
+    __slots__ = ("connection", "answers", "_on_answer", "_released")
 
-    def __init__(self, connection: SharedConnection) -> None:
+    def __init__(
+        self, connection: SharedConnection, on_answer: Callable[[Any], None] | None = None
+    ) -> None:
         self.connection = connection
         self.answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._on_answer = on_answer
         self._released = False
 
     @property
@@ -167,8 +174,15 @@ class Lease:
     def send(self, request: Any) -> None:
         self.connection.send(self, request)
 
+    def deliver(self, answer: Any) -> None:
+        """Hand ``answer`` (a response or an exception) to the lease's owner."""
+        if self._on_answer is not None:
+            self._on_answer(answer)
+        else:
+            self.answers.put(answer)
+
     def receive(self) -> Any:
-        """The answer to this lease's oldest unanswered request.
+        """The answer to this lease's oldest unanswered request (a lease without a callback).
 
         Raises:
             grpc.RpcError | StatusError: The connection failed before answering it.
@@ -182,6 +196,10 @@ class Lease:
         if isinstance(answer, BaseException):
             raise answer
         return answer
+
+    def abort(self) -> None:
+        """Close the shared connection: every request on it receives the error."""
+        self.connection.close()
 
     def close(self) -> None:
         """Give the connection back (it stays open for other tables)."""
@@ -223,10 +241,16 @@ class ConnectionPool:
         with self._lock:
             return sum(len(slots) for slots in self._slots.values())
 
-    def acquire(self, stream: str, project: str, location: str | None) -> Lease:
+    def acquire(
+        self,
+        stream: str,
+        project: str,
+        location: str | None,
+        on_answer: Callable[[Any], None] | None = None,
+    ) -> Lease:
         """A lease on a new connection while fewer than ``channel_count`` are open and every
         open one is in use by a table, else on the least loaded (fewest requests in flight,
-        then fewest tables)."""
+        then fewest tables). ``on_answer`` receives the lease's answers (see :class:`Lease`)."""
         with self._lock:
             if self._closed:
                 raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
@@ -262,7 +286,7 @@ class ConnectionPool:
             assert best is not None
             connection = best[2]
             connection.leases += 1
-            return Lease(connection)
+            return Lease(connection, on_answer)
 
     def _retire(self, slot: list[Any]) -> None:
         connection = slot[2]

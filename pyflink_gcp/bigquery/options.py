@@ -94,24 +94,30 @@ class BigQueryWriterOptions(CreatingWriterOptions):
 
     On the default stream the tables of a subtask share at most ``channel_count`` AppendRows
     connections (:mod:`pyflink_gcp.bigquery.connections`) instead of a connection per table,
-    so 10,000 tables do not open 10,000 connections at every checkpoint.
+    so 10,000 tables do not open 10,000 connections at every checkpoint. BUFFERED streams need
+    a connection each, and at most ``channel_count`` of them are open at once per subtask.
 
     Attributes:
         max_request_bytes: Size of one AppendRows request (service limit 10 MB). A table's rows
             are cut into requests of at most this size; a single row above it is rejected.
         max_request_rows: Rows of one AppendRows request. Cutting requests while records still
             arrive lets sending overlap with processing instead of all waiting for the flush.
-        sender_threads: Threads per subtask sending requests; bounds how many tables are
-            written concurrently.
-        channel_count: ``STORAGE_API_AT_LEAST_ONCE`` only: gRPC channels per subtask (per
-            project and location), each carrying one long-lived AppendRows connection on which
-            the tables are multiplexed (each request names its table; the writer schema goes
-            with a table's first request on the connection). A new connection is opened only
-            when all open ones have requests in flight. Google's Java client allows 20 per
-            location by default and recommends multiplexing beyond 20 connections; each open
-            connection counts against the project's concurrent-connection quota. None: every
-            table opens a connection of its own while it sends (the behaviour before the pool).
-            BUFFERED streams always have one each (the service allows one per stream).
+        sender_threads: Threads per subtask for the calls that still run on a thread: the
+            committer's FlushRows and FinalizeWriteStream (``BUFFERED_STREAM``) and
+            ``FILE_LOADS``' uploads and load jobs. Appends take no thread: they complete by
+            callback.
+        channel_count: AppendRows connections per subtask. ``STORAGE_API_AT_LEAST_ONCE``:
+            gRPC channels per subtask (per project and location), each carrying one long-lived
+            AppendRows connection on which the tables are multiplexed (each request names its
+            table; the writer schema goes with a table's first request on the connection). A
+            new connection is opened only when all open ones have requests in flight. Google's
+            Java client allows 20 per location by default and recommends multiplexing beyond
+            20 connections; each open connection counts against the project's
+            concurrent-connection quota. ``BUFFERED_STREAM``: a stream takes a connection of
+            its own (the service allows one per stream) while it has requests in flight, so at
+            most this many tables of a subtask append at once; the others' requests wait, and
+            are sent when a connection is closed. None: no bound; every table opens a
+            connection of its own while it sends.
         schema_update: What the sink may change in an existing table so the serializer's
             schema fits (see :class:`~pyflink_gcp.bigquery.SchemaUpdate`): when a table's
             writer opens, columns the serializer's ``schema(destination)`` has and the table
@@ -199,12 +205,14 @@ class BigQueryWriterOptionsBuilder(CreatingOptionsBuilder[BigQueryWriterOptions]
         return self._set("max_request_rows", rows)
 
     def sender_threads(self, threads: int) -> Self:
-        """Threads per subtask sending requests: tables written at once (default 8)."""
+        """Threads per subtask for the BUFFERED committer's calls and FILE_LOADS' uploads and
+        load jobs (default 8); appends take none."""
         return self._set("sender_threads", threads)
 
     def channel_count(self, channels: int | None) -> Self:
-        """AppendRows connections per subtask shared by all tables (default 4; None: one per
-        table while it sends)."""
+        """AppendRows connections per subtask (default 4): shared by all tables on the default
+        stream, one per appending table for BUFFERED streams (None: no bound, one per table
+        while it sends)."""
         return self._set("channel_count", channels)
 
     def schema_update(self, mode: SchemaUpdate) -> Self:

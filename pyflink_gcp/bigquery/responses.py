@@ -1,12 +1,13 @@
 """What an answered AppendRows request means for its rows, its table and its stream.
 
 :class:`~pyflink_gcp.bigquery.sender.TableSender` (:mod:`pyflink_gcp.bigquery.sender`) sends a
-table's requests and receives their responses in order; the methods here (a mixin of the
-sender) decide what each response, or a lost connection, means: rows appended, bad rows to
-narrow down and hand to the failure handler, a request to send again, a wait before a new
-connection, or the end of the job. They are apart from the sending loop because they are the
-sink's judgement of the service's answers, the part that decides which rows fail and which
-errors a restart cannot fix, while the loop only moves requests through a connection.
+table's requests, and each response comes back to it in order by callback; the methods here
+(a mixin of the sender) decide what each response, or a lost connection, means: rows
+appended, bad rows to narrow down and hand to the failure handler, a request to send again, a
+wait before a new connection, or the end of the job. They are apart from the sending steps
+because they are the sink's judgement of the service's answers, the part that decides which
+rows fail and which errors a restart cannot fix, while the steps only move requests through a
+connection.
 
 Failures (a row that cannot be encoded never gets this far: the sender rejects it at once):
 
@@ -25,8 +26,9 @@ Failures (a row that cannot be encoded never gets this far: the sender rejects i
   request reaches the failure handler. A rejection without that detail or per-row errors is
   still narrowed down by halving: the emulator rejects bad rows that way.
 - Transport errors and transient statuses re-send the unanswered requests on a new connection,
-  with backoff, until the retry deadline; then the job fails. They are never dead-lettered. On
-  a BUFFERED stream the requests that hold an offset are sent again first, in offset order.
+  with backoff (a timer, no thread sleeping), until the retry deadline; then the job fails.
+  They are never dead-lettered. On a BUFFERED stream the requests that hold an offset are sent
+  again first, in offset order.
 - Quota errors (RESOURCE_EXHAUSTED) are retried the same way, on the policy's slower quota
   schedule, and halve the subtask's :class:`~pyflink_gcp.core.quota.QuotaWindow`, which caps
   every table's requests in flight until appends succeed again.
@@ -74,7 +76,8 @@ class Reconnect(Exception):
 class ResponseHandling:
     """Settles a table's answered requests; mixed into
     :class:`~pyflink_gcp.bigquery.sender.TableSender`, whose state it reads and changes
-    (under ``_cond``, as the sender does). Runs on the sender thread only."""
+    (under ``_cond``, as the sender does). Runs in the sender's steps, which run one at a time
+    (on the thread of the answer's callback, of a timer, or the processing thread)."""
 
     destination: TableDestination
     offsets: StreamOffsets | None
@@ -95,6 +98,10 @@ class ResponseHandling:
 
     def _encode_proto(self, batch: Batch) -> list[Batch]:
         """``batch`` encoded as protobuf rows (the sender encodes)."""
+        raise NotImplementedError
+
+    def _pause(self, delay_s: float) -> None:
+        """Send nothing for ``delay_s`` seconds (a backoff; the sender sets a timer)."""
         raise NotImplementedError
 
     def _handle(
@@ -220,7 +227,7 @@ class ResponseHandling:
         if backoff is None:
             backoff = self._retry.backoffs(self._quota)
         try:
-            backoff.wait_or_raise(exc, self._what)
+            self._pause(backoff.next_wait(exc, self._what))
         except WriteError as error:
             if status == "NOT_FOUND":
                 raise DestinationNotFoundError(

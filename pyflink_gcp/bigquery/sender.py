@@ -1,20 +1,35 @@
-"""The sender-thread half of a table writer: encoding cut requests and appending them.
+"""The sending half of a table writer: encoding cut requests and appending them by callback.
 
 A :class:`~pyflink_gcp.bigquery.writer.TableWriter` (the processing thread's half) cuts a
 table's rows into requests (:class:`Batch`) and hands each to the table's :class:`TableSender`
-with :meth:`TableSender.submit`. The sender runs on the factory's shared thread pool while the
-table has requests: it encodes each request (one Arrow record batch,
+with :meth:`TableSender.submit`. The sender encodes each request (one Arrow record batch,
 :mod:`pyflink_gcp.bigquery.arrow_rows`, or protobuf rows, :mod:`pyflink_gcp.bigquery.rows`,
 split further to stay under ``max_request_bytes``) and pipelines up to ``max_in_flight_requests``
-of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``). The two halves share
-only the request queue and the results, under one condition variable.
+of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``).
+
+No thread waits on a request. The processing thread encodes each cut request and queues it;
+the sender is a small state machine whose steps run one at a time, on whichever thread brings
+it something to do, and never make a thread wait for another: the processing thread, which
+writes the queued requests onto the connection while the table's window has room; the
+connection's reader thread, which hands each response to the sender's callback, which settles it
+(frees its slot, records rejected rows or the first error, queues what must be sent again) and
+sends the requests that waited for the slot; a timer of the subtask, which ends a retry's
+backoff; a metadata thread, which ends the table's lookup (requests cut before it are encoded
+then). The processing thread waits only when the table has more than its window and a few
+requests queued (backpressure), and in :meth:`TableSender.settle`, once, until everything in
+flight was answered.
 
 Every AppendRows request names its stream (the emulator needs it), responses come back in
 order on a connection, and pipelining several requests on one connection is what makes the
-default stream fast. A sending burst holds one connection until the table has nothing left to
-send: on the default stream a lease on a connection it shares with the subtask's other tables
+default stream fast. A table holds one connection while it has requests in flight: on the
+default stream a lease on a connection it shares with the subtask's other tables
 (:mod:`pyflink_gcp.bigquery.connections`), else (a BUFFERED stream, or ``channel_count`` None)
-a connection of its own, closed after the burst. So an idle table costs no thread and no stream.
+a connection of its own, closed when nothing is left in flight. A BUFFERED stream's
+connection first takes one of the subtask's ``channel_count`` slots
+(:class:`~pyflink_gcp.core.batching.Slots`): when all are held, the table's requests wait in
+its queue until a table releases one, and that release calls the table back. So an idle
+table costs no thread and no stream, and a subtask holds a bounded number of connections
+however many tables it writes.
 
 A row that cannot be encoded (wrong type, unknown column) or is larger than a request is
 rejected here, at once, without an RPC. What each response (or a lost connection) means for
@@ -25,11 +40,15 @@ and stream failures, is decided by :mod:`pyflink_gcp.bigquery.responses`, whose
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
+
+import grpc
 
 from pyflink_gcp.bigquery.batch import Batch
 from pyflink_gcp.bigquery.buffered import StreamOffsets, resend_order
@@ -45,16 +64,26 @@ from pyflink_gcp.bigquery.schema_update import MissingValues, UnknownFields, fat
 from pyflink_gcp.bigquery.serialization import row_payload
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.values import RowError
+from pyflink_gcp.core.batching import Slots, Timers
 from pyflink_gcp.core.errors import SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy
+from pyflink_gcp.core.status import StatusError
+
+_LOG = logging.getLogger("pyflink_gcp.bigquery")
 
 #: Bytes a serialized row adds to a request besides its own (field tag and length prefix).
 ROW_OVERHEAD = 6
 #: Requests a table may queue beyond its in-flight window before ``submit`` waits (bounds memory).
 _QUEUED_BATCHES = 4
+#: Beyond a connection's call deadline, how long a settle waits for an answer before it closes
+#: the connection (the deadline ends every call; this only guards against a lost answer).
+_STUCK_MARGIN_S = 30.0
+_STUCK = "no AppendRows response within the connection's deadline"
+#: The subtask timers of senders made without a factory's (tests, tools).
+_TIMERS = Timers("bigquery-append-timers")
 #: ``AppendRowsRequest.MissingValueInterpretation.DEFAULT_VALUE``.
 _DEFAULT_VALUE = AppendRowsRequest.MissingValueInterpretation.Value("DEFAULT_VALUE")
 
@@ -63,8 +92,9 @@ class TableSender(ResponseHandling):
     """Appends the cut requests of one table; see the module docstring.
 
     The processing thread calls :meth:`submit`, :meth:`settle`, :attr:`is_idle` and
-    :meth:`close`; everything else runs on a sender thread, one at a time per table. The state
-    both sides touch (the queue, the results, the connection) is guarded by ``_cond``.
+    :meth:`close`; the steps (:meth:`_run`) run on one thread at a time (``_busy``), whichever
+    brought the work. The state the threads share (the queues, the results, the connection)
+    is guarded by ``_cond``.
     """
 
     def __init__(
@@ -74,17 +104,18 @@ class TableSender(ResponseHandling):
         *,
         sink_name: str,
         stub: Any,
-        executor: Any,
         retry: RetryPolicy,
         max_in_flight: int,
         max_request_bytes: int,
         connection_timeout_s: float,
         endpoint: str = DEFAULT_STORAGE_HOST,
         stream: Future[str] | None = None,
-        connect: Callable[[str, TableLayout], Any] | None = None,
+        connect: Callable[[str, TableLayout, Callable[[Any], None]], Any] | None = None,
         unknown_fields: UnknownFields = UnknownFields.FAIL,
         missing_values: MissingValues = MissingValues.NULL,
         quota: QuotaWindow | None = None,
+        timers: Timers | None = None,
+        slots: Slots | None = None,
     ) -> None:
         self.destination = destination
         #: The subtask's window (else the table's own): caps ``max_in_flight`` after quota errors.
@@ -102,12 +133,19 @@ class TableSender(ResponseHandling):
         # Room for the stream name in a request (a created stream's name is not known yet).
         self._stream_length = len(destination.default_stream) + (0 if stream is None else 128)
         self._what = f"sink '{sink_name}': append to {destination.table_id} at {endpoint}"
-        #: Opens (or leases) the connection of a sending burst: ``connect(stream, layout)``.
-        self._connect = connect or (lambda name, _: AppendConnection(stub, name, self._timeout_s))
-        self._executor = executor
+        self._timeout_s = connection_timeout_s
+        #: Opens (or leases) the connection while requests are in flight:
+        #: ``connect(stream, layout, on_answer)``; ``on_answer`` receives each answer in order.
+        self._connect = connect or (
+            lambda name, _, on_answer: AppendConnection(stub, name, self._timeout_s, on_answer)
+        )
+        self._timers = timers or _TIMERS
+        #: The subtask's bound on connections of their own (``channel_count``); None: none.
+        self._slots = slots
+        self._slot = False  # holds one of ``_slots`` (while it connects and sends)
+        self._slot_wanted = False  # queued for one
         self._retry = retry
         self._depth = max_in_flight
-        self._timeout_s = connection_timeout_s
         self._layout_source = layout
         self._layout: TableLayout | None = None
         self._plain_schema: Any = None
@@ -116,12 +154,22 @@ class TableSender(ResponseHandling):
         #: Bytes of rows one request may carry (its limit less the schema it also carries).
         self.max_bytes = max_request_bytes
         self._cond = threading.Condition()
+        #: Requests to send, in order (cut ones, and those to send again, at the front).
         self._queue: deque[Batch] = deque()
-        self._draining = False
+        #: Requests sent on ``_connection`` and not answered yet, in order.
+        self._in_flight: deque[Batch] = deque()
+        #: Answers not settled yet: (connection generation, response or exception).
+        self._answers: deque[tuple[int, Any]] = deque()
+        self._answers_seen = 0
+        self._busy = False  # a thread runs the steps
+        self._paused = 0  # the running backoff's number, else 0
+        self._pauses = 0
+        self._backoff: BackoffSequence | None = None
         self._failed: list[FailedRecord] = []
         self._fatal: BaseException | None = None
         self._closed = False
         self._connection: Any = None  # an AppendConnection, or a Lease on a shared one
+        self._generation = 0  # of ``_connection``: answers of an older one are dropped
         # Counters (read by tests, metrics and the benchmark).
         self.rows_appended = 0
         self.requests_sent = 0
@@ -129,6 +177,10 @@ class TableSender(ResponseHandling):
         self.bytes_encoded = 0
         self.arrow_requests_sent = 0
         self.arrow_rejections = 0
+        # A lookup or a stream creation that ends lets the steps go on (on its thread).
+        for source in (layout, stream):
+            if isinstance(source, Future):
+                source.add_done_callback(lambda _: self._step())
 
     # -- table layout (either thread) ----------------------------------------------------------
 
@@ -200,27 +252,30 @@ class TableSender(ResponseHandling):
     # -- processing thread ---------------------------------------------------------------------
 
     def submit(self, batch: Batch) -> None:
-        """Queue a cut request, starting a sender if none runs; waits while the table has more
-        than its window and a few requests queued (backpressure).
+        """Queue a cut request and send what the window has room for; waits while the table has
+        more than its window and a few requests queued (backpressure).
 
         Raises:
-            SinkError: The sender died; its error is raised here rather than rows queued for a
-                sender that no longer runs.
+            SinkError: The sender failed; its error is raised here rather than rows queued for
+                a sender that no longer sends.
         """
         if self._fatal is not None:
             raise self._fatal
+        # Encoded here, on the processing thread, once the table's lookup has ended (until
+        # then the lookup's callback encodes it): a step on a reader thread only sends it.
+        source = self._layout_source
+        if batch.rows is None and (
+            isinstance(source, TableLayout)
+            or (source.done() and not source.cancelled() and source.exception() is None)
+        ):
+            batches = self._encode(batch)
+        else:
+            batches = [batch]
         with self._cond:
-            self._queue.append(batch)
-            if not self._draining and self._fatal is None:
-                self._draining = True
-                self._executor.submit(self._drain)
-            # Backpressure: a table that sends slower than it receives holds the task here.
-            while (
-                self._draining
-                and self._fatal is None
-                and len(self._queue) > self._depth + _QUEUED_BATCHES
-            ):
-                self._cond.wait()
+            self._queue.extend(batches)
+        self._step()
+        # Backpressure: a table that sends slower than it receives holds the task here.
+        self._wait(lambda: len(self._queue) <= self._depth + _QUEUED_BATCHES)
 
     def settle(self) -> list[FailedRecord]:
         """Wait until every submitted request was answered; the rows the service rejected.
@@ -228,9 +283,9 @@ class TableSender(ResponseHandling):
         Raises:
             SinkError: The sender failed (after retries); raised again by every later call.
         """
+        self._step()
+        self._wait(lambda: not (self._queue or self._in_flight or self._answers))
         with self._cond:
-            while self._draining:
-                self._cond.wait()
             fatal = self._fatal
             failed, self._failed = self._failed, []
         if fatal is not None:
@@ -238,112 +293,233 @@ class TableSender(ResponseHandling):
         return failed
 
     def raise_if_failed(self) -> None:
-        """Raise the sender's error, if it died."""
+        """Raise the sender's error, if it failed."""
         if self._fatal is not None:
             raise self._fatal
 
     @property
     def is_idle(self) -> bool:
-        """Nothing queued, in flight, or waiting to be reported (a sender that died is not idle:
-        its error must reach the next flush)."""
-        return not (self._queue or self._draining or self._failed or self._fatal is not None)
+        """Nothing queued, in flight, or waiting to be reported (a sender that failed is not
+        idle: its error must reach the next flush)."""
+        return not (
+            self._queue
+            or self._in_flight
+            or self._answers
+            or self._busy
+            or self._failed
+            or self._fatal is not None
+        )
 
     def close(self) -> None:
-        """Drop what is queued and close the connection (a running sender stops at its next
-        step)."""
+        """Drop what is queued and close the connection (a running step stops at its next)."""
         with self._cond:
             self._closed = True
             self._queue.clear()
-            connection = self._connection
+            connection, self._connection = self._connection, None
+            self._generation += 1
+            slot, self._slot = self._slot, False
+            wanted, self._slot_wanted = self._slot_wanted, False
+            self._cond.notify_all()
         if connection is not None:
             connection.close()
+        if self._slots is not None:
+            if slot:
+                self._slots.release()
+            if wanted:
+                self._slots.cancel(self)  # if granted meanwhile, _slot_granted gives it back
         source = self._layout_source
         if isinstance(source, Future):
             source.cancel()  # a lookup still queued for a writer that is gone
 
-    # -- sender thread -------------------------------------------------------------------------
+    def _wait(self, done: Callable[[], bool]) -> None:
+        """Until ``done()`` (or the sender failed or closed): run the steps there is work for
+        on this thread, else wait for answers, timers and lookups to bring some. A connection
+        that answers nothing for longer than its deadline (and a margin) is closed, so its
+        requests fail and are sent again: the wait is bounded."""
+        while True:
+            stuck: Any = None
+            with self._cond:
+                seen = self._answers_seen
+                while self._fatal is None and not self._closed:
+                    if not self._busy:
+                        if done():
+                            return
+                        if self._action():
+                            break
+                    if (
+                        not self._cond.wait(self._timeout_s + _STUCK_MARGIN_S)
+                        and seen == self._answers_seen
+                        and self._in_flight
+                    ):
+                        stuck = self._connection
+                        break
+                else:
+                    return
+            if stuck is not None:
+                _LOG.warning("%s: %s; sending its requests again", self._what, _STUCK)
+                stuck.abort()
+            self._step()
 
-    def _drain(self) -> None:
-        """Send queued requests until none is left, then close the connection."""
-        in_flight: deque[Batch] = deque()
-        backoff: BackoffSequence | None = None
+    # -- the steps (one thread at a time) ------------------------------------------------------
+
+    def _step(self) -> None:
+        """Run the steps there is work for on this thread, unless a step runs elsewhere: that
+        one sees the work this thread brought (its ``_action`` is taken under ``_cond``), so no
+        thread waits for another here."""
+        with self._cond:
+            if self._busy or self._closed or self._fatal is not None:
+                return
+            self._busy = True
+        self._run()
+
+    def _action(self) -> str:
+        """The next step ('' for none); under ``_cond``."""
+        if self._answers:
+            return "answer"
+        connection = self._connection
+        if (
+            connection is not None
+            and not self._in_flight
+            and (not self._queue or connection.retiring or self._paused)
+        ):
+            # Nothing left in flight; a retiring connection takes no more; a backoff gives the
+            # connection (and its slot) to the other tables while it runs.
+            return "disconnect"
+        if not self._queue or self._paused:
+            # A slot held without a connection (all its rows refused, or a backoff) goes back.
+            return "disconnect" if self._slot and connection is None else ""
+        if connection is not None and connection.retiring:
+            return ""
+        if len(self._in_flight) >= min(self._depth, self._quota.limit):
+            return ""
+        for source in (self._layout_source, self._stream_source):
+            if isinstance(source, Future) and not source.done():
+                return ""  # its done-callback runs the steps
+        if connection is None and self._slots is not None and not self._slot:
+            # A connection of its own needs one of the subtask's slots; when all are held,
+            # the release of one calls ``_slot_granted`` (no thread waits for it).
+            if self._slot_wanted:
+                return ""
+            if not self._slots.acquire(self, self._slot_granted):
+                self._slot_wanted = True
+                return ""
+            self._slot = True
+        return "send"
+
+    def _slot_granted(self) -> None:
+        """A connection slot was taken for this sender (the releasing thread)."""
+        with self._cond:
+            self._slot_wanted = False
+            keep = not self._closed and self._fatal is None and not self._slot
+            if keep:
+                self._slot = True
+        if not keep:
+            assert self._slots is not None
+            self._slots.release()
+            return
+        self._step()
+
+    def _run(self) -> None:
         try:
             while True:
-                # A retiring shared connection takes no more requests: once this table's are
-                # answered, the next one goes on another connection.
-                retiring = self._connection is not None and self._connection.retiring
-                if retiring and not in_flight:
-                    self._disconnect()
-                    retiring = False
                 with self._cond:
-                    if self._closed:
-                        self._draining = False
+                    action = "" if self._closed else self._action()
+                    if not action:
+                        self._busy = False
                         self._cond.notify_all()
                         return
-                    to_send: list[Batch] = []
-                    depth = min(self._depth, self._quota.limit)
-                    while not retiring and len(in_flight) + len(to_send) < depth and self._queue:
-                        to_send.append(self._queue.popleft())
-                    if not to_send and not in_flight:
-                        self._draining = False
-                        self._cond.notify_all()
-                        return
-                    if to_send:
-                        self._cond.notify_all()
-                ready: list[Batch] = []
-                for batch in to_send:
-                    if batch.rows is None and batch.arrow is None:
-                        encoded = self._encode_batch(batch)
-                        self.bytes_encoded += sum(
-                            len(b.arrow) if b.arrow is not None else sum(map(len, b.rows or ()))
-                            for b in encoded
-                        )
-                        ready.extend(encoded)
-                    else:
-                        ready.append(batch)
-                room = max(0, depth - len(in_flight))
-                if len(ready) > room:
-                    # Encoding split a request by size: the rest waits its turn in the window.
-                    with self._cond:
-                        self._queue.extendleft(reversed(ready[room:]))
-                    del ready[room:]
-                for batch in ready:
-                    self._send(batch)
-                    in_flight.append(batch)
-                if not in_flight:
-                    continue
-                try:
-                    response = self._receive()
-                except Exception as exc:  # noqa: BLE001 - classified by _retry_or_raise
-                    # The connection is gone: every unanswered request is sent again, those
-                    # holding an offset first.
+                    if action == "answer":
+                        generation, answer = self._answers.popleft()
+                        self._answers_seen += 1
+                if action == "answer":
+                    if generation == self._generation:
+                        self._settle_answer(answer)
+                elif action == "disconnect":
                     self._disconnect()
-                    with self._cond:
-                        self._queue.extendleft(reversed(resend_order(in_flight)))
-                    in_flight.clear()
-                    backoff = self._retry_or_raise(exc, backoff)
-                    continue
-                batch = in_flight.popleft()
-                try:
-                    backoff = self._handle(batch, response, backoff, in_flight)
-                except Reconnect as reconnect:
-                    # Sent again, with the ones behind it, on a new connection after a backoff.
-                    self._disconnect()
-                    with self._cond:
-                        self._queue.extendleft(reversed(resend_order([batch, *in_flight])))
-                    in_flight.clear()
-                    backoff = self._retry_or_raise(reconnect.error, backoff)
+                else:
+                    self._send_next()
         except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
             error = exc
             if not isinstance(exc, SinkError):
                 error = WriteError(f"{self._what}: {type(exc).__name__}: {exc}")
                 error.__cause__ = exc
+            self._disconnect()
             with self._cond:
                 self._fatal = error
-                self._draining = False
+                self._busy = False
                 self._cond.notify_all()
-        finally:
-            self._disconnect()
+
+    def _on_answer(self, generation: int, answer: Any) -> None:
+        """A connection's answer to the oldest request sent on it (its reader thread)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._answers.append((generation, answer))
+        self._step()
+
+    def _settle_answer(self, answer: Any) -> None:
+        if isinstance(answer, Exception):
+            self._lost(answer, [])
+            return
+        with self._cond:
+            batch = self._in_flight.popleft() if self._in_flight else None
+        if batch is None:
+            self._lost(StatusError(grpc.StatusCode.INTERNAL, "an answer nobody waits for"), [])
+            return
+        try:
+            self._backoff = self._handle(batch, answer, self._backoff, self._in_flight)
+        except Reconnect as reconnect:
+            # Sent again, with the ones behind it, on a new connection after a backoff.
+            self._lost(reconnect.error, [batch])
+
+    def _lost(self, error: Exception, answered: list[Batch]) -> None:
+        """The connection is gone (or must be replaced): every unanswered request is sent again
+        on a new one after a backoff, those holding an offset first."""
+        self._disconnect()
+        with self._cond:
+            self._queue.extendleft(reversed(resend_order([*answered, *self._in_flight])))
+            self._in_flight.clear()
+        self._backoff = self._retry_or_raise(error, self._backoff)
+
+    def _pause(self, delay_s: float) -> None:
+        """Send nothing for ``delay_s`` seconds; a subtask timer resumes (no thread sleeps)."""
+        with self._cond:
+            self._pauses += 1
+            token = self._paused = self._pauses
+
+        def resume() -> None:
+            with self._cond:
+                if self._paused != token:
+                    return
+                self._paused = 0
+            self._step()
+
+        self._timers.call_later(delay_s, resume)
+
+    def _send_next(self) -> None:
+        """Encode (if it was not) and send the request at the front of the queue."""
+        with self._cond:
+            batch = self._queue.popleft()
+        if batch.rows is None and batch.arrow is None:
+            # Cut before the table's lookup ended, or a part of a rejected Arrow request.
+            encoded = self._encode(batch)
+            if not encoded:
+                return
+            batch = encoded[0]
+            if len(encoded) > 1:
+                # Encoding split a request by size: the rest waits its turn in the window.
+                with self._cond:
+                    self._queue.extendleft(reversed(encoded[1:]))
+        self._send(batch)
+
+    def _encode(self, batch: Batch) -> list[Batch]:
+        encoded = self._encode_batch(batch)
+        size = sum(
+            len(b.arrow) if b.arrow is not None else sum(map(len, b.rows or ())) for b in encoded
+        )
+        with self._cond:
+            self.bytes_encoded += size
+        return encoded
 
     def _encode_batch(self, batch: Batch) -> list[Batch]:
         """Encode a pending batch: one Arrow record batch if possible, else protobuf rows.
@@ -405,9 +581,15 @@ class TableSender(ResponseHandling):
         layout = self.layout()
         connection = self._connection
         if connection is None:
-            connection = self._connect(stream, layout)
+            generation = self._generation
+            connection = self._connect(stream, layout, partial(self._on_answer, generation))
             with self._cond:
-                self._connection = connection
+                closed = self._closed or generation != self._generation
+                if not closed:
+                    self._connection = connection
+            if closed:
+                connection.close()
+                return
         # Every request names its stream and carries its writer schema, on a shared connection
         # too: a request may follow others whose answers are not in yet, a backend may drop a
         # connection's schema with a rejected request (the emulator does), and a request that
@@ -429,15 +611,18 @@ class TableSender(ResponseHandling):
                 self._cdc_schema if batch.cdc else self._plain_schema
             )
             request.proto_rows.rows.serialized_rows.extend(batch.rows or ())
+        with self._cond:
+            self._in_flight.append(batch)  # before its answer can come
         connection.send(request)
         self.requests_sent += 1
-
-    def _receive(self) -> Any:
-        assert self._connection is not None
-        return self._connection.receive()
 
     def _disconnect(self) -> None:
         with self._cond:
             connection, self._connection = self._connection, None
+            self._generation += 1
+            slot, self._slot = self._slot, False
         if connection is not None:
             connection.close()
+        if slot:
+            assert self._slots is not None
+            self._slots.release()

@@ -107,9 +107,9 @@ class EncoderCache:
 
     A layout is per table (its location is its own); its encoder, Arrow encoder and fields are
     those of the first table seen with the same :func:`schema_key`, primary key and encoding
-    options. They are read-only once built, so the sender threads of many tables use them at
-    once. At most ``capacity`` schemas are kept (least recently used out); a writer holding
-    encoders that fell out keeps them until it is closed.
+    options. They are read-only once built, so the threads that send many tables' requests
+    use them at once. At most ``capacity`` schemas are kept (least recently used out); a
+    writer holding encoders that fell out keeps them until it is closed.
 
     Thread-safe: the catalog's metadata threads call :meth:`layout` concurrently.
     """

@@ -3,8 +3,9 @@
 This module is the processing thread's side and the hot path. Per record
 (:meth:`TableWriter.write`): a type check and a list append. A table's rows are cut into
 requests of ``max_request_rows``; each cut request is handed to the table's
-:class:`~pyflink_gcp.bigquery.sender.TableSender`, which encodes and appends it on a shared
-sender thread. :meth:`TableWriter.flush`, called before every checkpoint barrier (and by the
+:class:`~pyflink_gcp.bigquery.sender.TableSender`, which encodes it and writes it onto the
+table's connection while its window has room; answers complete it by callback, so no thread
+waits on a request. :meth:`TableWriter.flush`, called before every checkpoint barrier (and by the
 registry before it releases a dirty writer at the ``max_active_destinations`` cap), waits until
 every request was answered.
 
@@ -15,14 +16,14 @@ table's schema.
 The table's schema is fetched (or the table created) by the
 :class:`~pyflink_gcp.bigquery.tables.TableCatalog` on a metadata thread as soon as the writer is
 created, so a subtask meeting many new tables keeps processing records meanwhile; the sender
-waits for it before its first request.
+sends the table's first request when the lookup ends.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.buffered import (
@@ -44,7 +45,7 @@ from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
-from pyflink_gcp.core.batching import OpenBatch
+from pyflink_gcp.core.batching import OpenBatch, Slots, Timers
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
@@ -62,7 +63,7 @@ _END_OF_INPUT = -1
 
 class TableWriter(DestinationWriter[TableDestination]):
     """Buffers and cuts the rows of one table (processing thread); its
-    :class:`~pyflink_gcp.bigquery.sender.TableSender` appends them (sender thread).
+    :class:`~pyflink_gcp.bigquery.sender.TableSender` appends them.
 
     Args:
         destination: The table.
@@ -105,7 +106,7 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     @property
     def bytes_accepted(self) -> int:  # type: ignore[override]
-        """The bytes of the rows encoded so far: rows are encoded on the sender's thread."""
+        """The bytes of the rows encoded so far: rows are encoded by the sender."""
         return self.sender.bytes_encoded
 
     @property
@@ -239,7 +240,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     Picklable configuration (``_config_fields``) until :meth:`open`, which (on the worker) opens
     the Storage Write channel, the table catalog (REST client for table metadata and creation),
-    the sender threads and the metadata threads.
+    the timer thread of retries' backoffs and the metadata threads.
     """
 
     accepts_unroutable = True
@@ -295,7 +296,11 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.stub: Any = None
         #: The shared AppendRows connections, when ``channel_count`` is set.
         self.pool: ConnectionPool | None = None
-        self.executor: Any = None
+        #: Ends the senders' backoffs (one thread for every table of the subtask).
+        self.timers: Timers | None = None
+        #: Bounds the connections of their own that tables hold at once (BUFFERED streams,
+        #: each on its own connection: ``channel_count``); None: the pool bounds them, or none.
+        self.slots: Slots | None = None
         self.metadata_executor: Any = None
         self.catalog: TableCatalog | None = None
         #: Each table's requests in flight: max_in_flight_requests, less after quota errors.
@@ -327,17 +332,18 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
                 interceptors=self.interceptors,
             )
-        self.executor = ThreadPoolExecutor(
-            max_workers=self.options.sender_threads,
-            thread_name_prefix=f"{self.sink_name}-{info.subtask_index}-send",
-        )
+        elif count is not None:
+            self.slots = Slots(count)
+        self.timers = Timers(f"{self.sink_name}-{info.subtask_index}-timers")
         self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
 
     def close(self) -> None:
-        for executor in (self.executor, self.metadata_executor):
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
-        self.executor = self.metadata_executor = None
+        if self.metadata_executor is not None:
+            self.metadata_executor.shutdown(wait=False, cancel_futures=True)
+        self.metadata_executor = None
+        if self.timers is not None:
+            self.timers.close()
+            self.timers = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -375,7 +381,6 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             layout,
             sink_name=self.sink_name,
             stub=self.stub,
-            executor=self.executor,
             retry=self.retry,
             max_in_flight=1 if ordered else options.max_in_flight_requests,
             max_request_bytes=options.max_request_bytes,
@@ -386,6 +391,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             unknown_fields=options.unknown_fields,
             missing_values=options.missing_values,
             quota=self.quota,
+            timers=self.timers,
+            slots=self.slots,
         )
         return TableWriter(
             destination,
@@ -402,10 +409,11 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         stream."""
         return None
 
-    def lease(self, stream: str, layout: TableLayout) -> Lease:
-        """A lease on one of the pool's connections for a sending burst to ``stream``."""
+    def lease(self, stream: str, layout: TableLayout, on_answer: Callable[[Any], None]) -> Lease:
+        """A lease on one of the pool's connections while ``stream`` has requests in flight;
+        ``on_answer`` receives their answers."""
         assert self.pool is not None
-        return self.pool.acquire(stream, stream.split("/", 2)[1], layout.location)
+        return self.pool.acquire(stream, stream.split("/", 2)[1], layout.location, on_answer)
 
     def writer_closed(self, writer: TableWriter) -> None:
         """A writer was closed (idle, evicted, or the task ends)."""

@@ -19,12 +19,18 @@ bookkeeping, so it lives here once:
   :meth:`InFlightWindow.admit`, when the window is full (Flink backpressure), and in
   :meth:`InFlightWindow.drain`, before a checkpoint barrier, where every request must be done.
 
+Two helpers serve writers whose requests complete by callback: :class:`Timers`, one thread
+that ends every backoff of a subtask, and :class:`Slots`, a bound on things held at once (a
+subtask's connections) whose waiters are called back when one is free.
+
 Both know no service and no client library: a request is any ``concurrent.futures.Future`` or
 ``grpc.Future`` (anything with ``add_done_callback`` and ``exception``).
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import math
 import sys
 import threading
@@ -337,3 +343,115 @@ class InFlightWindow(Generic[R]):
 
     def __repr__(self) -> str:
         return f"InFlightWindow({self.what}: {self._requests} in flight, limit {self.limit})"
+
+
+class Timers:
+    """One thread that runs callbacks at their due time, for every waiter of a subtask.
+
+    What: :meth:`call_later` schedules ``fn`` to run after ``delay_s`` on the timer thread.
+    Why: a writer whose requests complete by callback backs off before a retry without a thread
+    sleeping for it; at thousands of destinations a thread per waiting destination would be
+    thousands of threads. A callback must not block: it holds up every later one. The thread
+    starts with the first callback and ends with :meth:`close`.
+    """
+
+    def __init__(self, name: str = "timers") -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._count = 0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the timer thread in ``delay_s`` seconds (dropped once closed)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._count += 1
+            heapq.heappush(self._due, (time.monotonic() + max(0.0, delay_s), self._count, fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                fn = heapq.heappop(self._due)[2]
+            try:
+                fn()
+            except Exception:  # one callback's failure must not stop the others
+                logging.getLogger("pyflink_gcp").exception("a timer callback failed")
+
+    def close(self) -> None:
+        """Drop the callbacks not yet run and end the thread."""
+        with self._cond:
+            self._closed = True
+            self._due.clear()
+            self._cond.notify_all()
+
+
+class Slots:
+    """At most ``limit`` holders at once, with waiters served by callback in arrival order.
+
+    What: :meth:`acquire` takes a slot for a key at once (True), or queues the key (False) and
+    calls its ``on_grant`` once a slot was taken for it, on the thread of the :meth:`release`
+    that freed it; :meth:`cancel` withdraws a waiter; :meth:`release` gives a slot back. A key
+    waits once however often it asks. ``limit`` None: no bound, every acquire succeeds.
+    Why: a writer whose requests complete by callback must sometimes wait for a scarce thing (a
+    connection of the subtask) before it can send; a thread blocked on it would be the thread
+    the design removes. ``on_grant`` must not block; it runs outside the slots' lock, and a
+    grant to a holder that no longer wants it is given back with :meth:`release`.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held = 0
+        self._waiting: dict[object, Callable[[], None]] = {}  # in arrival order
+
+    @property
+    def held(self) -> int:
+        """Slots taken."""
+        return self._held
+
+    @property
+    def waiting(self) -> int:
+        """Keys waiting for a slot."""
+        return len(self._waiting)
+
+    def acquire(self, key: object, on_grant: Callable[[], None]) -> bool:
+        """Take a slot for ``key`` now (True), or queue it for ``on_grant`` (False)."""
+        with self._lock:
+            if self.limit is None or (self._held < self.limit and not self._waiting):
+                self._held += 1
+                return True
+            self._waiting.setdefault(key, on_grant)
+            return False
+
+    def cancel(self, key: object) -> bool:
+        """Withdraw ``key``'s wait; False when it was not waiting (granted already, or never
+        queued)."""
+        with self._lock:
+            return self._waiting.pop(key, None) is not None
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest waiter (its ``on_grant`` runs here), else free."""
+        with self._lock:
+            if not self._waiting:
+                self._held -= 1
+                return
+            key = next(iter(self._waiting))
+            on_grant = self._waiting.pop(key)
+        on_grant()
+
+    def __repr__(self) -> str:
+        return f"Slots({self._held} held of {self.limit}, {len(self._waiting)} waiting)"

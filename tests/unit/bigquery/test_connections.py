@@ -7,7 +7,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -238,12 +237,11 @@ def _sender(table: str, p: ConnectionPool, **kw: Any) -> TableSender:
         TableLayout.of(SCHEMA),
         sink_name="test-sink",
         stub=None,
-        executor=kw.pop("executor"),
         retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5.0),
         max_in_flight=kw.pop("max_in_flight", 2),
         max_request_bytes=100_000,
         connection_timeout_s=30.0,
-        connect=lambda name, layout: p.acquire(name, "p", layout.location),
+        connect=lambda name, layout, on_answer: p.acquire(name, "p", layout.location, on_answer),
     )
 
 
@@ -252,8 +250,7 @@ def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks() ->
     # own unanswered requests and every row lands exactly once per answer.
     backend = Backend(latency_s=0.002, break_after=15)
     p = pool(backend, channels=2)
-    executor = ThreadPoolExecutor(8)
-    senders = [_sender(f"t{i}", p, executor=executor) for i in range(8)]
+    senders = [_sender(f"t{i}", p) for i in range(8)]
     for n in range(5):
         for i, s in enumerate(senders):
             s.submit(Batch(None, [{"id": i * 100 + n}], [n], False))
@@ -268,5 +265,25 @@ def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks() ->
     for call, r in backend.requests:
         per_call.setdefault(call, set()).add(r.write_stream)
     assert max(len(v) for v in per_call.values()) > 1
-    executor.shutdown()
+    p.close()
+
+
+def test_thousands_of_tables_cost_no_thread_each_answers_settle_by_callback() -> None:
+    # A hundred tables with a request each in flight on two connections: the threads are the
+    # connections' (a reader, and the fake service's), not the tables'; each answer is
+    # settled by its lease's callback, with no settle waiting.
+    backend = Backend(latency_s=0.002)
+    p = pool(backend, channels=2)
+    senders = [_sender(f"t{i}", p) for i in range(100)]
+    before = threading.active_count()
+    for i, s in enumerate(senders):
+        s.submit(Batch(None, [{"id": i}], [i], False))
+    during = threading.active_count()
+    deadline = time.monotonic() + 10
+    while sum(s.rows_appended for s in senders) < 100:
+        assert time.monotonic() < deadline, "answers were not settled"
+        time.sleep(0.005)
+    assert during - before <= 2 * p.connections_opened + 1
+    assert p.connections_opened <= 4
+    assert all(s.settle() == [] and s.is_idle for s in senders)
     p.close()

@@ -5,7 +5,8 @@ the responses mean is test_responses.py's)."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from concurrent.futures import Future
 from typing import Any
 
 import grpc
@@ -21,10 +22,14 @@ from pyflink_gcp.bigquery import (
     RowFormat,
     TableDestination,
 )
+from pyflink_gcp.bigquery import sender as sender_module
+from pyflink_gcp.bigquery.client import AppendConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
 from pyflink_gcp.core import DestinationNotFoundError
+from pyflink_gcp.core.batching import Slots
+from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 
 Response = types.AppendRowsResponse.pb()
@@ -153,7 +158,6 @@ def factory(
         retry=RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=1.0),
     )
     made.stub = service
-    made.executor = ThreadPoolExecutor(2)
     return made
 
 
@@ -201,7 +205,6 @@ def sender(service: Any, layout: Any, **kw: Any) -> TableSender:
     settings: dict[str, Any] = {
         "sink_name": "test-sink",
         "stub": service,
-        "executor": ThreadPoolExecutor(2),
         "retry": RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=0.2),
         "max_in_flight": 2,
         "max_request_bytes": 100_000,
@@ -233,57 +236,44 @@ def created(name: str = BUFFERED_STREAM) -> Future[str]:
     return stream
 
 
-class Deferred:
-    """An executor that runs what it is given only when told (on the caller's thread)."""
-
-    def __init__(self) -> None:
-        self.pending: list[Any] = []
-
-    def submit(self, fn: Any) -> None:
-        self.pending.append(fn)
-
-    def run(self) -> None:
-        while self.pending:
-            self.pending.pop(0)()
-
-
 class ScriptedStream:
     """A BUFFERED stream's service side, answering appends by offset as BigQuery does (at the
-    end: appended; below it: ALREADY_EXISTS; past it: OUT_OF_RANGE), after a script: the
-    first response rejects row 1 with a per-row error, the second receive loses the
-    connection."""
+    end: appended; below it: ALREADY_EXISTS; past it: OUT_OF_RANGE), when told
+    (:meth:`answer_all`, by the connections' callbacks), after a script: the first answer
+    rejects row 1 with a per-row error, the second is the connection's loss."""
 
     def __init__(self) -> None:
         self.end = 0
-        self.receives = 0
-        self.connections = 0
+        self.answers = 0
+        self.connections: list[_ScriptedConnection] = []
         self.appended: list[int] = []
+        #: Answer each request as it is sent (on the sending thread).
+        self.at_once = False
 
-    def connect(self, stream: str, layout: Any) -> Any:
-        self.connections += 1
-        return _ScriptedConnection(self)
+    def connect(self, stream: str, layout: Any, on_answer: Any) -> Any:
+        connection = _ScriptedConnection(self, on_answer)
+        self.connections.append(connection)
+        return connection
 
+    def answer_all(self) -> None:
+        """Answer every request sent, on the callers' thread, until none is left."""
+        while True:
+            live = [c for c in self.connections if c.sent and not c.closed]
+            if not live:
+                return
+            connection = live[0]
+            request = connection.sent.pop(0)
+            self.answers += 1
+            if self.answers == 2:
+                connection.sent.clear()
+                connection.on_answer(Unavailable())
+                continue
+            connection.on_answer(self.answer(request))
 
-class _ScriptedConnection:
-    retiring = False
-
-    def __init__(self, service: ScriptedStream) -> None:
-        self._service = service
-        self._sent: list[Any] = []
-
-    def send(self, request: Any) -> None:
-        assert request.write_stream == BUFFERED_STREAM
-        self._sent.append(request)
-
-    def receive(self) -> Any:
+    def answer(self, request: Any) -> Any:
         from tests.unit.bigquery.test_rows import decode
 
-        service = self._service
-        service.receives += 1
-        if service.receives == 2:
-            raise Unavailable()
-        request = self._sent.pop(0)
-        if service.receives == 1:
+        if self.answers == 1:
             return Response(
                 error={"code": 3, "message": "rows rejected"},
                 row_errors=[{"index": 1, "code": 1, "message": "row 1 is bad"}],
@@ -291,36 +281,54 @@ class _ScriptedConnection:
         descriptor = request.proto_rows.writer_schema.proto_descriptor
         ids = [decode(descriptor, r)["id"] for r in request.proto_rows.rows.serialized_rows]
         offset = request.offset.value
-        if offset > service.end:
+        if offset > self.end:
             return Response(error={"code": 11, "message": f"offset {offset} past the end"})
-        if offset < service.end:
+        if offset < self.end:
             return Response(error={"code": 6, "message": f"offset {offset} exists"})
-        service.end += len(ids)
-        service.appended.extend(ids)
+        self.end += len(ids)
+        self.appended.extend(ids)
         return Response(append_result={"offset": {"value": offset}})
 
+
+class _ScriptedConnection:
+    retiring = False
+
+    def __init__(self, service: ScriptedStream, on_answer: Any) -> None:
+        self.service = service
+        self.on_answer = on_answer
+        self.sent: list[Any] = []
+        self.closed = False
+
+    def send(self, request: Any) -> None:
+        assert request.write_stream == BUFFERED_STREAM
+        self.sent.append(request)
+        if self.service.at_once:
+            self.service.answer_all()
+
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 def test_after_a_lost_connection_requests_holding_an_offset_are_sent_again_first() -> None:
     # A (rows 0-2) at offset 0 and B (3-4) at 3 in flight; A is refused for row 1, so B is
     # stale, and A's good rows go again at offset 0; the connection drops with B and them
     # unanswered. Sent again B first, B would take offset 2, past the stream's end.
-    service, executor = ScriptedStream(), Deferred()
+    service = ScriptedStream()
     s = sender(
         None,
         TableLayout.of(ENCODER_SCHEMA, row_format=RowFormat.PROTO),
-        executor=executor,
         stream=created(),
         connect=service.connect,
     )
     s.submit(Batch(None, [{"id": i} for i in range(3)], ["r0", "r1", "r2"], False))
     s.submit(Batch(None, [{"id": i} for i in (3, 4)], ["r3", "r4"], False))
-    executor.run()
+    assert len(service.connections[0].sent) == 2  # both in flight before any answer
+    service.answer_all()
+    # The connection's loss paused the sender; its timer resumes it, and settle waits for it.
+    service.at_once = True
     failed = s.settle()
     assert [(f.record_repr, f.reason) for f in failed] == [("'r1'", "row 1 is bad")]
-    assert service.appended == [0, 2, 3, 4] and service.connections == 2
+    assert service.appended == [0, 2, 3, 4] and len(service.connections) == 2
     assert s.offsets is not None and s.offsets.appended == 4
 
 
@@ -357,3 +365,233 @@ def test_missing_values_set_the_requests_interpretation(missing: MissingValues) 
         else interpretation.MISSING_VALUE_INTERPRETATION_UNSPECIFIED
     )
     assert seen == [expected]
+
+
+# -- completion by callback ---------------------------------------------------------------------
+
+
+def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+class Recording:
+    """Wraps the connections a sender opens, noting the thread of every request sent."""
+
+    def __init__(self, service: FakeService) -> None:
+        self.service = service
+        self.threads: list[str] = []
+        self.opened = 0
+
+    def connect(self, stream: str, layout: Any, on_answer: Any) -> Any:
+        self.opened += 1
+        return _Recorded(self, AppendConnection(self.service, stream, 5.0, on_answer))
+
+
+class _Recorded:
+    retiring = False
+
+    def __init__(self, recording: Recording, connection: AppendConnection) -> None:
+        self._recording = recording
+        self._connection = connection
+
+    def send(self, request: Any) -> None:
+        self._recording.threads.append(threading.current_thread().name)
+        self._connection.send(request)
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _encoded(ids: list[int]) -> Batch:
+    encoder = TableLayout.of(ENCODER_SCHEMA).encoder
+    rows = [{"id": i} for i in ids]
+    return Batch([encoder.encode(r) for r in rows], rows, ids, False)
+
+
+class Gated(FakeService):
+    """Answers nothing until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def answer(self, request: Any) -> Any:
+        assert self.gate.wait(5.0)
+        return super().answer(request)
+
+
+def test_an_answer_frees_its_slot_and_the_reader_sends_the_next_request_nobody_waiting() -> None:
+    service = Gated()
+    recording = Recording(service)
+    s = sender(None, TableLayout.of(ENCODER_SCHEMA), max_in_flight=1, connect=recording.connect)
+    for n in range(3):
+        s.submit(Batch(None, [{"id": n}], [n], False))
+    # Each request was encoded as it was cut; the window is full: two wait their turn.
+    assert s.requests_sent == 1 and s.bytes_encoded > 0
+    encoded = s.bytes_encoded
+    service.gate.set()
+    # No settle: the answers' callbacks settle each request and send the next one.
+    _until(lambda: s.rows_appended == 3)
+    assert sorted(service.committed) == [0, 1, 2] and s.bytes_encoded == encoded
+    assert recording.threads[0] == threading.current_thread().name
+    assert set(recording.threads[1:]) == {"append-rows-reader"}
+    assert s.settle() == [] and s.is_idle
+
+
+def test_requests_cut_before_the_table_lookup_ended_are_sent_when_it_ends() -> None:
+    lookup: Future[TableLayout] = Future()
+    service = FakeService()
+    s = sender(service, lookup)
+    s.submit(Batch(None, [{"id": 1}], ["r1"], False))
+    s.submit(Batch(None, [{"id": 2}], ["r2"], False))
+    assert s.requests_sent == 0 and not s.is_idle
+    lookup.set_result(TableLayout.of(ENCODER_SCHEMA))  # its callback encodes and sends
+    _until(lambda: s.rows_appended == 2)
+    assert service.committed == [1, 2]
+    assert s.settle() == []
+
+
+class ManualTimers:
+    """Timers that note each callback and run them when told (bookkeeping only)."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self.due: list[Any] = []
+
+    def call_later(self, delay_s: float, fn: Any) -> None:
+        self.delays.append(delay_s)
+        self.due.append(fn)
+
+    def run(self) -> None:
+        while self.due:
+            self.due.pop(0)()
+
+
+class OverQuota(FakeService):
+    def __init__(self, errors: int) -> None:
+        super().__init__()
+        self.errors = errors
+
+    def answer(self, request: Any) -> Any:
+        if self.errors:
+            self.errors -= 1
+            return Response(error={"code": 8, "message": "quota exceeded"})
+        return super().answer(request)
+
+
+def test_a_backoff_is_a_timer_and_a_quota_error_halves_the_window_with_the_slower_schedule() -> (
+    None
+):
+    timers, quota = ManualTimers(), QuotaWindow(4)
+    service = OverQuota(errors=1)
+    policy = RetryPolicy(
+        initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5.0, quota_initial_backoff_s=2.0
+    )
+    s = sender(service, TableLayout.of(ENCODER_SCHEMA), timers=timers, quota=quota, retry=policy)
+    s.submit(_encoded([1]))
+    _until(lambda: len(timers.due) == 1)
+    # Paused: nothing is sent again until the timer ends the backoff; no thread sleeps.
+    assert quota.limit == 2 and timers.delays[0] >= 1.0
+    assert s.requests_sent == 1 and not s.is_idle
+    timers.run()
+    assert s.settle() == [] and service.committed == [1]
+    assert s.requests_sent == 2
+
+
+def test_a_settle_is_bounded_by_a_connection_that_never_answers(monkeypatch: Any) -> None:
+    monkeypatch.setattr(sender_module, "_STUCK_MARGIN_S", 0.0)
+    opened: list[Any] = []
+
+    class Silent:
+        retiring = False
+
+        def __init__(self, on_answer: Any) -> None:
+            self.on_answer = on_answer
+
+        def send(self, request: Any) -> None:
+            pass  # lost
+
+        def abort(self) -> None:
+            self.on_answer(Unavailable())
+
+        def close(self) -> None:
+            pass
+
+    def connect(stream: str, layout: Any, on_answer: Any) -> Any:
+        if opened:
+            connection = AppendConnection(FakeService(), stream, 5.0, on_answer)
+        else:
+            connection = Silent(on_answer)
+        opened.append(connection)
+        return connection
+
+    s = sender(None, TableLayout.of(ENCODER_SCHEMA), connect=connect, connection_timeout_s=0.05)
+    s.submit(_encoded([7]))
+    assert s.settle() == []
+    assert s.rows_appended == 1 and len(opened) == 2
+
+
+def test_buffered_tables_wait_for_a_connection_slot_and_a_release_hands_it_on() -> None:
+    service = Gated()
+    service.stream = BUFFERED_STREAM
+    recording = Recording(service)
+    open_now: list[int] = [0, 0]  # now, most
+
+    def connect(stream: str, layout: Any, on_answer: Any) -> Any:
+        connection = recording.connect(stream, layout, on_answer)
+        open_now[0] += 1
+        open_now[1] = max(open_now)
+        close = connection.close
+
+        def closed() -> None:
+            open_now[0] -= 1
+            close()
+
+        connection.close = closed
+        return connection
+
+    slots = Slots(1)
+    layout = TableLayout.of(ENCODER_SCHEMA)
+    first, second, third = (
+        sender(None, layout, stream=created(), connect=connect, slots=slots) for _ in range(3)
+    )
+    first.submit(_encoded([1]))
+    second.submit(_encoded([2]))
+    third.submit(_encoded([3]))
+    # One connection: the other tables' requests wait in their queues; no thread waits.
+    assert recording.opened == 1 and (slots.held, slots.waiting) == (1, 2)
+    assert (first.requests_sent, second.requests_sent) == (1, 0)
+    third.close()  # a table closed while it waits gives up its turn
+    assert slots.waiting == 1
+    service.gate.set()
+    # The first table's answer closes its connection, and the release sends the second's.
+    _until(lambda: second.rows_appended == 1)
+    assert first.settle() == [] and second.settle() == []
+    _until(lambda: slots.held == 0)
+    assert sorted(service.committed) == [1, 2] and recording.opened == 2
+    assert open_now == [0, 1] and slots.waiting == 0 and third.requests_sent == 0
+
+
+def test_a_table_backing_off_gives_its_connection_slot_to_another_table() -> None:
+    timers, slots = ManualTimers(), Slots(1)
+    service = OverQuota(errors=1)
+    service.stream = BUFFERED_STREAM
+    policy = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5.0)
+    layout = TableLayout.of(ENCODER_SCHEMA)
+    first, second = (
+        sender(service, layout, stream=created(), timers=timers, slots=slots, retry=policy)
+        for _ in range(2)
+    )
+    first.submit(_encoded([1]))
+    _until(lambda: len(timers.due) == 1)  # quota error: the first table backs off
+    second.submit(_encoded([2]))
+    # The slot went to the second table while the first waits for its timer.
+    _until(lambda: second.rows_appended == 1)
+    assert first.rows_appended == 0 and service.committed == [2]
+    timers.run()
+    assert first.settle() == [] and second.settle() == []
+    assert sorted(service.committed) == [1, 2]
+    _until(lambda: slots.held == 0)

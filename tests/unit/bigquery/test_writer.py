@@ -21,7 +21,11 @@ from pyflink_gcp.bigquery import (
     TableDestination,
 )
 from pyflink_gcp.bigquery.tables import TableLayout
-from pyflink_gcp.bigquery.writer import BigQueryWriterFactory, TableWriter
+from pyflink_gcp.bigquery.writer import (
+    BigQueryWriterFactory,
+    BufferedBigQueryWriterFactory,
+    TableWriter,
+)
 from pyflink_gcp.core import SerializerError, SubtaskInfo, WriteError
 from pyflink_gcp.core.sink_writer import SinkWriter
 from tests.unit.bigquery.test_sender import (
@@ -187,7 +191,6 @@ class _Catalog:
 
 def _open_with(made: BigQueryWriterFactory, service: FakeService) -> None:
     made.stub = service
-    made.executor = ThreadPoolExecutor(2)
     made.metadata_executor = ThreadPoolExecutor(1)
     made.catalog = _Catalog()  # type: ignore[assignment]
 
@@ -215,7 +218,7 @@ def test_the_factory_pickles_its_configuration_only() -> None:
     assert made.stub is not None and made.catalog is not None
     copy = pickle.loads(pickle.dumps(made))
     made.close()
-    assert (copy.stub, copy.executor, copy.metadata_executor, copy.catalog) == (None,) * 4
+    assert (copy.stub, copy.timers, copy.metadata_executor, copy.catalog) == (None,) * 4
     assert copy.options.max_request_rows == 7
     assert [type(i) for i in copy.interceptors] == [Passing]
     assert (copy.storage_endpoint, copy.rest_endpoint) == (
@@ -223,3 +226,28 @@ def test_the_factory_pickles_its_configuration_only() -> None:
         "http://127.0.0.1:2",
     )
     assert copy.tables_created == 0
+
+
+@pytest.mark.parametrize("channels", [3, None])
+def test_buffered_tables_connections_are_bounded_by_channel_count(channels: int | None) -> None:
+    made = BufferedBigQueryWriterFactory(
+        sink_name="s",
+        resolver=None,
+        serializer=BigQuerySerializer.of(),
+        options=BigQueryWriterOptions(channel_count=channels),
+        storage_endpoint="http://127.0.0.1:1",
+        rest_endpoint="http://127.0.0.1:2",
+    )
+    made.open(SubtaskInfo("s", 0, 1))
+    try:
+        # Each BUFFERED stream has a connection of its own: no shared pool, a bound instead.
+        assert made.pool is None
+        if channels is None:
+            assert made.slots is None
+        else:
+            assert made.slots is not None and made.slots.limit == channels
+        made.stream_for = lambda *_: None  # type: ignore[method-assign]  # no CreateWriteStream
+        sender = made.writer_for(DEST, TableLayout.of([SchemaField("id", "INT64")])).sender
+        assert sender._slots is made.slots
+    finally:
+        made.close()

@@ -6,10 +6,11 @@ import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
+from pyflink_gcp.core.batching import InFlightWindow, OpenBatch, Slots, Timers
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
 
@@ -197,3 +198,55 @@ def test_callbacks_from_many_threads_keep_the_counts_exact() -> None:
         results = window.drain(timeout=30)
     assert sorted(results) == list(range(0, 500, 10))
     assert window.outstanding == 0 and 1 <= peak[0] <= 16 and window.is_clean
+
+
+# -- Slots and Timers ---------------------------------------------------------------------------
+
+
+def test_slots_grant_waiters_in_arrival_order_on_the_releasing_thread() -> None:
+    slots = Slots(2)
+    granted: list[tuple[str, str]] = []
+
+    def grant(key: str) -> Any:
+        return lambda: granted.append((key, threading.current_thread().name))
+
+    assert slots.acquire("a", grant("a")) and slots.acquire("b", grant("b"))
+    assert not slots.acquire("c", grant("c")) and not slots.acquire("d", grant("d"))
+    assert not slots.acquire("c", grant("c-again"))  # a key waits once
+    assert (slots.held, slots.waiting) == (2, 2)
+    releaser = threading.Thread(target=slots.release, name="releaser")
+    releaser.start()
+    releaser.join()
+    assert granted == [("c", "releaser")] and (slots.held, slots.waiting) == (2, 1)
+    assert slots.cancel("d") and not slots.cancel("d")
+    slots.release()
+    slots.release()
+    assert granted == [("c", "releaser")] and slots.held == 0
+    # A newcomer does not overtake a waiter.
+    slots = Slots(1)
+    assert slots.acquire("a", grant("a"))
+    assert not slots.acquire("b", grant("b"))
+    slots.release()
+    assert not slots.acquire("e", grant("e")) and granted[-1][0] == "b"
+
+
+def test_slots_without_a_limit_grant_everything() -> None:
+    slots = Slots(None)
+    assert all(slots.acquire(n, lambda: None) for n in range(1_000))
+    assert slots.waiting == 0
+
+
+def test_timers_run_callbacks_in_due_order_on_one_thread_and_drop_them_once_closed() -> None:
+    timers = Timers("test-timers")
+    ran: list[tuple[int, str]] = []
+    done = threading.Event()
+    timers.call_later(0.05, lambda: (ran.append((2, threading.current_thread().name)), done.set()))
+    timers.call_later(0.0, lambda: ran.append((1, threading.current_thread().name)))
+    timers.call_later(0.01, lambda: 1 / 0)  # a failing callback does not stop the others
+    assert done.wait(5.0)
+    assert [n for n, _ in ran] == [1, 2] and {t for _, t in ran} == {"test-timers"}
+    timers.call_later(0.05, lambda: ran.append((3, "")))
+    timers.close()
+    timers.call_later(0.0, lambda: ran.append((4, "")))
+    time.sleep(0.1)
+    assert len(ran) == 2
