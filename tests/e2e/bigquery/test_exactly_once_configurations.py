@@ -29,6 +29,8 @@ from tests.e2e.bigquery.test_file_loads import (
 )
 from tests.e2e.core.test_commit_protocol import UNALIGNED, savepoint
 from tests.integration.bigquery.support import ids_by_table, make_dataset
+from tests.support.buffered_streams import history
+from tests.support.buffered_streams import recording as recording_buffered
 from tests.support.file_loads import commit_log, load_log, recording
 from tests.support.jobs import FailAt, make_env, record_stream
 from tests.support.restore import Failover
@@ -112,13 +114,21 @@ def test_buffered_streams_under_unaligned_checkpoints_hold_exactly_their_input(
         extra={**UNALIGNED, **failover.conf()},
     )
     fail = FailAt(str(tmp_path), (1_500, 2_900), hard, after_checkpoint=failover.checkpoints)
-    record_stream(env, count, buffered.event).map(fail).sink_to(buffered.sink(project, dataset))
+    log = str(tmp_path / "commits.jsonl")
+    record_stream(env, count, buffered.event).map(fail).sink_to(
+        recording_buffered(buffered.sink(project, dataset), log)
+    )
     env.execute("buffered streams, unaligned checkpoints")
     assert os.path.exists(tmp_path / "failed-1500")
     assert os.path.exists(tmp_path / "failed-2900")
     failover.assert_restored()
 
-    assert_buffered_exactly_once(project, dataset, count)
+    try:
+        assert_buffered_exactly_once(project, dataset, count)
+    except AssertionError as exc:
+        # What each writer prepared and each committer published, per subtask and attempt (the
+        # killed-worker variant's workers are processes, out of caplog's reach).
+        raise AssertionError(f"{exc}\nwriters and committers:\n{history(log)}") from exc
 
 
 def test_file_loads_with_the_default_minimum_interval_lose_nothing_through_failovers(
