@@ -42,8 +42,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyflink_gcp.core.fields import FieldSelection, FieldSelectionError, unselectable
-from pyflink_gcp.core.functions import describe_callable
+from pyflink_gcp.core.fields import FieldSelectionError, SelectedFields, unselectable
 
 #: Write this to a TIMESTAMP column declared with ``OPTIONS (allow_commit_timestamp=true)`` to
 #: store the commit's timestamp (a replayed record then gets a new timestamp).
@@ -291,7 +290,7 @@ def _write(operation: str, table: str, row: Mapping[str, Any]) -> Mutation:
     return Mutation(operation, table, tuple(row), tuple(row.values()))
 
 
-class SelectedColumns:
+class SelectedColumns(SelectedFields):
     """A Spanner serializer under a field selection (``set_field_selection``).
 
     Spanner's serializer routes as well as serializes (each mutation names its table), so it
@@ -300,14 +299,6 @@ class SelectedColumns:
     column that is missing or holds no record) makes the record an ``UnroutableRecord``, for
     the failure handler.
     """
-
-    def __init__(self, selection: FieldSelection, serializer: Any) -> None:
-        self.selection = selection
-        self.serializer = serializer
-        method = getattr(serializer, "serialize", None)
-        self._serialize = method if callable(method) else serializer
-        self.__qualname__ = describe_callable(serializer)
-        self.__module__ = ""
 
     def __call__(self, record: Any, context: Any) -> Any:
         element = self._serialize(record, context)
@@ -329,9 +320,6 @@ class SelectedColumns:
         if not row:
             raise FieldSelectionError(f"it leaves no column of table {mutation.table!r}")
         return Mutation(mutation.operation, mutation.table, tuple(row), tuple(row.values()))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.selection, self.serializer))
 
 
 def _json_default(value: Any) -> Any:
