@@ -3,7 +3,17 @@ encodes, sends and, when the service rejects some rows, splits them."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyflink_gcp.bigquery.values import RowError
+
+if TYPE_CHECKING:
+    from pyflink_gcp.bigquery.tables import TableLayout
+    from pyflink_gcp.core.failure import FailedRecord
+
+#: Bytes a protobuf row adds to a request beyond its own encoding (its field tag and length).
+ROW_OVERHEAD = 6
 
 
 class Batch:
@@ -59,3 +69,74 @@ class Batch:
                 self.cdc,
             ),
         )
+
+
+def encode_requests(
+    batch: Batch,
+    layout: TableLayout,
+    max_bytes: int,
+    refused: Callable[[Any, Any, RowError], FailedRecord],
+    oversized: Callable[[Any, Any, int], FailedRecord],
+) -> tuple[list[Batch], list[FailedRecord]]:
+    """Encodes a pending batch: one Arrow record batch if the layout has an Arrow encoder and
+    the batch fits ``max_bytes`` (halved until it does), else protobuf rows cut into requests
+    of at most ``max_bytes``.
+
+    Returns the requests to send and the failed records: rows the encoder refuses
+    (``refused``) and single rows over the limit (``oversized``), each one record's failure
+    rather than the request's.
+    """
+    elements = batch.elements
+    if layout.arrow is not None:
+        data = layout.arrow.encode(elements)
+        if data is not None:
+            if len(data) <= max_bytes:
+                batch.arrow = data
+                return [batch], []
+            if len(elements) > 1:
+                left, right = batch.halves()
+                first, failed_first = encode_requests(left, layout, max_bytes, refused, oversized)
+                second, failed_second = encode_requests(
+                    right, layout, max_bytes, refused, oversized
+                )
+                return first + second, failed_first + failed_second
+            # A single row over the limit: the protobuf path below rejects it by size.
+    return encode_rows(batch, layout, max_bytes, refused, oversized)
+
+
+def encode_rows(
+    batch: Batch,
+    layout: TableLayout,
+    max_bytes: int,
+    refused: Callable[[Any, Any, RowError], FailedRecord],
+    oversized: Callable[[Any, Any, int], FailedRecord],
+) -> tuple[list[Batch], list[FailedRecord]]:
+    """Encodes a batch as protobuf rows in requests of at most ``max_bytes`` (see
+    :func:`encode_requests`)."""
+    encode = layout.encoder.encode
+    out: list[Batch] = []
+    rows: list[bytes] = []
+    kept_elements: list[Any] = []
+    kept_records: list[Any] = []
+    size = 0
+    failed: list[FailedRecord] = []
+    for element, record in zip(batch.elements, batch.records, strict=True):
+        try:
+            data = encode(element)
+        except RowError as exc:
+            failed.append(refused(element, record, exc))
+            continue
+        row_size = len(data) + ROW_OVERHEAD
+        if row_size > max_bytes:
+            failed.append(oversized(element, record, row_size))
+            continue
+        if rows and size + row_size > max_bytes:
+            out.append(Batch(rows, kept_elements, kept_records, False))
+            rows, kept_elements, kept_records, size = [], [], [], 0
+        rows.append(data)
+        kept_elements.append(element)
+        kept_records.append(record)
+        size += row_size
+    if rows:
+        out.append(Batch(rows, kept_elements, kept_records, False))
+    return out, failed

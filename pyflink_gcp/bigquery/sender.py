@@ -50,7 +50,7 @@ from typing import Any
 
 import grpc
 
-from pyflink_gcp.bigquery.batch import Batch
+from pyflink_gcp.bigquery.batch import Batch, encode_requests, encode_rows
 from pyflink_gcp.bigquery.buffered import StreamOffsets, resend_order
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
@@ -75,7 +75,6 @@ from pyflink_gcp.core.status import StatusError
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
 #: Bytes a serialized row adds to a request besides its own (field tag and length prefix).
-ROW_OVERHEAD = 6
 #: Requests a table may queue beyond its in-flight window before ``submit`` waits (bounds memory).
 _QUEUED_BATCHES = 4
 #: Beyond a connection's call deadline, how long a settle waits for an answer before it closes
@@ -513,7 +512,12 @@ class TableSender(ResponseHandling):
         self._send(batch)
 
     def _encode(self, batch: Batch) -> list[Batch]:
-        encoded = self._encode_batch(batch)
+        encoded, failed = encode_requests(
+            batch, self.layout(), self.max_bytes, self.refused, self.oversized
+        )
+        if failed:
+            with self._cond:
+                self._failed.extend(failed)
         size = sum(
             len(b.arrow) if b.arrow is not None else sum(map(len, b.rows or ())) for b in encoded
         )
@@ -521,60 +525,15 @@ class TableSender(ResponseHandling):
             self.bytes_encoded += size
         return encoded
 
-    def _encode_batch(self, batch: Batch) -> list[Batch]:
-        """Encode a pending batch: one Arrow record batch if possible, else protobuf rows.
-
-        Rows that cannot be encoded go to the failure handler; protobuf rows are cut into
-        requests of at most ``max_request_bytes``. Returns the requests to send.
-        """
-        layout = self.layout()
-        elements = batch.elements
-        if layout.arrow is not None:
-            data = layout.arrow.encode(elements)
-            if data is not None:
-                if len(data) <= self.max_bytes:
-                    batch.arrow = data
-                    return [batch]
-                if len(elements) > 1:
-                    left, right = batch.halves()
-                    return self._encode_batch(left) + self._encode_batch(right)
-                # A single row over the limit: the protobuf path below rejects it by size.
-        return self._encode_proto(batch)
-
     def _encode_proto(self, batch: Batch) -> list[Batch]:
-        """Encode a batch as protobuf rows (see :meth:`_encode_batch`)."""
-        elements = batch.elements
-        encode = self.layout().encoder.encode
-        max_bytes = self.max_bytes
-        out: list[Batch] = []
-        rows: list[bytes] = []
-        kept_elements: list[Any] = []
-        kept_records: list[Any] = []
-        size = 0
-        failed: list[FailedRecord] = []
-        for element, record in zip(elements, batch.records, strict=True):
-            try:
-                data = encode(element)
-            except RowError as exc:
-                failed.append(self.refused(element, record, exc))
-                continue
-            row_size = len(data) + ROW_OVERHEAD
-            if row_size > max_bytes:
-                failed.append(self.oversized(element, record, row_size))
-                continue
-            if rows and size + row_size > max_bytes:
-                out.append(Batch(rows, kept_elements, kept_records, False))
-                rows, kept_elements, kept_records, size = [], [], [], 0
-            rows.append(data)
-            kept_elements.append(element)
-            kept_records.append(record)
-            size += row_size
-        if rows:
-            out.append(Batch(rows, kept_elements, kept_records, False))
+        """The batch as protobuf rows (a retry of rows an Arrow request had refused)."""
+        encoded, failed = encode_rows(
+            batch, self.layout(), self.max_bytes, self.refused, self.oversized
+        )
         if failed:
             with self._cond:
                 self._failed.extend(failed)
-        return out
+        return encoded
 
     def _send(self, batch: Batch) -> None:
         stream = self.stream_name()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
+from pyflink_gcp.bigquery.batch import ROW_OVERHEAD, Batch
 from pyflink_gcp.bigquery.buffered import (
     BufferedStreamCommitter,
     RateLimiter,
@@ -41,7 +42,7 @@ from pyflink_gcp.bigquery.client import (
 from pyflink_gcp.bigquery.connections import ConnectionPool, Lease
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
-from pyflink_gcp.bigquery.sender import ROW_OVERHEAD, Batch, TableSender
+from pyflink_gcp.bigquery.sender import TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
