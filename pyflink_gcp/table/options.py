@@ -226,6 +226,24 @@ def _created_table_options() -> tuple[TableOption, ...]:
     # fmt: on
 
 
+def _spanner_commit_options() -> tuple[TableOption, ...]:
+    """How a Spanner subtask cuts its mutations into commits, grouping included: each maps to a
+    field of ``SpannerWriterOptions``, which checks them against Spanner's limits."""
+    to = "writer."
+    # One option a line, as the created tables' options above.
+    # fmt: off
+    return (
+        TableOption("sink.max-mutations-per-commit", "int", "The mutation budget of one commit, counted as Spanner counts (columns and index entries).", default="20000", minimum=1, maximum=80_000, maps_to=to + "max_mutations_per_commit"),
+        TableOption("sink.max-commit-bytes", "int", "Encoded bytes of one commit request.", default="8388608", minimum=1, maximum=100_000_000, maps_to=to + "max_commit_bytes"),
+        TableOption("sink.max-rows-per-commit", "int", "Rows of one commit: one per row written or key deleted (default: only the two budgets above cut commits); the bound to set with grouping.", minimum=1, maps_to=to + "max_rows_per_commit"),
+        TableOption("sink.commit-timeout", "duration", "Timeout of one commit attempt (the commit deadline).", default="60s", minimum=1, maps_to=to + "commit_timeout"),
+        TableOption("sink.grouping-factor", "int", "Above 1: buffer up to this many commits' worth of rows, sort them by table and primary key, then cut commits, so that each touches fewer splits (bulk loads, backfills); rows of different keys lose their arrival order. 1: commits in arrival order.", default="1", minimum=1, maps_to=to + "grouping_factor"),
+        TableOption("sink.max-commit-delay", "duration", "Spanner's max_commit_delay commit option, 0ms to 500ms: how long Spanner may hold a commit to group it with others (default: not sent).", minimum=0, maps_to=to + "max_commit_delay"),
+        TableOption("sink.max-cumulative-backoff", "duration", "Total wait between the retries of one commit before the job fails (default: sink.retry-deadline alone bounds the retries).", minimum=1, maps_to=to + "max_cumulative_backoff"),
+    )
+    # fmt: on
+
+
 PUBSUB = Connector(
     identifier="gcp-pubsub",
     factory_class="dev.pyflinkgcp.bridge.table.PubSubTableSinkFactory",
@@ -564,6 +582,7 @@ SPANNER = Connector(
         TableOption("endpoint", "string", "host:port of Spanner.", maps_to="set_endpoint"),
         *_field_selection_options(),
         *_writer_options(creates=False, max_rows="100000", in_flight="2", per_destination=False),
+        *_spanner_commit_options(),
     ),
     upserts=True,
 )

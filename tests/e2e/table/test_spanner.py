@@ -1,9 +1,11 @@
 """The ``gcp-spanner`` SQL connector in MiniCluster jobs, read back from the emulator.
 
 One job writes through a DDL table and a ``TableDescriptor`` table (a statement set), both with
-a table template over a column; the second job writes a changelog (a GROUP BY over a GROUP BY,
-with updates and deletes) into a table with a primary key, which must converge to the
-aggregate: Spanner really upserts and deletes. The planning tests submit nothing.
+a table template over a column; another sets the grouping options (``sink.grouping-factor``
+and its companions) in the DDL and writes rows in scrambled key order; a third writes a
+changelog (a GROUP BY over a GROUP BY, with updates and deletes) into a table with a primary
+key, which must converge to the aggregate: Spanner really upserts and deletes. The planning
+tests submit nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +86,47 @@ def test_ddl_and_descriptor_tables_write_to_their_template_tables(stack) -> None
                 for i, t, a, at in ROWS
                 if t == tenant
             ], (prefix, tenant)
+
+
+def test_grouping_options_in_the_ddl_sort_and_cut_the_commits_and_every_row_lands(stack) -> None:
+    """``sink.grouping-factor`` and its companions reach the writer: rows arrive in an order
+    scattered over the key space and over two tables, are sorted and cut into commits of at
+    most ``sink.max-rows-per-commit`` rows, and each one lands in its table."""
+    prefix = unique("grouped")
+    create_tables(
+        [
+            f"CREATE TABLE {prefix}_{t} (id INT64 NOT NULL, tenant STRING(MAX), amount NUMERIC, "
+            "placed TIMESTAMP) PRIMARY KEY (id)"
+            for t in TENANTS[:2]
+        ]
+    )
+    # 60 rows whose ids come in a scrambled order, alternating between the two tables.
+    ids = [(i * 37) % 60 for i in range(60)]
+    rows = [(i, TENANTS[i % 2], f"{i}.25", f"2024-03-02 08:00:00.{i:06d}") for i in ids]
+    values = ", ".join(
+        f"({i}, '{t}', CAST({a} AS DECIMAL(10, 2)), TIMESTAMP '{at}')" for i, t, a, at in rows
+    )
+    options = _options(
+        table=prefix + "_{tenant}",
+        **{
+            "sink.parallelism": "1",
+            "sink.grouping-factor": "8",
+            "sink.max-rows-per-commit": "5",
+            "sink.max-commit-delay": "10ms",
+            "sink.max-cumulative-backoff": "30s",
+        },
+    )
+    t_env = make_table_env()
+    t_env.execute_sql(f"CREATE TEMPORARY TABLE grouped ({COLUMNS}) WITH ({options})")
+    t_env.execute_sql(f"INSERT INTO grouped VALUES {values}").wait()
+
+    for tenant in TENANTS[:2]:
+        got = query(f"SELECT id, tenant, amount, placed FROM {prefix}_{tenant} ORDER BY id")
+        assert got == [
+            [i, tenant, Decimal(a), datetime.fromisoformat(at).replace(tzinfo=UTC)]
+            for i, t, a, at in sorted(rows)
+            if t == tenant
+        ], tenant
 
 
 # Where each account is, in order: accounts move between regions, and "north" ends up empty.
