@@ -9,8 +9,10 @@ Every order names its tenant. The resolver (``route_by_template``) files it unde
 ``tenants.orders_<tenant>``, a table created on demand from the serializer's schema, which has
 no tenant column: the table says whose orders they are. ``set_field_selection(
 FieldSelection.drop(["tenant"]))`` removes the field after the resolver has read it, so the
-serializer's default row (the record itself) fits the schema. Afterwards the script checks
-every tenant's table: its columns, and that each of the tenant's orders is in it.
+serializer's default row (the record itself) fits the schema. Tenants are names from the data,
+such as ``ACME Corp.``, which no table id may hold: ``sanitize=True`` turns each character
+BigQuery does not allow into ``_`` (``orders_ACME_Corp_``). Afterwards the script checks every
+tenant's table: its columns, and that each of the tenant's orders is in it.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 
 from pyflink_gcp import FieldSelection
 from pyflink_gcp.bigquery import BigQuerySerializer, BigQuerySink, CreateDisposition, TableSchema
-from pyflink_gcp.routing import bigquery_tables, route_by_template
+from pyflink_gcp.routing import bigquery_tables, names, route_by_template
 
 DATASET = "tenants"
-TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
+# Tenants as the orders name them: "ACME Corp." holds a space and a dot, which no table id may.
+TENANTS = ("ACME Corp.", "globex", "initech", "umbrella", "hooli")
 
 # What a tenant's table holds: no tenant column (the table's name is the tenant).
 ORDERS = TableSchema.of(
@@ -51,6 +54,16 @@ def make_order(i: int) -> dict:
         "amount": f"{(i * 37) % 10_000 / 100:.2f}",
         "items": 1 + i % 5,
     }
+
+
+def tenant_table(tenant: str) -> str:
+    """The table of a tenant's orders: the template's name, with the value sanitized."""
+    return "orders_" + names.bigquery_table_id.sanitize(tenant)
+
+
+def sanitized_tenant(order: dict) -> str:
+    """The key that brings every tenant whose name sanitizes alike to one subtask."""
+    return names.bigquery_table_id.sanitize(order["tenant"])
 
 
 def bigquery_client(project: str) -> bigquery.Client:
@@ -81,11 +94,17 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
     sink = (
         BigQuerySink.builder()
         .set_sink_name("tenant-orders")
-        # The resolver reads the tenant from the whole record...
+        # The resolver reads the tenant from the whole record. sanitize=True makes a tenant
+        # with characters no table id may hold ("ACME Corp.") a valid name, orders_ACME_Corp_,
+        # instead of an unroutable record. Sanitizing maps many values to one name, so the
+        # template checks for collisions: if "ACME Corp!" came after "ACME Corp.", both would
+        # be orders_ACME_Corp_; the first value seen keeps the table and the other's orders go
+        # to the failure handler (here: fail the job), never merged into it. The check is per
+        # subtask, hence key_by(sanitized_tenant) below; `pyflink-gcp plan` lists such pairs.
         .set_destination_resolver(
-            route_by_template("orders_{tenant}", bigquery_tables(project, DATASET))
+            route_by_template("orders_{tenant}", bigquery_tables(project, DATASET, sanitize=True))
         )
-        # ...and the serializer gets the order without it: the record is the row.
+        # The serializer gets the order without its tenant: the record is the row.
         .set_field_selection(FieldSelection.drop(["tenant"]))
         .set_serializer(BigQuerySerializer.of(schema=ORDERS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
@@ -96,6 +115,7 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
             NumberSequenceSource(0, orders - 1), WatermarkStrategy.no_watermarks(), "orders"
         )
         .map(make_order)
+        .key_by(sanitized_tenant)
         .sink_to(sink)
     )
     env.execute("bigquery-tenant-tables")
@@ -106,16 +126,18 @@ def check_tables(project: str, orders: int) -> bool:
     client = bigquery_client(project)
     ok = True
     try:
-        print(f"{'table':<24}{'columns':<28}{'orders':>8}")
+        print(f"{'table':<28}{'columns':<28}{'orders':>8}")
         for tenant in TENANTS:
-            table_id = f"{project}.{DATASET}.orders_{tenant}"
+            table_id = f"{project}.{DATASET}.{tenant_table(tenant)}"
             columns = [field.name for field in client.get_table(table_id).schema]
             ids = {
                 row["order_id"]
                 for row in client.query(f"SELECT order_id FROM `{table_id}`").result()
             }
             expected = {i for i in range(orders) if TENANTS[i % len(TENANTS)] == tenant}
-            print(f"{DATASET + '.orders_' + tenant:<24}{', '.join(columns):<28}{len(ids):>8}")
+            print(
+                f"{DATASET + '.' + tenant_table(tenant):<28}{', '.join(columns):<28}{len(ids):>8}"
+            )
             ok = ok and columns == ["order_id", "amount", "items"] and ids == expected
     finally:
         client.close()
