@@ -414,7 +414,7 @@ def prepare(
             dynamic.append(f"-D{key}={sys.executable}")
     # Without a configuration of the user's, the wheel's config.yaml sends jobs to a cluster on
     # localhost:8081 that nobody started: run them in the client instead.
-    if "execution.target" not in keys and "FLINK_CONF_DIR" not in base:
+    if "execution.target" not in keys and not _users_conf_dir(base, flink):
         dynamic.append("-Dexecution.target=local")
         if _is_script(args) and "table.dml-sync" not in keys:
             dynamic.append("-Dtable.dml-sync=true")
@@ -432,6 +432,19 @@ def prepare(
     ]
     jars = {"flink-sql-gateway": gateway, "bridge": bridge, "flink-python": python_jar}
     return SqlClientLaunch(flink=flink, argv=argv, env=env, jars=jars)
+
+
+def _users_conf_dir(base: Mapping[str, str], flink: WheelFlink) -> bool:
+    """Whether ``FLINK_CONF_DIR`` names a configuration of the user's: set, and not the wheel's
+    own ``conf/`` (which PyFlink's gateway exports, and a PyFlink job's local Python workers
+    copy into the environment of the process that started it)."""
+    conf = base.get("FLINK_CONF_DIR")
+    if not conf:
+        return False
+    try:
+        return Path(conf).resolve() != (flink.home / "conf").resolve()
+    except OSError:
+        return True
 
 
 def _is_script(args: Sequence[str]) -> bool:

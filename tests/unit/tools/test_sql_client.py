@@ -217,6 +217,16 @@ def test_the_users_settings_win_over_the_defaults(fake_flink: WheelFlink, tmp_pa
     )
     assert not any("execution.target" in arg or "dml-sync" in arg for arg in conf.argv)
     assert conf.env["FLINK_CONF_DIR"] == "/etc/flink"
+    # The wheel's own conf/ (exported by PyFlink's gateway, copied into os.environ by a local
+    # job's workers) is no configuration of the user's: the jobs still run in the client.
+    wheels = sql_client.prepare(
+        ["-f", "s.sql"],
+        base_env={"PATH": os.environ["PATH"], "FLINK_CONF_DIR": str(fake_flink.home / "conf")},
+        flink=fake_flink,
+        cache=tmp_path / "cache",
+    )
+    assert "-Dexecution.target=local" in wheels.argv
+    assert "-Dtable.dml-sync=true" in wheels.argv
 
 
 def _launch(tmp_path: Path, script: str) -> sql_client.SqlClientLaunch:
