@@ -6,7 +6,7 @@ from typing import Any
 
 from pyflink_gcp.spanner import Mutation
 from pyflink_gcp.spanner.grouping import GroupingSpannerWriter
-from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory
+from tests.e2e.spanner.helpers import RecordingFactory
 from tests.support.jsonl import append_json
 
 #: Distinct keys of the job; records KEYS.. rewrite or delete the first REWRITES of them.
@@ -82,26 +82,7 @@ class LoggingGroupingWriter(GroupingSpannerWriter):
         append_json(self.log_path, {"rows": rows, "groups": self.groups})
 
 
-class LoggingGroupingFactory(SpannerWriterFactory):
+class LoggingGroupingFactory(RecordingFactory):
     """A factory whose grouping writers log their commits to ``log_path``."""
 
-    log_path = ""
-    _config_fields = (*SpannerWriterFactory._config_fields, "log_path")
-
-    @staticmethod
-    def replacing(factory: SpannerWriterFactory, log_path: str) -> LoggingGroupingFactory:
-        logging_factory = LoggingGroupingFactory(
-            sink_name=factory.sink_name,
-            database=factory.database,
-            options=factory.options,
-            endpoint=factory.endpoint,
-            fail_fast=factory.fail_fast,
-        )
-        logging_factory.log_path = log_path
-        return logging_factory
-
-    def create_writer(self, destination: Any, writer_type: Any = None) -> SpannerWriter:
-        writer = super().create_writer(destination, LoggingGroupingWriter)
-        assert isinstance(writer, LoggingGroupingWriter)
-        writer.log_path = self.log_path
-        return writer
+    writer_class = LoggingGroupingWriter

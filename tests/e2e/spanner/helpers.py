@@ -94,10 +94,12 @@ class RecordingFactory(SpannerWriterFactory):
 
     log_path = ""
     _config_fields = (*SpannerWriterFactory._config_fields, "log_path")
+    #: The writer class it creates; a subclass names its own.
+    writer_class: Any = RecordingWriter
 
-    @staticmethod
-    def replacing(factory: SpannerWriterFactory, log_path: str) -> RecordingFactory:
-        recording = RecordingFactory(
+    @classmethod
+    def replacing(cls, factory: SpannerWriterFactory, log_path: str) -> Any:
+        recording = cls(
             sink_name=factory.sink_name,
             database=factory.database,
             options=factory.options,
@@ -108,7 +110,7 @@ class RecordingFactory(SpannerWriterFactory):
         return recording
 
     def create_writer(self, destination: Any, writer_type: Any = None) -> SpannerWriter:
-        writer = super().create_writer(destination, RecordingWriter)
-        assert isinstance(writer, RecordingWriter)
+        writer = super().create_writer(destination, self.writer_class)
+        assert isinstance(writer, self.writer_class)
         writer.log_path = self.log_path
         return writer
