@@ -39,6 +39,7 @@ from pyflink_gcp.bigquery import (
     TableDestination,
 )
 from pyflink_gcp.pubsub import PubSubDeadLetterQueue, TopicDestination
+from pyflink_gcp.tools.emulators.clients import bigquery_client, pull_messages
 
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
 
@@ -98,22 +99,6 @@ def to_row(order: dict) -> dict:
         "amount": order["amount"],
         "ordered_at": order["ordered_at_ms"] * 1000,  # TIMESTAMP: epoch microseconds
     }
-
-
-def bigquery_client(project: str) -> bigquery.Client:
-    host = os.environ.get("BIGQUERY_EMULATOR_HOST")
-    if not host:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST: point it at the emulator and
-    # give it anonymous credentials, or it looks for Application Default Credentials.
-    return bigquery.Client(
-        project=project,
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=f"http://{host}"),
-    )
 
 
 def prepare(project: str) -> None:
@@ -194,30 +179,9 @@ def count_rows(project: str) -> dict[str, int]:
 
 def count_dead_letters(project: str) -> tuple[int, int]:
     """(dead letters, of which carry dlq-destination=unresolved)."""
-    subscriber = pubsub_v1.SubscriberClient()
-    path = subscriber.subscription_path(project, f"{DLQ_TOPIC}-demo")
-    total = unresolved = 0
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 2:
-        response = subscriber.pull(
-            request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-            timeout=10,
-        )
-        if not response.received_messages:
-            time.sleep(0.1)
-            continue
-        idle_since = time.monotonic()
-        for m in response.received_messages:
-            total += 1
-            unresolved += m.message.attributes.get("dlq-destination") == "unresolved"
-        subscriber.acknowledge(
-            request={
-                "subscription": path,
-                "ack_ids": [m.ack_id for m in response.received_messages],
-            }
-        )
-    subscriber.close()
-    return total, unresolved
+    letters = pull_messages(project, f"{DLQ_TOPIC}-demo")
+    unresolved = sum(m.attributes.get("dlq-destination") == "unresolved" for m in letters)
+    return len(letters), unresolved
 
 
 def main() -> int:

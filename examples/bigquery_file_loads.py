@@ -40,6 +40,7 @@ from pyflink_gcp.bigquery import (
     WriteMethod,
 )
 from pyflink_gcp.routing import bigquery_tables, route_by_template
+from pyflink_gcp.tools.emulators.clients import bigquery_client
 
 DATASET = "telemetry"
 FIRST_DAY = datetime(2024, 3, 1, tzinfo=UTC)
@@ -80,21 +81,6 @@ def to_row(reading: dict) -> dict:
         "celsius": reading["celsius"],
         "taken_at": reading["taken_ms"] * 1000,  # TIMESTAMP: epoch microseconds
     }
-
-
-def bigquery_client(project: str) -> bigquery.Client:
-    host = os.environ.get("BIGQUERY_EMULATOR_HOST")
-    if not host:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST.
-    return bigquery.Client(
-        project=project,
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=f"http://{host}"),
-    )
 
 
 def storage_client(project: str) -> storage.Client:

@@ -50,6 +50,7 @@ from pyflink_gcp.bigquery import (
 from pyflink_gcp.cloudtasks import CloudTasksSerializationSchema, CloudTasksSink, QueueDestination
 from pyflink_gcp.routing import bigquery_tables, route_by_template
 from pyflink_gcp.tools.emulators import fetch_received
+from pyflink_gcp.tools.emulators.clients import bigquery_client
 
 QUEUE = "loaded"
 DATASET = "telemetry"
@@ -112,21 +113,6 @@ class TakenAt(TimestampAssigner):
 def result_body(result: WriteResult) -> bytes:
     """The task's body: the result as JSON."""
     return json.dumps(dataclasses.asdict(result)).encode()
-
-
-def bigquery_client(project: str) -> bigquery.Client:
-    host = os.environ.get("BIGQUERY_EMULATOR_HOST")
-    if not host:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST.
-    return bigquery.Client(
-        project=project,
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=f"http://{host}"),
-    )
 
 
 def prepare(project: str, bucket: str, location: str) -> None:

@@ -31,6 +31,7 @@ from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink_gcp import FieldSelection
 from pyflink_gcp.bigquery import BigQuerySerializer, BigQuerySink, CreateDisposition, TableSchema
 from pyflink_gcp.routing import bigquery_tables, names, route_by_template
+from pyflink_gcp.tools.emulators.clients import bigquery_client
 
 DATASET = "tenants"
 # Tenants as the orders name them: "ACME Corp." holds a space and a dot, which no table id may.
@@ -64,22 +65,6 @@ def tenant_table(tenant: str) -> str:
 def sanitized_tenant(order: dict) -> str:
     """The key that brings every tenant whose name sanitizes alike to one subtask."""
     return names.bigquery_table_id.sanitize(order["tenant"])
-
-
-def bigquery_client(project: str) -> bigquery.Client:
-    host = os.environ.get("BIGQUERY_EMULATOR_HOST")
-    if not host:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST: point it at the emulator and
-    # give it anonymous credentials, or it looks for Application Default Credentials.
-    return bigquery.Client(
-        project=project,
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=f"http://{host}"),
-    )
 
 
 def run_job(project: str, orders: int, parallelism: int) -> None:

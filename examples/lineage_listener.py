@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 import warnings
 from collections import Counter
 from typing import Any
@@ -36,6 +35,7 @@ from pyflink_gcp import LineageDataset, LineageListener
 from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink
 from pyflink_gcp.routing import pubsub_topics, route_by_template
+from pyflink_gcp.tools.emulators.clients import pull_messages
 
 # The emulator answers an empty pull only after its timeout unless asked to return at once.
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
@@ -129,30 +129,7 @@ def run_job(project: str, orders: int, parallelism: int, lineage_file: str) -> N
 
 
 def count_messages(project: str) -> int:
-    subscriber = pubsub_v1.SubscriberClient()
-    total = 0
-    deadline = time.monotonic() + 60
-    for region in REGIONS:
-        path = subscriber.subscription_path(project, f"lineage-orders-{region}-demo")
-        idle_since = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - idle_since < 2:
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-                timeout=10,
-            )
-            if not response.received_messages:
-                time.sleep(0.1)
-                continue
-            idle_since = time.monotonic()
-            total += len(response.received_messages)
-            subscriber.acknowledge(
-                request={
-                    "subscription": path,
-                    "ack_ids": [m.ack_id for m in response.received_messages],
-                }
-            )
-    subscriber.close()
-    return total
+    return sum(len(pull_messages(project, f"lineage-orders-{region}-demo")) for region in REGIONS)
 
 
 def main() -> int:

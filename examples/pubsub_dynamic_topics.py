@@ -28,6 +28,7 @@ from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 
 from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubSerializationSchema, PubSubSink
 from pyflink_gcp.routing import pubsub_topics, route_by_template
+from pyflink_gcp.tools.emulators.clients import pull_messages
 
 # The emulator answers an empty pull only after its timeout unless asked to return at once.
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
@@ -124,37 +125,17 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
 
 def read_back(project: str, expected: int) -> dict[str, tuple[int, int]]:
     """Pull each subscription; return per topic (messages, customers seen out of order)."""
-    subscriber = pubsub_v1.SubscriberClient()
     result = {}
-    deadline = time.monotonic() + 60
     for region in REGIONS:
-        path = subscriber.subscription_path(project, f"orders-{region}-demo")
         last: dict[str, int] = {}
-        count = out_of_order = 0
-        idle_since = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - idle_since < 2:
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-                timeout=10,
-            )
-            if not response.received_messages:
-                time.sleep(0.1)
-                continue
-            idle_since = time.monotonic()
-            for m in response.received_messages:
-                order = json.loads(m.message.data)
-                if order["order_id"] < last.get(order["customer_id"], -1):
-                    out_of_order += 1
-                last[order["customer_id"]] = order["order_id"]
-                count += 1
-            subscriber.acknowledge(
-                request={
-                    "subscription": path,
-                    "ack_ids": [m.ack_id for m in response.received_messages],
-                }
-            )
-        result[f"orders-{region}"] = (count, out_of_order)
-    subscriber.close()
+        out_of_order = 0
+        messages = pull_messages(project, f"orders-{region}-demo")
+        for message in messages:
+            order = json.loads(message.data)
+            if order["order_id"] < last.get(order["customer_id"], -1):
+                out_of_order += 1
+            last[order["customer_id"]] = order["order_id"]
+        result[f"orders-{region}"] = (len(messages), out_of_order)
     return result
 
 

@@ -35,6 +35,7 @@ from pyflink.datastream.functions import MapFunction
 
 from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink, TopicDestination
 from pyflink_gcp.routing import LiveRules, pubsub_topics
+from pyflink_gcp.tools.emulators.clients import pull_messages
 
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
 
@@ -86,25 +87,8 @@ def prepare_topics(project: str) -> None:
 
 
 def pull(project: str, name: str) -> list[int]:
-    subscriber = pubsub_v1.SubscriberClient()
-    path = subscriber.subscription_path(project, name)
-    ids: list[int] = []
-    while True:
-        response = subscriber.pull(
-            request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-            timeout=10,
-        )
-        if not response.received_messages:
-            break
-        ids += [json.loads(m.message.data)["order_id"] for m in response.received_messages]
-        subscriber.acknowledge(
-            request={
-                "subscription": path,
-                "ack_ids": [m.ack_id for m in response.received_messages],
-            }
-        )
-    subscriber.close()
-    return ids
+    messages = pull_messages(project, name, quiet_s=0)
+    return [json.loads(m.data)["order_id"] for m in messages]
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 import warnings
 from typing import Any
 
@@ -40,6 +39,7 @@ from pyflink_gcp.pubsub import (
     PubSubSink,
     TopicDestination,
 )
+from pyflink_gcp.tools.emulators.clients import pull_messages
 
 warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated")
 
@@ -100,29 +100,6 @@ def run_job(project: str, orders: int, parallelism: int) -> None:
     env.execute("pubsub-provenance")
 
 
-def pull(subscriber: Any, path: str, expected: int) -> list[Any]:
-    """Pull and acknowledge until ``expected`` messages came or nothing came for 2 s."""
-    out: list[Any] = []
-    idle_since = time.monotonic()
-    while len(out) < expected and time.monotonic() - idle_since < 2:
-        response = subscriber.pull(
-            request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-            timeout=10,
-        )
-        if not response.received_messages:
-            time.sleep(0.1)
-            continue
-        idle_since = time.monotonic()
-        out += [m.message for m in response.received_messages]
-        subscriber.acknowledge(
-            request={
-                "subscription": path,
-                "ack_ids": [m.ack_id for m in response.received_messages],
-            }
-        )
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=os.environ.get("GOOGLE_CLOUD_PROJECT", "demo-project"))
@@ -143,9 +120,9 @@ def main() -> int:
     run_job(args.project, args.orders, args.parallelism)
 
     too_long = sum(1 for i in range(args.orders) if i % 1_000 == 999)
-    path = subscriber.subscription_path
-    published = pull(subscriber, path(args.project, TOPIC), args.orders - too_long)
-    letters = pull(subscriber, path(args.project, DLQ), too_long)
+    expected = args.orders - too_long
+    published = pull_messages(args.project, TOPIC, expect=expected, subscriber=subscriber)
+    letters = pull_messages(args.project, DLQ, expect=too_long, subscriber=subscriber)
     subscriber.close()
     good = sum(
         m.attributes["record-id"] == json.loads(m.data)["order_id"]

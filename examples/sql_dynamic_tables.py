@@ -20,29 +20,14 @@ import os
 import sys
 import time
 
-from google.cloud import bigquery
 from pyflink.table import EnvironmentSettings, TableEnvironment
 
 from pyflink_gcp.table import register
+from pyflink_gcp.tools.emulators.clients import bigquery_client
 
 DATASET = "sql_shop"
 TENANTS = ("acme", "globex", "initech")
 DAYS = 3
-
-
-def bigquery_client(project: str) -> bigquery.Client:
-    host = os.environ.get("BIGQUERY_EMULATOR_HOST")
-    if not host:
-        return bigquery.Client(project=project)
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-
-    # google-cloud-bigquery does not read BIGQUERY_EMULATOR_HOST: point it at the emulator.
-    return bigquery.Client(
-        project=project,
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=f"http://{host}"),
-    )
 
 
 def run_job(project: str, orders: int, parallelism: int) -> None:

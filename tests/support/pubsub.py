@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from google.cloud import pubsub_v1
+
+from pyflink_gcp.tools.emulators.clients import pull_messages
 
 
 @dataclass
@@ -61,36 +62,7 @@ def pull_all(
     quiet_s: float = 1.5,
 ) -> list[Pulled]:
     """Pull and ack until ``expect`` messages arrived (or nothing came for ``quiet_s``)."""
-    subscriber = pubsub_v1.SubscriberClient()
-    path = subscriber.subscription_path(project, subscription)
-    out: list[Pulled] = []
-    deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
-    try:
-        while time.monotonic() < deadline:
-            # Once all expected arrived, drain a little longer so extra messages show up.
-            if expect is not None and len(out) >= expect and time.monotonic() - last > 0.5:
-                break
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-                timeout=10,
-            )
-            if response.received_messages:
-                last = time.monotonic()
-                for m in response.received_messages:
-                    out.append(
-                        Pulled(m.message.data, dict(m.message.attributes), m.message.ordering_key)
-                    )
-                subscriber.acknowledge(
-                    request={
-                        "subscription": path,
-                        "ack_ids": [m.ack_id for m in response.received_messages],
-                    }
-                )
-            else:
-                if expect is None and time.monotonic() - last > quiet_s:
-                    break
-                time.sleep(0.1)
-    finally:
-        subscriber.close()
-    return out
+    messages = pull_messages(
+        project, subscription, expect=expect, timeout_s=timeout_s, quiet_s=quiet_s
+    )
+    return [Pulled(m.data, dict(m.attributes), m.ordering_key) for m in messages]
