@@ -251,6 +251,19 @@ class FailAt(MapFunction):
             )
         return self._owed
 
+    def assert_fired(self) -> None:
+        """Fail the test unless every failure of ``at`` was injected, saying for each one that
+        was not whether its record was seen at all (``due``) or the job ran out of records after
+        it before a checkpoint let it fire."""
+        missing = {
+            i: "due, never fired" if os.path.exists(self._marker("due", i)) else "never seen"
+            for i in sorted(self._at)
+            if not os.path.exists(self._marker("failed", i))
+        }
+        assert not missing, (
+            f"failures not injected: {missing}; markers: {os.listdir(self._directory)}"
+        )
+
     def _claim(self, i: int) -> bool:
         try:
             os.close(os.open(self._marker("failed", i), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
