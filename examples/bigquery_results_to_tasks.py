@@ -53,7 +53,9 @@ from pyflink_gcp.tools.emulators import fetch_received
 from pyflink_gcp.tools.emulators.clients import bigquery_client
 
 QUEUE = "loaded"
-DATASET = "telemetry"
+# Not bigquery_file_loads.py's dataset: `make demo` runs both on one emulator, and this example
+# counts every row of its tables.
+DATASET = "telemetry_results"
 FIRST_DAY_MS = 1_709_251_200_000  # 2024-03-01T00:00:00Z
 DAYS = 7
 READINGS = [
@@ -263,9 +265,9 @@ def main() -> int:
     for call in calls:
         result = json.loads(call["body"])
         reported[result["destination"].rsplit("/", 1)[1]] += result["count"]
-    print(f"{'table':<28}{'rows':>8}{'reported by tasks':>20}")
+    print(f"{'table':<38}{'rows':>8}{'reported by tasks':>20}")
     for table in sorted(rows):
-        print(f"{DATASET + '.' + table:<28}{rows[table]:>8}{reported[table]:>20}")
+        print(f"{DATASET + '.' + table:<38}{rows[table]:>8}{reported[table]:>20}")
     print(f"tasks: {len(calls)}, one per committed load of a table")
     ok = (
         sum(rows.values()) == args.readings
