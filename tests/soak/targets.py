@@ -16,7 +16,8 @@ import time
 import warnings
 from typing import Any
 
-from pyflink_gcp.tools.emulators import EmulatorStack, fetch_received
+from pyflink_gcp.tools.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators.receiver import ReceivedCursor
 from tests.support.pubsub import make_topics, pull_all
 
 LOCATION = "us-central1"
@@ -146,14 +147,18 @@ def read_back(
 
 def _dispatched(stack: EmulatorStack, path: str, count: int, timeout: float = 600.0) -> list[int]:
     """The ids of the webhook calls under ``path``, once ``count`` distinct ones arrived and
-    then nothing for 5 s (dispatch runs behind the sink, at the queues' rate)."""
+    then nothing for 5 s (dispatch runs behind the sink, at the queues' rate). The calls are
+    read in installments: an hour's hundred thousand, read whole on every poll, outlasted the
+    read's timeout."""
     deadline = time.monotonic() + timeout
-    seen, quiet_since = -1, time.monotonic()
+    cursor = ReceivedCursor(stack.receiver_url, path_prefix=path, timeout=60.0)
+    ids: list[int] = []
+    quiet_since = time.monotonic()
     while True:
-        calls = [r for r in fetch_received(stack.receiver_url) if r["path"].startswith(path)]
-        ids = [json.loads(r["body"])["id"] for r in calls]
-        if len(ids) != seen:
-            seen, quiet_since = len(ids), time.monotonic()
+        new = [json.loads(r["body"])["id"] for r in cursor.fetch_new()]
+        if new:
+            ids += new
+            quiet_since = time.monotonic()
         elif len(set(ids)) >= count and time.monotonic() - quiet_since >= 5:
             return ids
         if time.monotonic() > deadline:

@@ -11,17 +11,21 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pyflink_gcp.tools.emulators.processes import LOOPBACK
 
-__all__ = ["INSPECT_PATH", "Receiver", "fetch_received"]
+__all__ = ["INSPECT_PATH", "Receiver", "ReceivedCursor", "fetch_received"]
 
 # Reserved path: GET answers the recorded requests as JSON, DELETE clears them. Requests
-# to it are not recorded.
+# to it are not recorded. GET takes ``since`` (answer only the requests recorded from that
+# index on) and ``path_prefix`` (only those whose path starts with it); the
+# ``X-Received-Next`` header of the answer is the index to ask ``since`` next time.
 INSPECT_PATH = "/_received"
+NEXT_HEADER = "X-Received-Next"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -31,15 +35,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         body = self._read_body()
         receiver = self.server.receiver
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == INSPECT_PATH and self.command == "GET":
+            params = urllib.parse.parse_qs(query)
+            since = int(params.get("since", ["0"])[0])
+            prefix = params.get("path_prefix", [""])[0]
+            received = receiver.received()
             payload = json.dumps(
                 [
                     {**entry, "body": base64.b64encode(entry["body"]).decode("ascii")}
-                    for entry in receiver.received()
+                    for entry in received[since:]
+                    if entry["path"].startswith(prefix)
                 ]
             ).encode()
-            self._reply(200, payload, "application/json")
+            self._reply(200, payload, "application/json", {NEXT_HEADER: str(len(received))})
             return
         if path == INSPECT_PATH and self.command == "DELETE":
             receiver.clear_received()
@@ -70,9 +79,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _reply(self, status: int, payload: bytes, content_type: str) -> None:
+    def _reply(
+        self, status: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -156,15 +169,36 @@ class Receiver:
             self._received.clear()
 
 
-def fetch_received(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+def fetch_received(
+    url: str, timeout: float = 5.0, *, path_prefix: str = ""
+) -> list[dict[str, Any]]:
     """Reads what a receiver got from another process, bodies decoded back to bytes.
 
     Args:
         url: The receiver's base URL (``PYFLINK_GCP_RECEIVER_URL``).
         timeout: Seconds to wait for the answer.
+        path_prefix: Only the requests whose path (with its query string) starts with it.
     """
-    with urllib.request.urlopen(url.rstrip("/") + INSPECT_PATH, timeout=timeout) as response:
-        entries = json.loads(response.read())
-    for entry in entries:
-        entry["body"] = base64.b64decode(entry["body"])
-    return entries
+    return ReceivedCursor(url, path_prefix=path_prefix, timeout=timeout).fetch_new()
+
+
+class ReceivedCursor:
+    """Reads a receiver's requests in installments: each :meth:`fetch_new` answers only what
+    arrived since the previous one, so polling a receiver that holds a hundred thousand calls
+    moves only the new ones (reading them all on every poll took longer than its timeout)."""
+
+    def __init__(self, url: str, *, path_prefix: str = "", timeout: float = 30.0) -> None:
+        self._url = url.rstrip("/") + INSPECT_PATH
+        self._prefix = path_prefix
+        self._timeout = timeout
+        self._since = 0
+
+    def fetch_new(self) -> list[dict[str, Any]]:
+        """The requests (under the prefix) recorded since the last call, oldest first."""
+        query = urllib.parse.urlencode({"since": self._since, "path_prefix": self._prefix})
+        with urllib.request.urlopen(f"{self._url}?{query}", timeout=self._timeout) as response:
+            entries = json.loads(response.read())
+            self._since = int(response.headers.get(NEXT_HEADER, self._since))
+        for entry in entries:
+            entry["body"] = base64.b64decode(entry["body"])
+        return entries
