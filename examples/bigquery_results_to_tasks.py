@@ -258,8 +258,8 @@ def main() -> int:
             rows[table.table_id] = next(iter(client.query(sql).result()))["n"]
     client.close()
     # A bounded job's last commit (its final checkpoint) comes after the operators downstream
-    # saw the end of their input: its results may reach no task. An unbounded job reports
-    # every commit.
+    # saw the end of their input: its results reach no task (the committer logs them instead,
+    # docs/guarantees.md). An unbounded job reports every commit.
     calls = collect(receiver, path)
     reported: Counter[str] = Counter()
     for call in calls:

@@ -35,6 +35,11 @@ from pyflink_gcp.core.sink_writer import SinkConfig
 
 _LOG = logging.getLogger("pyflink_gcp.runtime")
 
+#: Added by the Java committer to the mode of a commit that runs after the operators finished
+#: (the final checkpoint's, a stop-with-savepoint's): Flink has sent the end of data downstream,
+#: so the commit's write results can reach no operator; they are logged instead.
+MODE_AFTER_FINISH = 4
+
 
 class CommitterProcessFunction(ProcessFunction):
     """The committer operator's Python function.
@@ -78,12 +83,21 @@ class CommitterProcessFunction(ProcessFunction):
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
         if type(value) is tuple and len(value) == 3 and value[0] == COMMIT_TAG:
-            return self._commit(value[1], value[2])
+            mode = value[2]
+            return self._commit(
+                value[1], mode & ~MODE_AFTER_FINISH, after_finish=bool(mode & MODE_AFTER_FINISH)
+            )
         self._received.append(value)
         return None
 
-    def _commit(self, checkpoint_id: int, mode: int) -> list[Any] | None:
-        """Commit one set; what the committer keeps is the output (the Java side keeps it)."""
+    def _commit(
+        self, checkpoint_id: int, mode: int, after_finish: bool = False
+    ) -> list[Any] | None:
+        """Commit one set; what the committer keeps is the output (the Java side keeps it).
+
+        ``after_finish``: the commit runs after the operators finished, so its write results
+        are logged instead of emitted (:data:`MODE_AFTER_FINISH`).
+        """
         assert self._committer is not None
         received, self._received = self._received, []
         committables = [
@@ -112,13 +126,16 @@ class CommitterProcessFunction(ProcessFunction):
         )
         out = list(kept) if kept else []
         if self._results_tag is not None:
-            out.extend(self._release(received, out, checkpoint_id))
+            out.extend(self._release(received, out, checkpoint_id, after_finish))
         return out or None
 
-    def _release(self, received: list[Any], kept: list[Any], checkpoint_id: int) -> list[Any]:
+    def _release(
+        self, received: list[Any], kept: list[Any], checkpoint_id: int, after_finish: bool
+    ) -> list[Any]:
         """The set's write results after its commit: those of destinations the committer
-        keeps work of join what it keeps, the others go to the results side output. Results
-        of a writer's end of input are the checkpoint's that commits them."""
+        keeps work of join what it keeps, the others go to the results side output, or to the
+        log when the operators downstream have finished. Results of a writer's end of input
+        are the checkpoint's that commits them."""
         assert self._committer is not None
         results = merge_results(
             [c for c in received if type(c) is WriteResult], self._subtask, checkpoint_id
@@ -127,6 +144,17 @@ class CommitterProcessFunction(ProcessFunction):
             return []
         waiting = self._committer.waiting(kept) if kept else set()
         emit, keep = release_results(results, waiting, bool(kept))
+        if after_finish:
+            for result in emit:
+                _LOG.info(
+                    "%s: committed %d records to %s (checkpoint %d) after the operators "
+                    "finished: Flink delivers this write result to no operator",
+                    self._sink,
+                    result.count,
+                    result.destination,
+                    result.checkpoint_id,
+                )
+            return keep
         return [*keep, *((self._results_tag, result) for result in emit)]
 
     def close(self) -> None:

@@ -22,6 +22,9 @@ pinned to PyFlink 2.3):
   output streams that reach a sink. Both side outputs therefore end in a discarding sink of
   their own, so that the writer's and the committer's side outputs exist whether or not the
   job reads them (a committer whose results went to its main output would keep them).
+- A commit after the committer's operators finished emits nothing: the discarding sink chained
+  to it, like any finished operator, refuses a record then (Flink's sink writer fails its task
+  on one), so the Python committer logs those results and the Java side drops any that come.
 """
 
 from __future__ import annotations

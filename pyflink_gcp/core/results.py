@@ -19,6 +19,12 @@ When a result is emitted:
   destination whose writes the committer keeps for later (FILE_LOADS' ``min_load_interval``,
   a load job still running) has its results kept with them, in the committer's state, and
   emitted after the commit that publishes them.
+- **After the operators finished** (a bounded job's final checkpoint, a stop-with-savepoint's
+  savepoint): Flink has sent the end of data downstream and no operator takes a record, so
+  the committer logs such a commit's results instead of emitting them
+  (:data:`~pyflink_gcp.core.commit_operator.MODE_AFTER_FINISH`); the rows are committed. A
+  job without checkpointing commits once, at the end of input, before the operators finish:
+  its results are emitted.
 
 Memory is bounded by the destinations: a writer subtask keeps one aggregate per destination
 written since the last marker, and the committer one per destination and checkpoint it still

@@ -33,7 +33,7 @@ def _kind(option: TableOption) -> str:
             return f"int in [{low}, {high}]"
         return f"int ≥ {low}" if low is not None else "int"
     if option.kind == "duration":
-        return "duration"
+        return "duration" if option.maximum is None else f"duration ≤ {option.maximum}ms"
     return option.kind
 
 

@@ -15,7 +15,7 @@ Kinds and their DDL syntax (parsed the same way in Java):
 - ``string``: any text; ``int``: a decimal integer within ``minimum``/``maximum``;
   ``bool``: ``true`` or ``false``; ``enum``: one of ``choices``;
 - ``duration``: an integer and a unit, ``500ms``, ``10s``, ``5min``, ``2h``, ``1d`` (at least
-  ``minimum`` milliseconds);
+  ``minimum`` and at most ``maximum`` milliseconds);
 - ``column``: the name of a column of the table; ``columns``: a comma-separated list of them;
 - ``template``: a destination name with placeholders, ``orders_{tenant}_{event_time:%Y%m%d}``
   (:mod:`pyflink_gcp.routing.templates`); the first segment of a placeholder's path must be a
@@ -66,7 +66,8 @@ class TableOption:
             (``writer.max_buffered_records``), of another options value
             (``publisher.max_messages``), or a builder setter (``set_endpoint``).
         minimum: Smallest ``int`` value, or smallest ``duration`` in milliseconds.
-        maximum: Largest ``int`` value.
+        maximum: Largest ``int`` value, or largest ``duration`` in milliseconds (a service's
+            limit, refused when the statement is planned rather than by the service).
         required_when: ``(key, value)``: required when that option has that value.
         names: A template's sanitizer in :mod:`pyflink_gcp.routing.names` (``pubsub_topic_id``).
     """

@@ -238,7 +238,7 @@ def _spanner_commit_options() -> tuple[TableOption, ...]:
         TableOption("sink.max-rows-per-commit", "int", "Rows of one commit: one per row written or key deleted (default: only the two budgets above cut commits); the bound to set with grouping.", minimum=1, maps_to=to + "max_rows_per_commit"),
         TableOption("sink.commit-timeout", "duration", "Timeout of one commit attempt (the commit deadline).", default="60s", minimum=1, maps_to=to + "commit_timeout"),
         TableOption("sink.grouping-factor", "int", "Above 1: buffer up to this many commits' worth of rows, sort them by table and primary key, then cut commits, so that each touches fewer splits (bulk loads, backfills); rows of different keys lose their arrival order. 1: commits in arrival order.", default="1", minimum=1, maps_to=to + "grouping_factor"),
-        TableOption("sink.max-commit-delay", "duration", "Spanner's max_commit_delay commit option, 0ms to 500ms: how long Spanner may hold a commit to group it with others (default: not sent).", minimum=0, maps_to=to + "max_commit_delay"),
+        TableOption("sink.max-commit-delay", "duration", "Spanner's max_commit_delay commit option, 0ms to 500ms (Spanner's limit, checked when the statement is planned): how long Spanner may hold a commit to group it with others (default: not sent).", minimum=0, maximum=500, maps_to=to + "max_commit_delay"),
         TableOption("sink.max-cumulative-backoff", "duration", "Total wait between the retries of one commit before the job fails (default: sink.retry-deadline alone bounds the retries).", minimum=1, maps_to=to + "max_cumulative_backoff"),
     )
     # fmt: on

@@ -36,6 +36,14 @@ def parse_duration(text: str) -> timedelta | None:
     return timedelta(milliseconds=int(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
+def duration_expected(low: int, high: int | None) -> str:
+    """What a ``duration`` option of bounds ``low``..``high`` (milliseconds) expects, as the
+    Java factories word it: the syntax, then the bounds that are not the syntax's own."""
+    least = " of at least 1ms" if low == 1 else (f" of at least {low}ms" if low > 1 else "")
+    most = "" if high is None else (f" and at most {high}ms" if least else f" of at most {high}ms")
+    return f"a duration such as 500ms, 10s, 5min, 1h or 1d{least}{most}"
+
+
 def _parse_value(connector: str, option: TableOption, text: str, columns: Sequence[str]) -> Any:
     key, kind = option.key, option.kind
     if kind in ("string", "template"):
@@ -59,12 +67,13 @@ def _parse_value(connector: str, option: TableOption, text: str, columns: Sequen
         return text.strip().lower() == "true"
     if kind == "duration":
         duration = parse_duration(text)
-        low = option.minimum or 0
-        if duration is None or duration < timedelta(milliseconds=low):
-            least = " of at least 1ms" if low == 1 else ""
-            raise _invalid(
-                connector, key, f"a duration such as 500ms, 10s, 5min, 1h or 1d{least}", text
-            )
+        low, high = option.minimum or 0, option.maximum
+        if (
+            duration is None
+            or duration < timedelta(milliseconds=low)
+            or (high is not None and duration > timedelta(milliseconds=high))
+        ):
+            raise _invalid(connector, key, duration_expected(low, high), text)
         return duration
     if kind == "enum":
         if text not in option.choices:

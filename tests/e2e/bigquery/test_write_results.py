@@ -6,13 +6,23 @@ emulators.
   failed-records stream instead of a table.
 - Exactly once (FILE_LOADS): each result drives a Cloud Tasks sink, one task per committed
   load, and the tasks dispatched match the load jobs the committer ran and the rows loaded.
+- Exactly once (BUFFERED_STREAM): each result follows its commit and counts exactly the rows
+  that commit flushed to its table, per checkpoint and committer subtask.
+
+Both exactly-once jobs are bounded: the commits of their final checkpoint run after the
+operators finished, so those results reach no operator and are logged by the committer
+instead; the tests read that log, and the results plus the logged ones add up to the rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
+import re
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,13 +48,14 @@ from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.results import WriteResult
 from pyflink_gcp.tools.emulators import EmulatorStack
 from tests.e2e.bigquery.test_file_loads import Slow, gcs_bucket
-from tests.integration.bigquery.support import ids_by_table, make_dataset
+from tests.integration.bigquery.support import DailyTables, ids_by_table, make_dataset
 from tests.integration.cloudtasks.support import (
     LOCATION,
     create_queues,
     suffix,
     wait_for_dispatches,
 )
+from tests.support import buffered_streams
 from tests.support.file_loads import commit_log, recording
 from tests.support.jobs import make_env, record_stream
 
@@ -182,6 +193,49 @@ class ResultTaskBody:
         return json.dumps(dataclasses.asdict(result)).encode()
 
 
+AFTER_FINISH = re.compile(
+    r"committed (\d+) records to (\S+) \(checkpoint (-?\d+)\) after the operators"
+)
+
+
+class Messages(logging.Handler):
+    """The messages of a logger, kept on a handler of its own: the workers run in this
+    process, but their harness replaces the root logger's handlers (pytest's among them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def logged_results() -> Iterator[Messages]:
+    """What the runtime logs meanwhile, at INFO (the committers' undelivered results)."""
+    runtime = logging.getLogger("pyflink_gcp.runtime")
+    level, logged = runtime.level, Messages()
+    runtime.addHandler(logged)
+    runtime.setLevel(logging.INFO)
+    try:
+        yield logged
+    finally:
+        runtime.removeHandler(logged)
+        runtime.setLevel(level)
+
+
+def results_logged(messages: list[str]) -> Counter[tuple[str, int]]:
+    """The write results the committers logged because they committed after the operators
+    finished, as records per (table, checkpoint)."""
+    found: Counter[tuple[str, int]] = Counter()
+    for message in messages:
+        match = AFTER_FINISH.search(message)
+        if match is not None:
+            count, destination, checkpoint = match.groups()
+            found[(destination.rsplit("/", 1)[1], int(checkpoint))] += int(count)
+    return found
+
+
 def test_file_loads_results_after_each_commit_enqueue_one_task_per_committed_load(
     stack: EmulatorStack, project: str, tmp_path: Path
 ) -> None:
@@ -237,15 +291,17 @@ def test_file_loads_results_after_each_commit_enqueue_one_task_per_committed_loa
     )
     results = sink.write_with_results(records)
     results.map(AppendJson(str(tmp_path / "results.jsonl"))).sink_to(tasks)
-    env.execute("file loads results to cloud tasks")
+    with logged_results() as logged:
+        env.execute("file loads results to cloud tasks")
 
     # BigQuery: every row loaded once. The committer's log: the load jobs it ran.
     tables = ids_by_table(project, dataset)
     assert sum(len(ids) for ids in tables.values()) == count
     assert all(max(ids.values()) == 1 for ids in tables.values())
     # The committer's log: each commit's load jobs, then the commit. Flink commits the final
-    # checkpoint (the end of input) after the operators downstream finished, so the results
-    # of that commit may reach no one (see docs/guarantees.md); every earlier one must.
+    # checkpoint (the end of input) after the operators finished, so the results of that
+    # commit reach no operator: the committer logs them (see docs/guarantees.md); every
+    # earlier one must come through.
     entries = commit_log(log)
     final = max(e["commit"] for e in entries if "commit" in e)
     jobs: list[dict[str, Any]] = []
@@ -265,30 +321,185 @@ def test_file_loads_results_after_each_commit_enqueue_one_task_per_committed_loa
     )
     assert max(loads.values()) == 1  # one load job per table and commit
     before_final = {load for load in loads if load[1] != final}
+    undelivered = {
+        (f"projects/{project}/datasets/{dataset}/tables/{table}", checkpoint): n
+        for (table, checkpoint), n in results_logged(logged.messages).items()
+    }
+    assert {checkpoint for _, checkpoint in undelivered} <= {final}
     # Cloud Tasks: one dispatched task per result, one result per committed load.
     emitted = read_lines(tmp_path / "results.jsonl")
     dispatched = wait_for_dispatches(stack, f"/loaded/{run}/", len(before_final))
     bodies = [json.loads(r["body"]) for r in dispatched]
     reported = Counter((b["destination"], b["checkpoint_id"]) for b in bodies)
     assert max(reported.values()) == 1, "a load was reported twice"
-    assert before_final <= set(reported) <= set(loads)
+    assert before_final <= set(reported)
+    # Each load is reported once: by a result, or in the log when it ran after the finish.
+    assert set(reported) | set(undelivered) == set(loads)
+    assert not set(reported) & set(undelivered)
     assert len(emitted) == len(dispatched)
     per_table: Counter[str] = Counter()
     for body in bodies:
         assert body["method"] == "FILE_LOADS" and body["sink"] == "orders-loads"
         assert BASE_MS <= body["first_event_time"] <= body["last_event_time"]
         per_table[body["destination"].rsplit("/", 1)[1]] += body["count"]
-    # The counts are the rows the loads added: all of them when the final commit's results
-    # came through, else all but the final checkpoint's.
-    rows = {table: len(ids) for table, ids in tables.items()}
-    if set(reported) == set(loads):
-        assert per_table == rows
-    else:
-        assert all(0 < per_table[table] <= n for table, n in rows.items())
+    # The counts, the results' and the logged ones, are the rows the loads added.
+    for (destination, _), n in undelivered.items():
+        per_table[destination.rsplit("/", 1)[1]] += n
+    assert per_table == {table: len(ids) for table, ids in tables.items()}
     print(
         f"write results: {len(loads)} loads, {len(before_final)} before the final checkpoint, "
-        f"{len(dispatched)} tasks dispatched"
+        f"{len(dispatched)} tasks dispatched, {len(undelivered)} logged after the finish"
     )
+
+
+DAYS = 5
+EVENTS = TableSchema.of([SchemaField("id", "INT64", mode="REQUIRED"), SchemaField("day", "STRING")])
+
+
+def daily_event(i: int) -> dict[str, Any]:
+    return {"id": i, "at": BASE_MS + i * 1_000, "day": f"2024030{1 + i % DAYS}"}
+
+
+def flushed_rows(entries: list[dict[str, Any]]) -> Counter[tuple[str, int, int]]:
+    """The rows each commit of the BUFFERED committer's log made visible, per (table,
+    checkpoint, committer subtask): per stream, its highest offset in the set beyond the one
+    flushed before (offsets are inclusive; -1 names a stream with no new rows)."""
+    flushed: dict[str, int] = {}
+    rows: Counter[tuple[str, int, int]] = Counter()
+    for entry in entries:
+        if "commit" not in entry:
+            continue
+        highest: dict[tuple[str, str], int] = {}
+        for table_id, stream, offset, _ in entry["got"]:
+            highest[(table_id, stream)] = max(offset, highest.get((table_id, stream), -1))
+        for (table_id, stream), offset in highest.items():
+            before = flushed.get(stream, -1)
+            if offset > before:
+                table = table_id.rsplit(".", 1)[1]
+                rows[(table, entry["commit"], entry["subtask"])] += offset - before
+                flushed[stream] = offset
+    return rows
+
+
+def test_buffered_stream_results_follow_each_commit_and_count_the_rows_it_flushed(
+    project: str, tmp_path: Path
+) -> None:
+    count = 3_000
+    dataset = make_dataset(project, "resultbuffered")
+    log = str(tmp_path / "commits.jsonl")
+    sink = buffered_streams.recording(
+        BigQuerySink.builder()
+        .set_sink_name("events-buffered-results")
+        .set_destination_resolver(DailyTables(project, dataset))
+        .set_serializer(
+            BigQuerySerializer.of(lambda r, c: {"id": r["id"], "day": r["day"]}, EVENTS)
+        )
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_write_method(WriteMethod.BUFFERED_STREAM)
+        .set_writer_options(BigQueryWriterOptions.builder().max_buffered_records(200).build())
+        .build(),
+        log,
+    )
+    # No restart: a commit after the operators finished must not fail the job (it did, when
+    # its results reached a finished operator).
+    env = make_env(
+        parallelism=2,
+        checkpoint_ms=400,
+        restarts=0,
+        extra={"python.fn-execution.bundle.size": "50"},
+    )
+    records = (
+        record_stream(env, count, daily_event)
+        .map(Slow(every=10, seconds=0.05))
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(EventTime())
+        )
+    )
+    # The results go to the committer's own log: a result's line must follow its commit's.
+    sink.write_with_results(records).map(AppendJson(log))
+    with logged_results() as logged:
+        env.execute("buffered stream results")
+
+    entries = commit_log(log)
+    history = buffered_streams.history(log)
+    tables = ids_by_table(project, dataset)
+    assert sorted(tables) == [f"events_2024030{d}" for d in range(1, DAYS + 1)]
+    assert all(max(ids.values()) == 1 for ids in tables.values()), history
+    assert sum(len(ids) for ids in tables.values()) == count, history
+    assert {e["attempt"] for e in entries if "commit" in e} == {0}, history
+
+    # Each result follows the commit of its checkpoint on its committer subtask, and counts
+    # exactly the rows that commit flushed to its table.
+    flushed = flushed_rows(entries)
+    committed: set[tuple[int, int]] = set()
+    reported: Counter[tuple[str, int, int]] = Counter()
+    results: list[tuple[str, int, int]] = []
+    for entry in entries:
+        if "commit" in entry:
+            committed.add((entry["commit"], entry["subtask"]))
+        elif entry.get("type") == "WriteResult":
+            key = (entry["checkpoint_id"], entry["subtask"])
+            assert key in committed, f"a result before its commit: {entry}\n{history}"
+            assert entry["method"] == "BUFFERED_STREAM"
+            assert entry["sink"] == "events-buffered-results"
+            assert BASE_MS <= entry["first_event_time"] <= entry["last_event_time"]
+            table = entry["destination"].rsplit("/", 1)[1]
+            reported[(table, *key)] += entry["count"]
+            results.append((table, *key))
+    assert len(results) == len(set(results)), "a result was emitted twice"
+    assert len({key[1] for key in reported}) > 2, "expected results of several checkpoints"
+    assert all(flushed[key] == n for key, n in reported.items()), history
+    # What no result reports is what the commits after the operators finished flushed (the
+    # final checkpoint's rows): those commits logged their results instead.
+    missing: Counter[tuple[str, int]] = Counter()
+    for (table, checkpoint, subtask), n in flushed.items():
+        if (table, checkpoint, subtask) not in reported:
+            missing[(table, checkpoint)] += n
+            last = max(c for _, c, s in reported if s == subtask)
+            assert checkpoint > last, f"no result for {table}, {checkpoint}, {subtask}"
+    assert missing == results_logged(logged.messages), history
+    # Per table, the results and the logged ones add up to the rows read back.
+    per_table: Counter[str] = Counter()
+    for (table, _, _), n in reported.items():
+        per_table[table] += n
+    for (table, _), n in missing.items():
+        per_table[table] += n
+    assert per_table == {table: len(ids) for table, ids in tables.items()}
+
+
+def test_without_checkpointing_the_one_commit_at_the_end_of_input_emits_every_result(
+    project: str, tmp_path: Path
+) -> None:
+    count = 500
+    dataset = make_dataset(project, "resultnocheckpoint")
+    sink = (
+        BigQuerySink.builder()
+        .set_sink_name("events-unchecked-results")
+        .set_destination_resolver(DailyTables(project, dataset))
+        .set_serializer(
+            BigQuerySerializer.of(lambda r, c: {"id": r["id"], "day": r["day"]}, EVENTS)
+        )
+        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+        .set_write_method(WriteMethod.BUFFERED_STREAM)
+        .build()
+    )
+    env = make_env(parallelism=2, checkpoint_ms=None, restarts=0)
+    results = tmp_path / "results.jsonl"
+    sink.write_with_results(record_stream(env, count, daily_event)).map(AppendJson(str(results)))
+    with logged_results() as logged:
+        env.execute("buffered stream results without checkpoints")
+
+    # The commit runs in the committer's end of input, before the operators finish: its
+    # results come through, under checkpoint -1, one per table and committer subtask.
+    got = read_lines(results)
+    assert results_logged(logged.messages) == Counter()
+    assert {r["checkpoint_id"] for r in got} == {-1}
+    per_table: Counter[str] = Counter()
+    for result in got:
+        per_table[result["destination"].rsplit("/", 1)[1]] += result["count"]
+    tables = ids_by_table(project, dataset)
+    assert sum(len(ids) for ids in tables.values()) == count
+    assert per_table == {table: len(ids) for table, ids in tables.items()}
 
 
 def test_failed_records_need_the_to_stream_handler_and_sink_to_refuses_it(project: str) -> None:

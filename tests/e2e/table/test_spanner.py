@@ -191,3 +191,19 @@ def test_planning_rejects_a_missing_key_and_a_primary_key_on_an_insert_only_conn
         "sink 'keyed_topic': connector 'gcp-pubsub' is insert-only and takes no PRIMARY KEY; "
         "only gcp-bigquery and gcp-spanner write updates and deletes of a table with one."
     ) in planning_error(t_env, "INSERT INTO keyed_topic VALUES (1)")
+
+
+def test_planning_rejects_a_commit_delay_over_spanners_limit_and_takes_the_limit() -> None:
+    t_env = make_table_env()
+    options = "'connector' = 'gcp-spanner', 'project' = 'p', 'instance' = 'i', 'database' = 'd'"
+    for name, delay in (("delayed", "1s"), ("at_limit", "500ms")):
+        t_env.execute_sql(
+            f"CREATE TEMPORARY TABLE {name} (id BIGINT) WITH ({options}, 'table' = 't', "
+            f"'sink.max-commit-delay' = '{delay}')"
+        )
+    assert (
+        "Invalid value for option 'sink.max-commit-delay' of connector 'gcp-spanner': expected "
+        "a duration such as 500ms, 10s, 5min, 1h or 1d of at most 500ms, got '1s'."
+    ) in planning_error(t_env, "INSERT INTO delayed VALUES (1)")
+    # Explaining plans the sink (its factory validates the options) and submits nothing.
+    assert "at_limit" in t_env.explain_sql("INSERT INTO at_limit VALUES (1)")

@@ -240,6 +240,35 @@ def test_the_committer_emits_results_after_the_commit_and_holds_those_of_kept_wo
     assert [(r.destination, r.checkpoint_id, r.count) for _, r in out] == [("t2", 5, 3)]
 
 
+def test_a_commit_after_the_operators_finished_logs_its_results_instead_of_emitting_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pyflink_gcp.core.commit import COMMIT_TAG
+    from pyflink_gcp.core.commit_operator import MODE_AFTER_FINISH
+
+    function, committer = committer_function(write_results=True)
+    for value in ("t1:file-1", result("t1", -1, 4, 10, 20), "t2:file-2", result("t2", 7, 2, 1, 2)):
+        function.process_element(value, None)
+    committer.keep = ["t2:file-2"]
+    caplog.set_level("INFO", logger="pyflink_gcp.runtime")
+    # The Java committer adds the flag to the mode: this is a completed checkpoint's set.
+    out = function.process_element((COMMIT_TAG, 7, MODE_COMPLETED | MODE_AFTER_FINISH), None)
+    assert committer.sets == [["t1:file-1", "t2:file-2"]]
+    # Kept work keeps its result (the final commit below logs it); nothing is emitted.
+    assert out == ["t2:file-2", result("t2", 7, 2, 1, 2)]
+    logged = [r.getMessage() for r in caplog.records if "after the operators finished" in r.message]
+    assert logged == [
+        "staging-sink: committed 4 records to t1 (checkpoint 7) after the operators finished: "
+        "Flink delivers this write result to no operator"
+    ]
+    for value in out:
+        function.process_element(value, None)
+    # The flag does not hide the mode: this is the final commit, which keeps nothing.
+    assert function.process_element((COMMIT_TAG, 7, MODE_FINAL | MODE_AFTER_FINISH), None) is None
+    assert committer.sets[-1] == ["t2:file-2"]
+    assert "2 records to t2 (checkpoint 7)" in caplog.records[-1].getMessage()
+
+
 def test_without_write_results_the_committer_returns_only_what_it_keeps() -> None:
     function, committer = committer_function(write_results=False)
     function.process_element("t1:file-1", None)

@@ -15,7 +15,7 @@ from pyflink_gcp.pubsub import PubSubPublisherOptions, PubSubWriterOptions
 from pyflink_gcp.spanner import SpannerWriterOptions
 from pyflink_gcp.table.option_model import KINDS, OptionError
 from pyflink_gcp.table.options import CONNECTORS
-from pyflink_gcp.table.parsing import parse
+from pyflink_gcp.table.parsing import duration_expected, parse
 
 KEY = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*(\.[a-z][a-z0-9]*(-[a-z0-9]+)*)*$")
 COLUMNS = ("id", "region", "payload")
@@ -188,3 +188,19 @@ def test_unknown_and_missing_keys_and_conditional_requirements():
         "Option 'dead-letter.topic' of connector 'gcp-pubsub' is required when "
         "'failure-handler' is 'dead-letter'."
     )
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "bounds"),
+    [
+        (0, None, ""),
+        (1, None, " of at least 1ms"),
+        (0, 500, " of at most 500ms"),
+        (1, 500, " of at least 1ms and at most 500ms"),
+        (100, 500, " of at least 100ms and at most 500ms"),
+    ],
+)
+def test_a_duration_names_the_bounds_beyond_its_syntax(low, high, bounds):
+    # The Java factories word it alike (TableOptions.durationExpected).
+    expected = "a duration such as 500ms, 10s, 5min, 1h or 1d" + bounds
+    assert duration_expected(low, high) == expected

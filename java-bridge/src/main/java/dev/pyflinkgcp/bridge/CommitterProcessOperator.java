@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.NavigableMap;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.BooleanSupplier;
 
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
@@ -63,6 +64,13 @@ import org.slf4j.LoggerFactory;
  *       of input instead. After the sets of that checkpoint, or of a stop-with-savepoint's
  *       savepoint, one more commit is final: it hands Python what the sets' commits kept, and
  *       tells it that nothing follows, so Python ends what it has going there and keeps nothing.
+ *   <li><b>Results after the operators finished.</b> A commit that runs after this operator's
+ *       {@code finish()} (the final checkpoint's, a stop-with-savepoint's, and any checkpoint
+ *       notified after the end of input) has no one to emit to: Flink sent the end of data
+ *       downstream when the operators finished, and a finished operator refuses records (a
+ *       sink writer fails its task). Such a commit carries {@link #MODE_AFTER_FINISH}, so Python
+ *       logs its write results instead of emitting them; a side output that comes anyway is
+ *       dropped here, with a warning. The rows are committed all the same.
  * </ul>
  *
  * <p>A commit sends the set to Python as the elements they were, then the pickle of {@code
@@ -88,6 +96,12 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
 
     /** The last commit: the end of input or a stop-with-savepoint; nothing may be kept. */
     static final int MODE_FINAL = 2;
+
+    /**
+     * Added to the mode of a commit after the operators finished: its write results cannot
+     * reach any operator downstream.
+     */
+    static final int MODE_AFTER_FINISH = 4;
 
     private static final Logger LOG = LoggerFactory.getLogger(CommitterProcessOperator.class);
 
@@ -124,6 +138,12 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     /** The first checkpoint snapshotted after the end of input; -1 before. */
     private transient long finalSnapshot;
 
+    /** Whether the operators finished: downstream has its end of data, takes no record. */
+    private transient boolean finished;
+
+    /** Side-output records (write results) dropped because the operators had finished. */
+    private transient int dropped;
+
     private transient ListState<Tuple2<Long, byte[]>> state;
 
     /**
@@ -148,13 +168,22 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         this.bundle = new BundleSettings(config);
     }
 
-    /** Python's output is what it keeps: captured here, never sent downstream. */
+    /**
+     * Python's output is what it keeps: captured here, never sent downstream. Its side output
+     * (write results) goes downstream until the operators finished, and is dropped after.
+     */
     @Override
     protected void setup(
             StreamTask<?, ?> containingTask,
             StreamConfig config,
             Output<StreamRecord<OUT>> output) {
-        super.setup(containingTask, config, new KeepingOutput<>(output, this::keep));
+        BooleanSupplier open = () -> !finished;
+        super.setup(
+                containingTask, config, new KeepingOutput<>(output, this::keep, open, this::drop));
+    }
+
+    private void drop() {
+        dropped++;
     }
 
     private void keep(byte[] committable) {
@@ -269,6 +298,16 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
         }
     }
 
+    /**
+     * After this, Flink sends the end of data downstream: a later commit's results have no one
+     * to go to ({@link #MODE_AFTER_FINISH}).
+     */
+    @Override
+    public void finish() throws Exception {
+        super.finish();
+        finished = true;
+    }
+
     @Override
     public void endInput() throws Exception {
         super.endInput();
@@ -301,14 +340,24 @@ public class CommitterProcessOperator<OUT> extends ExternalPythonProcessOperator
     private void commit(long checkpointId, List<byte[]> committables, int mode)
             throws Exception {
         kept.clear();
+        dropped = 0;
+        int sent = finished ? mode | MODE_AFTER_FINISH : mode;
         try {
             for (byte[] committable : committables) {
                 super.processElement(new StreamRecord<>(committable));
             }
-            super.processElement(new StreamRecord<>(commitElement(tag, checkpointId, mode)));
+            super.processElement(new StreamRecord<>(commitElement(tag, checkpointId, sent)));
             invokeFinishBundle();
         } catch (Exception e) {
             throw errors.classify(e);
+        }
+        if (dropped > 0) {
+            LOG.warn(
+                    "{}: dropped {} write results of the commit of checkpoint {}: it ran after the"
+                            + " operators finished, when no operator downstream takes a record",
+                    getOperatorName(),
+                    dropped,
+                    checkpointId);
         }
         if (!kept.isEmpty()) {
             if (mode == MODE_FINAL) {

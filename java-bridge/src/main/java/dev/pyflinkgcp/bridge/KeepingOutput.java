@@ -1,5 +1,6 @@
 package dev.pyflinkgcp.bridge;
 
+import java.util.function.BooleanSupplier;
 import java.util.function.Consumer;
 
 import org.apache.flink.runtime.event.WatermarkEvent;
@@ -13,16 +14,26 @@ import org.apache.flink.util.OutputTag;
 
 /**
  * The committer operator's output: the records Python returns are committables it keeps, handed
- * to {@code keeper} instead of going downstream; everything else (watermarks, markers) passes.
+ * to {@code keeper} instead of going downstream; side-output records (write results) go
+ * downstream while {@code open} says so and to {@code dropped} after; everything else
+ * (watermarks, markers) passes.
  */
 final class KeepingOutput<OUT> implements Output<StreamRecord<OUT>> {
 
     private final Output<StreamRecord<OUT>> downstream;
     private final Consumer<byte[]> keeper;
+    private final BooleanSupplier open;
+    private final Runnable dropped;
 
-    KeepingOutput(Output<StreamRecord<OUT>> downstream, Consumer<byte[]> keeper) {
+    KeepingOutput(
+            Output<StreamRecord<OUT>> downstream,
+            Consumer<byte[]> keeper,
+            BooleanSupplier open,
+            Runnable dropped) {
         this.downstream = downstream;
         this.keeper = keeper;
+        this.open = open;
+        this.dropped = dropped;
     }
 
     @Override
@@ -32,7 +43,11 @@ final class KeepingOutput<OUT> implements Output<StreamRecord<OUT>> {
 
     @Override
     public <X> void collect(OutputTag<X> outputTag, StreamRecord<X> record) {
-        downstream.collect(outputTag, record);
+        if (open.getAsBoolean()) {
+            downstream.collect(outputTag, record);
+        } else {
+            dropped.run();
+        }
     }
 
     @Override

@@ -209,10 +209,10 @@ public final class TableOptions {
             case "duration":
                 long low = spec.minimum == null ? 0 : spec.minimum;
                 Long millis = durationMillis(value);
-                if (millis == null || millis < low) {
-                    String least = low == 1 ? " of at least 1ms" : "";
-                    throw invalid(
-                            spec.key, "a duration such as 500ms, 10s, 5min, 1h or 1d" + least, value);
+                if (millis == null
+                        || millis < low
+                        || (spec.maximum != null && millis > spec.maximum)) {
+                    throw invalid(spec.key, durationExpected(low, spec.maximum), value);
                 }
                 return;
             case "enum":
@@ -239,6 +239,19 @@ public final class TableOptions {
             default:
                 throw new IllegalStateException("unknown option kind " + spec.kind);
         }
+    }
+
+    /**
+     * What a duration option of bounds {@code low}..{@code high} (milliseconds) expects: the
+     * syntax, then the bounds that are not the syntax's own (the Python parser words it alike).
+     */
+    static String durationExpected(long low, Long high) {
+        String least = low == 1 ? " of at least 1ms" : (low > 1 ? " of at least " + low + "ms" : "");
+        String most =
+                high == null
+                        ? ""
+                        : (least.isEmpty() ? " of at most " : " and at most ") + high + "ms";
+        return "a duration such as 500ms, 10s, 5min, 1h or 1d" + least + most;
     }
 
     private void checkInt(Spec spec, String value) {
