@@ -1,10 +1,10 @@
 """The batcher of one table in one sink subtask: stages entries into requests, schedules them.
 
 - :meth:`TableBatcher.write` appends the ``RowMutationEntry`` straight into the protobuf request
-  being filled (no intermediate objects) and starts the request on the subtask's event loop
-  (:class:`~pyflink_gcp.core.aio.AsyncChannel`, shared by all its tables) once it holds
-  ``batch_max_entries`` entries, ``batch_max_bytes`` bytes or ``batch_max_mutations`` cells
-  (never more than Bigtable's 100,000: a batch over it is split).
+  being filled (no intermediate objects) and hands the request to the subtask's event loop
+  (:class:`~pyflink_gcp.core.aio.WorkQueue`, shared by all its tables) once it
+  holds ``batch_max_entries`` entries, ``batch_max_bytes`` bytes or ``batch_max_mutations``
+  cells (never more than Bigtable's 100,000: a batch over it is split).
 - Flow control: at most ``max_in_flight_entries`` / ``max_in_flight_bytes`` of a table are
   unacknowledged (an :class:`~pyflink_gcp.core.batching.InFlightWindow`); beyond that ``write``
   blocks, which is Flink backpressure.
@@ -35,7 +35,6 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
-from pyflink_gcp.core.aio import CallHandle
 from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
 from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
@@ -48,9 +47,10 @@ from pyflink_gcp.core.writer import DestinationWriter
 MAX_ROW_KEY_BYTES = 4096
 
 #: Starts work on the subtask's event loop without waiting for it:
-#: ``start(coroutine_function, *args) -> handle``
-#: (:meth:`~pyflink_gcp.core.aio.AsyncChannel.start`).
-Start = Callable[..., CallHandle]
+#: ``start(coroutine_function, *args) -> future``, read like a ``grpc.Future``
+#: (:meth:`~pyflink_gcp.core.aio.WorkQueue.submit`,
+#: :meth:`~pyflink_gcp.core.aio.AsyncChannel.start`).
+Start = Callable[..., Any]
 
 
 class TableBatcher(DestinationWriter[TableDestination]):

@@ -13,6 +13,8 @@ must hand *every* rejected entry to the failure handler. So the sink is built fr
 - :mod:`~pyflink_gcp.bigtable.batcher`: stages a table's entries into requests (hot path);
 - :mod:`~pyflink_gcp.bigtable.mutate_rows`: one request through its per-entry retries, a
   coroutine on the loop;
+- :class:`~pyflink_gcp.core.aio.WorkQueue`: the subtask's queue of those operations, run by a
+  few worker coroutines on the loop (a waiting request holds no task);
 - this module: the factory that opens them on the worker and shares the loop among the tables
   (``max_in_flight_requests`` MutateRows calls in flight per subtask, over all its tables,
   fewer after quota errors).
@@ -30,7 +32,7 @@ from pyflink_gcp.bigtable.mutate_rows import MutateRowsCall
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.bigtable.tables import BigtableTables
-from pyflink_gcp.core.aio import CallHandle, LoopSlots, Work
+from pyflink_gcp.core.aio import CallHandle, LoopSlots, Work, WorkQueue
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
@@ -39,12 +41,18 @@ from pyflink_gcp.core.writer import PicklesConfiguration, WriterFactory
 
 _LOG = logging.getLogger("pyflink_gcp.bigtable")
 
+#: MutateRows operations running at once per subtask, per call allowed in flight: an operation
+#: waiting out its backoff holds its worker, so twice as many workers as calls keep the calls
+#: busy while some back off.
+WORKERS_PER_CALL = 2
+
 
 class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination]):
     """Configuration of a subtask's Bigtable writing; after :meth:`open`, its shared state.
 
     Holds the client (the data channel with its event-loop thread, on which every table
-    batcher's requests run; the lazy admin client), and the tables known to exist. A table is
+    batcher's requests run from one queue; the lazy admin client), and the tables known to
+    exist. A table is
     checked (and, with table create options, created) the first time a batcher is built for
     it; without them, its check starts there and its first requests are chained to it
     (:meth:`BigtableTables.start`).
@@ -97,6 +105,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.slots = LoopSlots(lambda: self.quota.limit)
         self.stats = BigtableWriterStats()
         self.client: BigtableClient | None = None
+        self.queue: WorkQueue | None = None
         self.tables: BigtableTables | None = None
         self._info: SubtaskInfo | None = None
 
@@ -104,6 +113,8 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self._info = info
         self.client = BigtableClient(self.sink_name, self.endpoint, self.admin_endpoint)
         self.slots = LoopSlots(lambda: self.quota.limit)  # fresh for the new loop
+        workers = WORKERS_PER_CALL * self.options.max_in_flight_requests
+        self.queue = WorkQueue(self.client.data.start, lambda: workers)
         self.tables = self._tables(info.subtask_index)
         _LOG.info(
             "%s: subtask %d writes to Bigtable at %s",
@@ -149,16 +160,17 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         return TableBatcher(destination, call, self.start, self.options, check)
 
     def start(self, work: Work, *args: Any) -> CallHandle:
-        """Start ``work(*args)`` (a MutateRows operation) on the subtask's event loop."""
-        client = self.client
-        if client is None:
+        """Queue ``work(*args)`` (a MutateRows operation) for the subtask's event loop."""
+        queue = self.queue
+        if queue is None:
             raise WriteError(f"sink '{self.sink_name}': the Bigtable writer is not open")
-        return client.data.start(work, *args)
+        return queue.submit(work, *args)
 
     def close(self) -> None:
         if self.client is not None:
-            self.client.close()
+            self.client.close()  # ends the queued operations CANCELLED
             self.client = None
+        self.queue = None
         self.tables = None
         _LOG.info("%s: Bigtable writer stats %s", self.sink_name, self.stats)
 

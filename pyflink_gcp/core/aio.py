@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -51,26 +52,39 @@ def closed_error() -> grpc.aio.AioRpcError:
     )
 
 
+class _HandleOwner(Protocol):
+    """What completes handles: an :class:`AsyncChannel` or a :class:`WorkQueue`."""
+
+    _done: threading.Condition
+
+    def wait_for(self, handle: CallHandle, timeout: float | None = None) -> None: ...
+
+
 class CallHandle:
-    """Work started on an :class:`AsyncChannel`, read like a ``grpc.Future``."""
+    """Work started on an :class:`AsyncChannel` (or queued on a :class:`WorkQueue`), read like
+    a ``grpc.Future``. Its owner's lock guards it, so a handle holds no lock of its own."""
 
     __slots__ = ("_error", "_result", "_done", "_waited", "_callbacks", "_channel")
 
-    def __init__(self, channel: AsyncChannel) -> None:
+    def __init__(self, owner: _HandleOwner) -> None:
         self._error: BaseException | None = None
         self._result: Any = None
         self._done = False
         self._waited = False
         self._callbacks: list[Callable[[CallHandle], None]] | None = None
-        self._channel = channel
+        self._channel = owner
 
     def done(self) -> bool:
         return self._done
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Waits for the work's end; its error, or None if it succeeded."""
+        """Waits for the work's end; its error, or None if it succeeded.
+
+        Raises:
+            TimeoutError: It had not ended within ``timeout`` seconds.
+        """
         if not self._done:
-            self._channel.wait_for(self)
+            self._channel.wait_for(self, timeout)
         return self._error
 
     def result(self, timeout: float | None = None) -> Any:
@@ -254,16 +268,24 @@ class AsyncChannel:
             for fn in callbacks:
                 fn(handle)
 
-    def wait_for(self, handle: CallHandle) -> None:
-        """Blocks until ``handle``'s work ended (or the channel closed)."""
+    def wait_for(self, handle: CallHandle, timeout: float | None = None) -> None:
+        """Blocks until ``handle``'s work ended (or the channel closed).
+
+        Raises:
+            TimeoutError: It had not ended within ``timeout`` seconds.
+        """
         closed = False
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._done:
             handle._waited = True
             while not handle._done:
                 if self._closed:
                     closed = True
                     break
-                self._done.wait(0.5)
+                left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+                if left <= 0:
+                    raise TimeoutError(f"the work had not ended within {timeout:g}s")
+                self._done.wait(left)
         if closed:
             self._cancelled(handle)
 
@@ -307,3 +329,119 @@ class AsyncChannel:
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class WorkQueue:
+    """Operations run in order by at most ``workers`` coroutines on one event loop.
+
+    :meth:`submit` appends an operation and returns its :class:`CallHandle` at once; a worker
+    coroutine (started through ``start``, :meth:`AsyncChannel.start`) takes the operations in
+    order and runs them, and ends when the queue is empty; the next submit starts one again.
+
+    Why not a task per operation: a checkpoint's flush at thousands of destinations starts a
+    request for each at once. Started each as a task of its own, every waiting request holds a
+    task, its coroutines and the future it waits on; so many objects, in proportion to the
+    destinations, outlive the young generations of Python's garbage collector and make its full
+    collections, which walk every object of the worker, frequent. Queued, a waiting request is
+    its arguments and its handle; only the running operations hold coroutines.
+
+    Thread-safe: :meth:`submit` runs on the processing thread, the workers on the loop; the
+    handles are completed on the loop thread (or, for operations a closing loop never ran, on
+    the thread that closes it).
+
+    Args:
+        start: Starts a coroutine function on the loop: ``start(work, *args) -> CallHandle``.
+        workers: Operations running at once at most (at least 1), read at every submit.
+    """
+
+    def __init__(self, start: Callable[..., CallHandle], workers: Callable[[], int]) -> None:
+        self._start = start
+        self._limit = workers
+        self._done = threading.Condition(threading.Lock())
+        self._pending: deque[tuple[CallHandle, Work, tuple[Any, ...]]] = deque()
+        self._workers = 0
+
+    @property
+    def queued(self) -> int:
+        """Operations submitted and not yet taken by a worker."""
+        return len(self._pending)
+
+    @property
+    def workers(self) -> int:
+        """Worker coroutines started and not yet ended."""
+        return self._workers
+
+    def submit(self, work: Work, *args: Any) -> CallHandle:
+        """Queue ``await work(*args)`` and start a worker if fewer than the limit run; never
+        blocks. Returns the operation's handle."""
+        handle = CallHandle(self)
+        self._pending.append((handle, work, args))
+        with self._done:
+            if self._workers >= self._limit():
+                return handle
+            self._workers += 1
+        try:
+            worker = self._start(self._work)
+        except BaseException:
+            with self._done:
+                self._workers -= 1
+            raise
+        worker.add_done_callback(self._worker_ended)
+        return handle
+
+    async def _work(self) -> None:
+        """One worker: run the queued operations in order until none is left."""
+        pending = self._pending
+        while True:
+            with self._done:
+                if not pending:
+                    self._workers -= 1
+                    return
+                handle, work, args = pending.popleft()
+            try:
+                handle._result = await work(*args)
+            except asyncio.CancelledError:
+                self._finish(handle, closed_error())
+                raise  # the loop is closing: _worker_ended fails what is still queued
+            except BaseException as exc:  # noqa: BLE001 - the handle carries it
+                self._finish(handle, exc)
+            else:
+                self._finish(handle, None)
+
+    def _worker_ended(self, worker: CallHandle) -> None:
+        """A worker's end: one cut short (its loop closed, or it never started) leaves the
+        queue to no one, so every queued operation ends with its error."""
+        error = worker.exception()
+        if error is None:
+            return  # it ran the queue empty and counted itself out
+        with self._done:
+            self._workers -= 1
+            left = list(self._pending)
+            self._pending.clear()
+        for handle, _work, _args in left:
+            self._finish(handle, error)
+
+    def _finish(self, handle: CallHandle, error: BaseException | None) -> None:
+        with self._done:
+            handle._error = error
+            handle._done = True
+            callbacks, handle._callbacks = handle._callbacks, None
+            if handle._waited:
+                self._done.notify_all()
+        if callbacks:
+            for fn in callbacks:
+                fn(handle)
+
+    def wait_for(self, handle: CallHandle, timeout: float | None = None) -> None:
+        """Blocks until ``handle``'s operation ended.
+
+        Raises:
+            TimeoutError: It had not ended within ``timeout`` seconds.
+        """
+        with self._done:
+            handle._waited = True
+            if not self._done.wait_for(lambda: handle._done, timeout):
+                raise TimeoutError(f"the work had not ended within {timeout:g}s")
+
+    def __repr__(self) -> str:
+        return f"WorkQueue({len(self._pending)} queued, {self._workers} workers)"

@@ -60,10 +60,17 @@ def test_open_builds_batchers_sharing_the_subtask_event_loop() -> None:
         assert call.stats is factory.stats and call.policy is factory.retry_policy
         assert call.slots is factory.slots and call.window is factory.quota
         assert batcher._start == factory.start
+        assert factory.queue is not None and factory.queue._limit() == 6  # 2 per call
+        assert factory.start(_answer, 42).result(timeout=5) == 42  # queued for the loop
         assert dict(call.metadata)["x-goog-request-params"].endswith("&app_profile_id=batch")
         assert factory.stats.batchers_created == 1
     finally:
         factory.close()
     assert factory.client is None and not data._thread.is_alive()  # closing stops the loop
+    assert factory.queue is None
     with pytest.raises(WriteError, match="not open"):
         factory.start(call.run, None)
+
+
+async def _answer(value: int) -> int:
+    return value

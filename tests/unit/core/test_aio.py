@@ -5,8 +5,12 @@ sinks' integration tests drive it against the emulators."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -14,7 +18,7 @@ from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
     PublisherGrpcAsyncIOTransport,
 )
 
-from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots
+from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots, WorkQueue
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
 
@@ -195,3 +199,161 @@ def test_a_channel_that_cannot_open_leaves_no_loop_thread() -> None:
     with pytest.raises(RuntimeError, match="no credentials"):
         AsyncChannel(Endpoint(host="example.com:443"), Refusing, "x", [], thread_name="refused-io")
     assert not [t for t in threading.enumerate() if t.name == "refused-io"]
+
+
+# WorkQueue: operations run in order by a bounded number of worker coroutines on a real
+# event loop; handles read like futures; closing the loop ends what is queued.
+
+
+LOOP_THREAD = "test-io"
+LOOPS: list[AsyncChannel] = []
+
+
+@pytest.fixture
+def close_loops() -> Iterator[None]:
+    """Close the loops a test opened."""
+    yield
+    while LOOPS:
+        LOOPS.pop().close()
+
+
+def open_loop() -> AsyncChannel:
+    """A real event-loop thread (its channel is never called)."""
+    loop, _ = _method()
+    LOOPS.append(loop)
+    return loop
+
+
+class Operations:
+    """Coroutines that record when they run and wait for a gate before they end."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.running = 0
+        self.max_running = 0
+        self.threads: set[str] = set()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    async def op(self, i: int, fail: bool = False) -> list[int]:
+        self.started.append(i)
+        self.threads.add(threading.current_thread().name)
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            while not self.gate.is_set():
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0)
+            if fail:
+                raise RuntimeError(f"operation {i} failed")
+            return [i]
+        finally:
+            self.running -= 1
+
+
+def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_operations_run_in_order_on_the_loop_by_at_most_the_workers() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 3)
+    ops = Operations()
+    ops.gate.clear()
+    outcomes = [queue.submit(ops.op, i) for i in range(20)]
+    wait_until(lambda: ops.running == 3)
+    assert queue.workers == 3 and queue.queued == 17
+    ops.gate.set()
+    assert [o.result(timeout=5) for o in outcomes] == [[i] for i in range(20)]
+    assert ops.started == list(range(20)) and ops.max_running == 3
+    assert ops.threads == {LOOP_THREAD}
+    wait_until(lambda: queue.workers == 0)  # each worker ends once the queue is empty
+    assert queue.queued == 0
+    # A later submit starts a worker again.
+    assert queue.submit(ops.op, 20).result(timeout=5) == [20]
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_a_waiting_operation_holds_no_task_of_its_own() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 2)
+    ops = Operations()
+    ops.gate.clear()
+    outcomes = [queue.submit(ops.op, i) for i in range(500)]
+    wait_until(lambda: ops.running == 2)
+    tasks = asyncio.run_coroutine_threadsafe(_count_tasks(), loop._loop).result(timeout=5)
+    assert tasks <= 3  # the two workers, and the coroutine that counts
+    ops.gate.set()
+    for outcome in outcomes:
+        outcome.result(timeout=5)
+
+
+async def _count_tasks() -> int:
+    return len(asyncio.all_tasks())
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_outcomes_carry_errors_and_call_their_callbacks() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 1)
+    ops = Operations()
+    seen: list[tuple[str, BaseException | None]] = []
+    ops.gate.clear()
+    failing = queue.submit(ops.op, 1, True)
+    ok = queue.submit(ops.op, 2)
+    for outcome in (failing, ok):
+        outcome.add_done_callback(
+            lambda o: seen.append((threading.current_thread().name, o.exception()))
+        )
+    assert not failing.done()
+    ops.gate.set()
+    with pytest.raises(RuntimeError, match="operation 1 failed"):
+        failing.result(timeout=5)
+    assert ok.result(timeout=5) == [2]  # a failed operation does not stop the worker
+    wait_until(lambda: len(seen) == 2)
+    assert [thread for thread, _ in seen] == [LOOP_THREAD, LOOP_THREAD]
+    assert isinstance(seen[0][1], RuntimeError) and seen[1][1] is None
+    # A callback added to a completed outcome runs at once, on the caller's thread.
+    late: list[str] = []
+    ok.add_done_callback(lambda o: late.append(threading.current_thread().name))
+    assert late == [threading.current_thread().name]
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_closing_the_loop_ends_running_and_queued_operations_cancelled() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 2)
+    ops = Operations()
+    ops.gate.clear()
+    outcomes = [queue.submit(ops.op, i) for i in range(6)]
+    wait_until(lambda: ops.running == 2)
+    loop.close()
+    for outcome in outcomes:
+        error = outcome.exception(timeout=5)
+        assert isinstance(error, grpc.aio.AioRpcError)
+        assert error.code() == grpc.StatusCode.CANCELLED
+    assert queue.workers == 0 and queue.queued == 0
+    # After the close, a submit ends at once, cancelled as well.
+    late = queue.submit(ops.op, 7)
+    assert late.done() and isinstance(late.exception(), grpc.aio.AioRpcError)
+    assert queue.workers == 0
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_exception_waits_for_the_end_within_its_timeout() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 1)
+    ops = Operations()
+    ops.gate.clear()
+    outcome: CallHandle = queue.submit(ops.op, 1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="within 0.05s"):
+        outcome.exception(timeout=0.05)
+    assert not outcome.done()
+    assert time.monotonic() - started >= 0.05
+    threading.Timer(0.05, ops.gate.set).start()
+    assert outcome.result(timeout=5) == [1] and outcome.done()
