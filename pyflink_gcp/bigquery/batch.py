@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 #: Bytes a protobuf row adds to a request beyond its own encoding (its field tag and length).
 ROW_OVERHEAD = 6
+#: Requests of fewer rows go as protobuf rows even where Arrow could take them: an Arrow record
+#: batch has a fixed cost (building its arrays and serializing the batch) that a few protobuf
+#: rows do not reach, and a subtask writing many tables sends most requests with a row or two.
+ARROW_MIN_ROWS = 8
 
 
 class Batch:
@@ -78,16 +82,16 @@ def encode_requests(
     refused: Callable[[Any, Any, RowError], FailedRecord],
     oversized: Callable[[Any, Any, int], FailedRecord],
 ) -> tuple[list[Batch], list[FailedRecord]]:
-    """Encodes a pending batch: one Arrow record batch if the layout has an Arrow encoder and
-    the batch fits ``max_bytes`` (halved until it does), else protobuf rows cut into requests
-    of at most ``max_bytes``.
+    """Encodes a pending batch: one Arrow record batch if the layout has an Arrow encoder, the
+    batch has at least :data:`ARROW_MIN_ROWS` rows and fits ``max_bytes`` (halved until it
+    does), else protobuf rows cut into requests of at most ``max_bytes``.
 
     Returns the requests to send and the failed records: rows the encoder refuses
     (``refused``) and single rows over the limit (``oversized``), each one record's failure
     rather than the request's.
     """
     elements = batch.elements
-    if layout.arrow is not None:
+    if layout.arrow is not None and len(elements) >= ARROW_MIN_ROWS:
         data = layout.arrow.encode(elements)
         if data is not None:
             if len(data) <= max_bytes:

@@ -28,6 +28,7 @@ from pyflink_gcp.core.status import StatusError
 REST_EMULATOR_VARIABLE = "BIGQUERY_EMULATOR_HOST"
 STORAGE_EMULATOR_VARIABLE = "BIGQUERY_STORAGE_EMULATOR_HOST"
 DEFAULT_STORAGE_HOST = "bigquerystorage.googleapis.com:443"
+DEFAULT_REST_URL = "https://bigquery.googleapis.com"
 _APPEND_ROWS = "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows"
 
 # Raw protobuf classes: building requests through proto-plus wrappers costs far more.
@@ -76,23 +77,50 @@ def append_rows_stub(channel: grpc.Channel, interceptors: Sequence[Any] = ()) ->
 
 def rest_client(endpoint: Endpoint, project: str) -> Any:
     """A ``google.cloud.bigquery.Client`` for ``endpoint``: anonymous to an emulator, ADC
-    otherwise."""
+    otherwise, its HTTP session's environment settings read once (:func:`read_environment`)."""
     from google.api_core.client_options import ClientOptions
     from google.cloud import bigquery
 
     if endpoint.insecure:
         from google.auth.credentials import AnonymousCredentials
 
-        return bigquery.Client(
+        client = bigquery.Client(
             project=project,
             credentials=AnonymousCredentials(),
             client_options=ClientOptions(api_endpoint=endpoint.http_url),
         )
-    if endpoint.host is not None:
-        return bigquery.Client(
+    elif endpoint.host is not None:
+        client = bigquery.Client(
             project=project, client_options=ClientOptions(api_endpoint=endpoint.http_url)
         )
-    return bigquery.Client(project=project)
+    else:
+        client = bigquery.Client(project=project)
+    read_environment(client._http, endpoint.http_url if endpoint.host else DEFAULT_REST_URL)
+    return client
+
+
+def read_environment(session: Any, url: str) -> None:
+    """Read the environment's proxy and CA bundle settings for ``url`` into ``session`` once.
+
+    A ``requests`` session that trusts the environment reads it again on every request (the
+    proxy variables, ``no_proxy``, ``.netrc``, the CA bundle variables), which costs more CPU
+    than the rest of a table lookup. The calls of one client all go to one endpoint, so the
+    settings read for it here are the ones every request would have read (``.netrc`` aside:
+    the credentials authorize the calls).
+    """
+    import os
+
+    from requests.utils import get_environ_proxies
+
+    if not session.trust_env:
+        return
+    for scheme, proxy in get_environ_proxies(url).items():
+        session.proxies.setdefault(scheme, proxy)
+    if session.verify is True:
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle:
+            session.verify = bundle
+    session.trust_env = False
 
 
 def _requests(pending: queue.SimpleQueue[Any]) -> Iterator[Any]:

@@ -67,12 +67,13 @@ class RowFormat(enum.Enum):
     """How rows travel in an AppendRows request.
 
     ``ARROW`` (the default) sends a request's plain rows as one Arrow record batch when every
-    column of the table has an Arrow form and every value already has its column's Python type;
-    any other request, and every change-data-capture row, goes as protobuf rows. The service
-    decodes Arrow a column at a time; the emulator spends a fraction of the CPU per row that it
-    spends decoding protobuf rows one by one (``bench/README.md``, BigQuery). ``PROTO`` always
-    sends protobuf rows (for a project or endpoint that does not accept Arrow: early versions of
-    the API documented Arrow ingestion as allowlisted).
+    column of the table has an Arrow form, every value already has its column's Python type and
+    the request has more than a few rows (a record batch has a fixed cost that a few protobuf
+    rows stay under); any other request, and every change-data-capture row, goes as protobuf
+    rows. The service decodes Arrow a column at a time; the emulator spends a fraction of the
+    CPU per row that it spends decoding protobuf rows one by one (``bench/README.md``,
+    BigQuery). ``PROTO`` always sends protobuf rows (for a project or endpoint that does not
+    accept Arrow: early versions of the API documented Arrow ingestion as allowlisted).
     """
 
     ARROW = "ARROW"

@@ -105,7 +105,7 @@ class ResponseHandling:
         raise NotImplementedError
 
     def _handle(
-        self, batch: Batch, response: Any, backoff: BackoffSequence | None, in_flight: deque[Batch]
+        self, batch: Batch, response: Any, backoff: BackoffSequence | None, in_flight: list[Batch]
     ) -> Any:
         """Settle one answered request. Returns the backoff sequence to continue with.
 

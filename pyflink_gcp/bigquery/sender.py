@@ -56,7 +56,6 @@ from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     AppendConnection,
     AppendRowsRequest,
-    ProtoSchema,
 )
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.responses import Reconnect, ResponseHandling
@@ -94,7 +93,22 @@ class TableSender(ResponseHandling):
     :meth:`close`; the steps (:meth:`_run`) run on one thread at a time (``_busy``), whichever
     brought the work. The state the threads share (the queues, the results, the connection)
     is guarded by ``_cond``.
+
+    A subtask holds one per table it writes, so its attributes are slots.
     """
+
+    # fmt: off
+    __slots__ = (
+        "destination", "offsets", "max_bytes", "rows_appended", "requests_sent",
+        "bytes_encoded", "arrow_requests_sent", "arrow_rejections", "_quota", "_unknown_fields",
+        "_missing", "_sink", "_name", "_stream_source", "_stream", "_stream_length", "_what",
+        "_timeout_s", "_connect", "_timers", "_slots", "_slot", "_slot_wanted", "_retry",
+        "_depth", "_layout_source", "_layout", "_plain_schema", "_cdc_schema",
+        "_max_request_bytes", "_cond", "_queue", "_in_flight", "_answers", "_answers_seen",
+        "_busy", "_paused", "_pauses", "_backoff", "_failed", "_fatal", "_closed",
+        "_connection", "_generation",
+    )
+    # fmt: on
 
     def __init__(
         self,
@@ -155,10 +169,12 @@ class TableSender(ResponseHandling):
         self._cond = threading.Condition()
         #: Requests to send, in order (cut ones, and those to send again, at the front).
         self._queue: deque[Batch] = deque()
+        # Lists rather than deques: they hold a window's few requests at most, and an empty
+        # deque costs a table writer ten times an empty list's bytes.
         #: Requests sent on ``_connection`` and not answered yet, in order.
-        self._in_flight: deque[Batch] = deque()
+        self._in_flight: list[Batch] = []
         #: Answers not settled yet: (connection generation, response or exception).
-        self._answers: deque[tuple[int, Any]] = deque()
+        self._answers: list[tuple[int, Any]] = []
         self._answers_seen = 0
         self._busy = False  # a thread runs the steps
         self._paused = 0  # the running backoff's number, else 0
@@ -192,10 +208,8 @@ class TableSender(ResponseHandling):
         if layout is None:
             source = self._layout_source
             layout = source if isinstance(source, TableLayout) else source.result()
-            encoder = layout.encoder
-            self._plain_schema = ProtoSchema(proto_descriptor=encoder.descriptor)
-            self._cdc_schema = ProtoSchema(proto_descriptor=encoder.cdc_descriptor)
-            overhead = len(encoder.cdc_descriptor.SerializeToString()) + self._stream_length + 64
+            self._plain_schema, self._cdc_schema = layout.writer_schemas
+            overhead = self._cdc_schema.ByteSize() + self._stream_length + 64
             if layout.arrow is not None:
                 overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
             self.max_bytes = self._max_request_bytes - overhead
@@ -428,7 +442,7 @@ class TableSender(ResponseHandling):
                         self._cond.notify_all()
                         return
                     if action == "answer":
-                        generation, answer = self._answers.popleft()
+                        generation, answer = self._answers.pop(0)
                         self._answers_seen += 1
                 if action == "answer":
                     if generation == self._generation:
@@ -461,7 +475,7 @@ class TableSender(ResponseHandling):
             self._lost(answer, [])
             return
         with self._cond:
-            batch = self._in_flight.popleft() if self._in_flight else None
+            batch = self._in_flight.pop(0) if self._in_flight else None
         if batch is None:
             self._lost(StatusError(grpc.StatusCode.INTERNAL, "an answer nobody waits for"), [])
             return

@@ -5,12 +5,12 @@ A table writer needs the table's schema before it can encode a row. The lookup i
 :class:`TableCatalog` on a metadata thread, so a subtask meeting many new tables keeps
 processing records meanwhile; the result is a :class:`TableLayout`.
 
-A table's encoders (the protobuf message class and its descriptor pool, the Arrow schema) cost
-about 19 KB of the worker's memory, most of it in protobuf's C++ descriptor pool. Dynamic
-destinations usually mean many tables of one schema (a table per tenant or per day), so the
-catalog builds them once per distinct schema and shares them between those tables' layouts
-(:class:`EncoderCache`); a table of another schema, or one whose schema changed when its writer
-is re-created, gets encoders of its own.
+A table's encoders (the protobuf message class and its descriptor pool, the Arrow schema, the
+writer schemas its protobuf requests carry) cost about 19 KB of the worker's memory, most of it
+in protobuf's C++ heap. Dynamic destinations usually mean many tables of one schema (a table
+per tenant or per day), so the catalog builds them once per distinct schema and shares them
+between those tables' layouts (:class:`EncoderCache`); a table of another schema, or one whose
+schema changed when its writer is re-created, gets encoders of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from pyflink_gcp.bigquery.arrow_rows import ArrowEncoder
-from pyflink_gcp.bigquery.client import resolve_rest_endpoint, rest_client
+from pyflink_gcp.bigquery.client import ProtoSchema, resolve_rest_endpoint, rest_client
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, RowFormat
 from pyflink_gcp.bigquery.rows import RowEncoder, SchemaNotSupportedError
@@ -60,17 +60,40 @@ SHARED_SCHEMAS = 256
 class TableLayout:
     """How one table's rows are encoded: its protobuf encoder, its Arrow encoder if any, and
     its schema (``fields``, for the other encodings), and its location if known (shared
-    AppendRows connections are routed by location)."""
+    AppendRows connections are routed by location).
 
-    __slots__ = ("encoder", "arrow", "fields", "location")
+    ``writer_schemas`` are the ``ProtoSchema`` messages a request of protobuf rows carries
+    (plain rows, change-data-capture rows). Each is a copy of the encoder's descriptor in
+    protobuf's heap, several KB, so they are built once per encoder and shared, like it, by
+    every table of the schema (:meth:`with_location`).
+    """
+
+    __slots__ = ("encoder", "arrow", "fields", "location", "writer_schemas")
 
     def __init__(
-        self, encoder: RowEncoder, arrow: ArrowEncoder | None, fields: tuple[Any, ...] = ()
+        self,
+        encoder: RowEncoder,
+        arrow: ArrowEncoder | None,
+        fields: tuple[Any, ...] = (),
+        writer_schemas: tuple[Any, Any] | None = None,
     ) -> None:
         self.encoder = encoder
         self.arrow = arrow
         self.fields = fields
         self.location: str | None = None
+        if writer_schemas is None:
+            writer_schemas = (
+                ProtoSchema(proto_descriptor=encoder.descriptor),
+                ProtoSchema(proto_descriptor=encoder.cdc_descriptor),
+            )
+        self.writer_schemas = writer_schemas
+
+    def with_location(self, location: str | None) -> TableLayout:
+        """A layout of another table of this schema, at ``location``: the same encoders and
+        writer schemas."""
+        layout = TableLayout(self.encoder, self.arrow, self.fields, self.writer_schemas)
+        layout.location = location
+        return layout
 
     @staticmethod
     def of(
@@ -105,11 +128,11 @@ def schema_key(fields: Sequence[Any]) -> tuple[Any, ...]:
 class EncoderCache:
     """The encoders of the schemas a subtask met most recently, shared by their tables.
 
-    A layout is per table (its location is its own); its encoder, Arrow encoder and fields are
-    those of the first table seen with the same :func:`schema_key`, primary key and encoding
-    options. They are read-only once built, so the threads that send many tables' requests
-    use them at once. At most ``capacity`` schemas are kept (least recently used out); a
-    writer holding encoders that fell out keeps them until it is closed.
+    A layout is per table (its location is its own); its encoder, Arrow encoder, fields and
+    writer schemas are those of the first table seen with the same :func:`schema_key`, primary
+    key and encoding options. They are read-only once built, so the threads that send many
+    tables' requests use them at once. At most ``capacity`` schemas are kept (least recently
+    used out); a writer holding encoders that fell out keeps them until it is closed.
 
     Thread-safe: the catalog's metadata threads call :meth:`layout` concurrently.
     """
@@ -160,7 +183,7 @@ class EncoderCache:
                 self.built += 1
                 while len(self._entries) > self.capacity:
                     self._entries.popitem(last=False)
-        return TableLayout(known.encoder, known.arrow, known.fields)
+        return known.with_location(None)
 
 
 class TableCatalog:

@@ -94,3 +94,32 @@ def test_a_connection_names_its_stream_and_an_ended_stream_is_unavailable() -> N
     connection.close()
     assert call.cancelled
     assert list(call.requests) == []  # the request stream ends
+
+
+def test_the_rest_session_reads_the_proxy_and_ca_settings_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A session that trusts the environment reads it on every request; the client's reads it
+    # for its endpoint when the client is made, with the same outcome.
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/bundle.pem")
+    proxied = rest_client(Endpoint("bigquery.example:9050", True), "p")
+    bypassed = rest_client(Endpoint("127.0.0.1:9050", True), "p")
+    try:
+        session = proxied._http
+        assert not session.trust_env
+        assert session.proxies["https"] == session.proxies["http"] == "http://proxy.example:3128"
+        assert session.verify == "/etc/ssl/bundle.pem"
+        # NO_PROXY names the endpoint: no proxy, as requests would decide per request.
+        assert not bypassed._http.trust_env and bypassed._http.proxies == {}
+        # Later changes of the environment no longer reach a request's settings.
+        monkeypatch.setenv("HTTPS_PROXY", "http://other.example:1")
+        settings = session.merge_environment_settings(
+            "http://bigquery.example:9050/bigquery/v2/x", {}, None, None, None
+        )
+        assert settings["proxies"]["http"] == "http://proxy.example:3128"
+    finally:
+        proxied.close()
+        bypassed.close()

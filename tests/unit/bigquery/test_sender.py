@@ -23,6 +23,7 @@ from pyflink_gcp.bigquery import (
     TableDestination,
 )
 from pyflink_gcp.bigquery import sender as sender_module
+from pyflink_gcp.bigquery.batch import ARROW_MIN_ROWS
 from pyflink_gcp.bigquery.client import AppendConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
@@ -199,6 +200,18 @@ def test_plain_rows_go_as_arrow_and_rows_arrow_cannot_take_as_given_go_as_protob
     assert w.flush() == []
     assert service.formats == ["arrow", "proto"]
     assert sorted(service.committed) == list(range(20))
+
+
+def test_requests_of_a_few_rows_go_as_protobuf_rows_whatever_the_table() -> None:
+    # Many tables with a row or two each per checkpoint: protobuf rows cost less per request.
+    service = FakeService()
+    w = writer(service, max_request_rows=ARROW_MIN_ROWS)
+    for i in range(ARROW_MIN_ROWS + 2):
+        w.write({"id": i}, i)
+    assert w.flush() == []
+    assert service.formats == ["arrow", "proto"]
+    assert service.requests == [list(range(ARROW_MIN_ROWS)), [ARROW_MIN_ROWS, ARROW_MIN_ROWS + 1]]
+    assert w.arrow_requests_sent == 1
 
 
 def sender(service: Any, layout: Any, **kw: Any) -> TableSender:

@@ -199,6 +199,11 @@ def test_tables_of_one_schema_share_their_encoders_and_other_schemas_do_not(
     layouts = {t: tables.layout(TableDestination.of("p", "d", t)) for t in schemas}
     a, b, c, d, e = layouts.values()
     assert a.encoder is b.encoder and a.arrow is b.arrow and a.fields is b.fields
+    # The writer schemas a request of protobuf rows carries too (copies of the descriptor).
+    assert a.writer_schemas is b.writer_schemas
+    assert a.writer_schemas is not c.writer_schemas
+    assert a.writer_schemas[0].proto_descriptor == a.encoder.descriptor
+    assert a.writer_schemas[1].proto_descriptor == a.encoder.cdc_descriptor
     # Each table keeps its own layout (its location is its own).
     assert a is not b and (a.location, b.location) == ("EU", "US")
     others = [a.encoder, c.encoder, d.encoder, e.encoder]
