@@ -89,14 +89,17 @@ def test_daily_tables_hold_exactly_their_input_through_failovers(
 
 
 class Gate(MapFunction):
-    """Hold the stream at record ``at`` until the file ``gate`` exists."""
+    """Hold the stream at record ``at`` until the file ``gate`` exists; create the file
+    ``reached`` when the record got there."""
 
-    def __init__(self, at: int, gate: str) -> None:
+    def __init__(self, at: int, gate: str, reached: str) -> None:
         self._at = at
         self._gate = gate
+        self._reached = reached
 
     def map(self, value: Any) -> Any:
         if value["id"] == self._at:
+            open(self._reached, "a").close()
             while not os.path.exists(self._gate):
                 time.sleep(0.05)
         return value
@@ -104,6 +107,18 @@ class Gate(MapFunction):
 
 def visible(project: str, dataset: str) -> int:
     return sum(sum(ids.values()) for ids in ids_by_table(project, dataset).values())
+
+
+def wait_for(done: Any, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"{what} within {timeout_s:g} s"
+        time.sleep(0.2)
+
+
+#: How long the held job runs on before the buffered streams are read: several ends of the
+#: writer's Python bundles (a second apart at most), each of which appends what it holds.
+APPENDED_S = 4.0
 
 
 @pytest.mark.parametrize(
@@ -117,18 +132,23 @@ def test_rows_are_visible_only_after_their_checkpoint_completed(
     the default stream they are visible; on BUFFERED streams only what an earlier checkpoint
     committed is."""
     count, at = 1_000, 400
-    gate = str(tmp_path / "open")
+    gate, reached = str(tmp_path / "open"), tmp_path / "reached"
     dataset = make_dataset(project, "visible")
     # The gate's own Python bundles of 10: the records it passed before the gate leave it.
     env = make_env(
         parallelism=1, checkpoint_ms=1_000, extra={"python.fn-execution.bundle.size": "10"}
     )
-    record_stream(env, count, event, parallelism=1).map(Gate(at, gate)).set_parallelism(1).sink_to(
-        sink(project, dataset, method)
-    )
+    record_stream(env, count, event, parallelism=1).map(
+        Gate(at, gate, str(reached))
+    ).set_parallelism(1).sink_to(sink(project, dataset, method))
     client = env.execute_async("visible after the checkpoint")
     try:
-        time.sleep(12)  # the job started, the records before the gate were appended
+        wait_for(reached.exists, "the stream reached the gate")
+        if method is WriteMethod.BUFFERED_STREAM:
+            time.sleep(APPENDED_S)  # the records before the gate were appended
+        else:
+            # Appended rows of the default stream are visible: they show when it happened.
+            wait_for(lambda: visible(project, dataset) >= at - 10, "rows before the gate visible")
         held = visible(project, dataset)
     finally:
         open(gate, "w").close()

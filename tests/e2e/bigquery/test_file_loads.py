@@ -379,36 +379,55 @@ RICH = TableSchema.of(
 )
 
 
+#: Rows of the formats job.
+FORMATS_COUNT = 1_000
+
+
+@pytest.fixture(scope="module")
+def loaded_formats(
+    project: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[FileFormat, tuple[str, Any]]:
+    """Runs one job writing the same events through a sink per file format, each into its own
+    dataset from its own local staging directory (one job instead of one per format); the
+    dataset and the staging directory of each format."""
+    tmp_path = tmp_path_factory.mktemp("formats")
+    env = make_env(parallelism=2, checkpoint_ms=400)
+    events = record_stream(env, FORMATS_COUNT, event).map(AllTypes())
+    where: dict[FileFormat, tuple[str, Any]] = {}
+    for file_format in FileFormat:
+        name = file_format.value.lower()
+        dataset = make_dataset(project, f"fmt_{name}")
+        stage = tmp_path / name / "stage"
+        loads = (
+            BigQueryFileLoadsOptions.builder()
+            .staging_location(f"file://{stage}")
+            .spool_directory(str(tmp_path / name / "spool"))
+            .min_load_interval(timedelta(0))
+            .file_format(file_format)
+            .build()
+        )
+        events.sink_to(
+            BigQuerySink.builder()
+            .set_sink_name(f"formats-{name}")
+            .set_destination_resolver(DailyTables(project, dataset))
+            .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=RICH))
+            .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
+            .set_write_method(WriteMethod.FILE_LOADS)
+            .set_file_loads_options(loads)
+            .set_writer_options(BigQueryWriterOptions.builder().max_buffered_records(200).build())
+            .build()
+        )
+        where[file_format] = (dataset, stage)
+    env.execute("file loads in every format")
+    return where
+
+
 @pytest.mark.parametrize("file_format", list(FileFormat), ids=lambda f: f.value.lower())
 def test_each_format_loads_every_column_type_from_a_local_staging_directory(
-    project: str, tmp_path: Any, file_format: FileFormat
+    project: str, loaded_formats: dict[FileFormat, tuple[str, Any]], file_format: FileFormat
 ) -> None:
-    count = 1_000
-    dataset = make_dataset(project, f"fmt_{file_format.value.lower()}")
-    stage = tmp_path / "stage"
-    loads = (
-        BigQueryFileLoadsOptions.builder()
-        .staging_location(f"file://{stage}")
-        .spool_directory(str(tmp_path / "spool"))
-        .min_load_interval(timedelta(0))
-        .file_format(file_format)
-        .build()
-    )
-    built = (
-        BigQuerySink.builder()
-        .set_sink_name(f"formats-{file_format.value.lower()}")
-        .set_destination_resolver(DailyTables(project, dataset))
-        .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=RICH))
-        .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
-        .set_write_method(WriteMethod.FILE_LOADS)
-        .set_file_loads_options(loads)
-        .set_writer_options(BigQueryWriterOptions.builder().max_buffered_records(200).build())
-        .build()
-    )
-    env = make_env(parallelism=2, checkpoint_ms=400)
-    record_stream(env, count, event).map(AllTypes()).sink_to(built)
-    env.execute(f"file loads as {file_format.value}")
-
+    count = FORMATS_COUNT
+    dataset, stage = loaded_formats[file_format]
     tables = ids_by_table(project, dataset)
     assert sum(sum(ids.values()) for ids in tables.values()) == count
     assert all(max(ids.values()) == 1 for ids in tables.values())

@@ -131,13 +131,13 @@ def committer_metrics(port: int, job_id: str) -> dict[str, float]:
 
 
 def poll(read: Callable[[], T], ready: Callable[[T], bool], wait_s: float = WAIT_S) -> T:
-    """``read()`` once a second until ``ready`` holds for what it read, or the last read at the
-    deadline (the caller's assertions then say what was missing). A read the REST server does
-    not answer yet (the job starting) is retried."""
+    """``read()`` every quarter second until ``ready`` holds for what it read, or the last read
+    at the deadline (the caller's assertions then say what was missing). A read the REST server
+    does not answer yet (the job starting) is retried."""
     got: T | None = None
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.25)
         try:
             got = read()
         except OSError:

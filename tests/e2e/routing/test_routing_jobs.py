@@ -55,9 +55,11 @@ def raw_sink(name: str, resolver: Any) -> PubSubSink:
     )
 
 
-def pulled_ids(project: str, topic: str, expect: int | None = None) -> list[int]:
+def pulled_ids(
+    project: str, topic: str, expect: int | None = None, quiet_s: float = 1.5
+) -> list[int]:
     ids = []
-    for message in pull_all(project, topic, expect=expect, timeout_s=60):
+    for message in pull_all(project, topic, expect=expect, timeout_s=60, quiet_s=quiet_s):
         try:
             ids.append(json.loads(message.data)["id"])
         except ValueError:
@@ -218,14 +220,16 @@ def test_live_rules_change_destinations_mid_job_and_survive_a_restore(
     client = env.execute_async("live rules")
     try:
         # The rule source never ends: wait until every record arrived somewhere, then cancel.
+        # Each round drains the four topics without waiting for them to go quiet: a topic
+        # still written to is drained again in the next round.
         seen: dict[str, list[int]] = {k: [] for k in names}
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             for key, topic in names.items():
-                seen[key] += pulled_ids(project, topic)
+                seen[key] += pulled_ids(project, topic, quiet_s=0.2)
             if len({i for ids in seen.values() for i in ids}) == count:
                 break
-            time.sleep(1)
+            time.sleep(0.3)
     finally:
         client.cancel().result()
 

@@ -31,8 +31,9 @@ FACTOR = 5
 
 
 def slow_record(i: int) -> dict[str, Any]:
-    """Records ~2 ms apart, so that checkpoints complete along the way."""
-    time.sleep(0.002)
+    """Records ~1 ms apart, so that checkpoints complete along the way: several before the
+    failure at record 5,000."""
+    time.sleep(0.001)
     return to_record(i)
 
 
