@@ -107,6 +107,19 @@ class CallHandle:
         fn(self)
 
 
+def _settle(done: threading.Condition, handle: CallHandle) -> None:
+    """Marks ``handle`` done under its owner's lock ``done``, wakes its readers and runs its
+    callbacks (outside the lock: a callback may start more work)."""
+    with done:
+        handle._done = True
+        callbacks, handle._callbacks = handle._callbacks, None
+        if handle._waited:
+            done.notify_all()
+    if callbacks:
+        for fn in callbacks:
+            fn(handle)
+
+
 class AsyncMethod:
     """One unary method of an :class:`AsyncChannel`; :meth:`future` starts a call of it."""
 
@@ -258,15 +271,7 @@ class AsyncChannel:
         self._finish(handle)
 
     def _finish(self, handle: CallHandle) -> None:
-        """Marks ``handle`` done, wakes its readers and runs its callbacks (outside the lock)."""
-        with self._done:
-            handle._done = True
-            callbacks, handle._callbacks = handle._callbacks, None
-            if handle._waited:
-                self._done.notify_all()
-        if callbacks:
-            for fn in callbacks:
-                fn(handle)
+        _settle(self._done, handle)
 
     def wait_for(self, handle: CallHandle, timeout: float | None = None) -> None:
         """Blocks until ``handle``'s work ended (or the channel closed).
@@ -422,15 +427,8 @@ class WorkQueue:
             self._finish(handle, error)
 
     def _finish(self, handle: CallHandle, error: BaseException | None) -> None:
-        with self._done:
-            handle._error = error
-            handle._done = True
-            callbacks, handle._callbacks = handle._callbacks, None
-            if handle._waited:
-                self._done.notify_all()
-        if callbacks:
-            for fn in callbacks:
-                fn(handle)
+        handle._error = error
+        _settle(self._done, handle)
 
     def wait_for(self, handle: CallHandle, timeout: float | None = None) -> None:
         """Blocks until ``handle``'s operation ended.
