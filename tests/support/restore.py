@@ -43,8 +43,9 @@ def _checkpoint_dirs(checkpoints: str) -> dict[int, str]:
     return found
 
 
-def checkpoint_completed(checkpoints: str) -> bool:
-    """Whether a checkpoint of the job checkpointing under ``checkpoints`` has completed.
+def checkpoint_completed(checkpoints: str, at_least: int = 1) -> bool:
+    """Whether a checkpoint (of id ``at_least`` or later) of the job checkpointing under
+    ``checkpoints`` has completed.
 
     Its ``_metadata`` is the last thing the JobManager writes before it stores the checkpoint
     as completed. (Waiting for the directory of a later checkpoint as well would close the
@@ -55,7 +56,8 @@ def checkpoint_completed(checkpoints: str) -> bool:
     """
     return any(
         os.path.exists(os.path.join(path, "_metadata"))
-        for path in _checkpoint_dirs(checkpoints).values()
+        for checkpoint_id, path in _checkpoint_dirs(checkpoints).items()
+        if checkpoint_id >= at_least
     )
 
 
