@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import pytest
 from google.cloud.bigtable_v2.services.bigtable.transports import BigtableGrpcAsyncIOTransport
 from google.cloud.bigtable_v2.types import bigtable as bigtable_types
 
@@ -21,6 +20,7 @@ from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.core import RetryPolicy
 from pyflink_gcp.core.aio import AsyncChannel, LoopSlots
 from pyflink_gcp.core.endpoints import Endpoint
+from tests.support.loops import LOOPS, close_loops  # noqa: F401 - close_loops: the fixture
 
 TABLE = TableDestination.of("p", "inst", "t")
 OK, NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE, INTERNAL = 0, 5, 3, 14, 13
@@ -92,18 +92,6 @@ def make_call(
         metadata=request_metadata(str(TABLE), app_profile_id),
         stats=BigtableWriterStats(),
     )
-
-
-#: The event loops opened by :func:`open_loop`, closed (and let go) by :func:`close_loops`.
-LOOPS: list[AsyncChannel] = []
-
-
-@pytest.fixture
-def close_loops() -> Iterator[None]:
-    """Close the loops a test opened, and let go of them before the next test."""
-    yield
-    while LOOPS:
-        LOOPS.pop().close()
 
 
 LOOP_THREAD = "unit-bigtable-io"

@@ -9,7 +9,6 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -21,6 +20,7 @@ from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
 from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots, WorkQueue
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
+from tests.support.loops import LOOPS, close_loops  # noqa: F401 - close_loops: the fixture
 
 
 def _closed_port() -> int:
@@ -206,15 +206,6 @@ def test_a_channel_that_cannot_open_leaves_no_loop_thread() -> None:
 
 
 LOOP_THREAD = "test-io"
-LOOPS: list[AsyncChannel] = []
-
-
-@pytest.fixture
-def close_loops() -> Iterator[None]:
-    """Close the loops a test opened."""
-    yield
-    while LOOPS:
-        LOOPS.pop().close()
 
 
 def open_loop() -> AsyncChannel:
