@@ -35,6 +35,7 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
+from pyflink_gcp.core.aio import CallHandle
 from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
 from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
@@ -47,10 +48,10 @@ from pyflink_gcp.core.writer import DestinationWriter
 MAX_ROW_KEY_BYTES = 4096
 
 #: Starts work on the subtask's event loop without waiting for it:
-#: ``start(coroutine_function, *args) -> future``, read like a ``grpc.Future``
+#: ``start(coroutine_function, *args) -> handle``
 #: (:meth:`~pyflink_gcp.core.aio.WorkQueue.submit`,
 #: :meth:`~pyflink_gcp.core.aio.AsyncChannel.start`).
-Start = Callable[..., Any]
+Start = Callable[..., CallHandle]
 
 
 class TableBatcher(DestinationWriter[TableDestination]):

@@ -39,7 +39,7 @@ def parse_duration(text: str) -> timedelta | None:
 def duration_expected(low: int, high: int | None) -> str:
     """What a ``duration`` option of bounds ``low``..``high`` (milliseconds) expects, as the
     Java factories word it: the syntax, then the bounds that are not the syntax's own."""
-    least = " of at least 1ms" if low == 1 else (f" of at least {low}ms" if low > 1 else "")
+    least = f" of at least {low}ms" if low >= 1 else ""
     most = "" if high is None else (f" and at most {high}ms" if least else f" of at most {high}ms")
     return f"a duration such as 500ms, 10s, 5min, 1h or 1d{least}{most}"
 

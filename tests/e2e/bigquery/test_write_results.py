@@ -58,6 +58,7 @@ from tests.integration.cloudtasks.support import (
 from tests.support import buffered_streams
 from tests.support.file_loads import commit_log, recording
 from tests.support.jobs import make_env, record_stream
+from tests.support.jsonl import append_json, read_json_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -104,8 +105,7 @@ class AppendJson(MapFunction):
         self.path = path
 
     def map(self, value: Any) -> Any:
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"type": type(value).__name__, **_as_dict(value)}) + "\n")
+        append_json(self.path, {"type": type(value).__name__, **_as_dict(value)})
         return value
 
 
@@ -114,12 +114,6 @@ def _as_dict(value: Any) -> dict[str, Any]:
     if isinstance(data.get("payload"), bytes):
         data["payload"] = data["payload"].decode()
     return data
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_at_least_once_results_add_up_to_the_rows_and_a_rejected_row_is_a_failed_record(
@@ -154,8 +148,8 @@ def test_at_least_once_results_add_up_to_the_rows_and_a_rejected_row_is_a_failed
     results.failed().map(AppendJson(str(tmp_path / "failed.jsonl")))
     env.execute("write results at least once")
 
-    got = read_lines(tmp_path / "results.jsonl")
-    failed = read_lines(tmp_path / "failed.jsonl")
+    got = read_json_lines(str(tmp_path / "results.jsonl"))
+    failed = read_json_lines(str(tmp_path / "failed.jsonl"))
     tables = ids_by_table(project, dataset)
     # The rejected row is in no table and in the failed-records stream, once.
     assert [f["type"] for f in failed] == ["FailedRecord"]
@@ -327,7 +321,7 @@ def test_file_loads_results_after_each_commit_enqueue_one_task_per_committed_loa
     }
     assert {checkpoint for _, checkpoint in undelivered} <= {final}
     # Cloud Tasks: one dispatched task per result, one result per committed load.
-    emitted = read_lines(tmp_path / "results.jsonl")
+    emitted = read_json_lines(str(tmp_path / "results.jsonl"))
     dispatched = wait_for_dispatches(stack, f"/loaded/{run}/", len(before_final))
     bodies = [json.loads(r["body"]) for r in dispatched]
     reported = Counter((b["destination"], b["checkpoint_id"]) for b in bodies)
@@ -491,7 +485,7 @@ def test_without_checkpointing_the_one_commit_at_the_end_of_input_emits_every_re
 
     # The commit runs in the committer's end of input, before the operators finish: its
     # results come through, under checkpoint -1, one per table and committer subtask.
-    got = read_lines(results)
+    got = read_json_lines(str(results))
     assert results_logged(logged.messages) == Counter()
     assert {r["checkpoint_id"] for r in got} == {-1}
     per_table: Counter[str] = Counter()

@@ -246,7 +246,7 @@ public final class TableOptions {
      * syntax, then the bounds that are not the syntax's own (the Python parser words it alike).
      */
     static String durationExpected(long low, Long high) {
-        String least = low == 1 ? " of at least 1ms" : (low > 1 ? " of at least " + low + "ms" : "");
+        String least = low >= 1 ? " of at least " + low + "ms" : "";
         String most =
                 high == null
                         ? ""
