@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink, TopicDestination
-from tests.e2e.bigquery.test_write_results import AppendJson, read_lines
+from tests.e2e.bigquery.test_write_results import AppendJson
 from tests.support.jobs import Paced, make_env, record_stream
+from tests.support.jsonl import read_json_lines
 from tests.support.pubsub import make_topics, pull_all, unique
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +51,7 @@ def test_results_per_topic_and_checkpoint_add_up_to_the_published_messages(
     results.map(AppendJson(str(tmp_path / "results.jsonl")))
     env.execute("pubsub write results")
 
-    got = read_lines(tmp_path / "results.jsonl")
+    got = read_json_lines(str(tmp_path / "results.jsonl"))
     published = {
         topic: sorted(int(m.data) for m in pull_all(project, topic, expect=count // TOPICS))
         for topic in topics
