@@ -225,8 +225,9 @@ class NullBackend:
         """Answer ``rate`` of the write calls with RESOURCE_EXHAUSTED for ``duration_s``,
         counted from the next write call (so a job's start does not use the window up).
 
-        The share is exact and spread evenly over each method's calls (with 0.3 the 4th, 7th,
-        10th, 14th... call fails), so a sink that makes few calls still meets its errors.
+        The share is exact and spread evenly over each method's calls, from its first call in
+        the window (with 0.3 the 1st, 5th, 8th, 11th... call fails), so a sink that makes few
+        calls, or starts writing late in the window, still meets its errors.
 
         The write calls are Publish, each AppendRows request (the status in its response),
         MutateRows (whole, or with ``per_entry`` each entry at the rate), CreateTask and

@@ -17,9 +17,10 @@ import (
 // service whose quota ran out does: {"rate": 0.3, "duration_s": 20} fails 30% of the write
 // calls (Publish, AppendRows requests, MutateRows, CreateTask, Commit) for 20 s, counted from
 // the first write call after the rule was set, so a job's start-up does not use up the window.
-// The share is exact and spread evenly (per method, a call fails each time the running sum of
-// the rate passes a whole number: with 0.3 the 4th, 7th, 10th, 14th... call), so a test of a
-// sink that makes few calls still meets its errors, every time.
+// The share is exact and spread evenly, starting with each method's first call in the window
+// (per method, a call fails each time the running sum of the rate, begun at 1 - rate, reaches a
+// whole number: with 0.3 the 1st, 5th, 8th, 11th... call), so a sink that makes few calls in
+// the window, or starts writing late in it, still meets its errors, every time.
 //
 // AppendRows requests are answered with the status in the response (the stream stays open);
 // MutateRows fails whole, or with "per_entry" each entry independently at the rate; the
@@ -93,8 +94,12 @@ func (q *quotaRule) draw(method string) bool {
 		q.injected = map[string]int64{}
 		q.credit = map[string]float64{}
 	}
-	credit := q.credit[method] + q.Rate
-	hit := credit >= 1
+	previous, seen := q.credit[method]
+	if !seen {
+		previous = 1 - q.Rate // the method's first call in the window fails
+	}
+	credit := previous + q.Rate
+	hit := credit >= 1-1e-9
 	if hit {
 		credit--
 		q.injected[method]++

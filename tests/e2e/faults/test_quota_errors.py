@@ -161,10 +161,13 @@ def quota_run() -> Iterator[QuotaRun]:
     The backend's counts are polled while the job runs, so each sink's write calls after the
     window can be told apart from the others' (the backend counts them for all methods at once).
     """
+    # The environment first: if this is the pytest process's first job, it starts PyFlink's
+    # gateway JVM, whose environment the workers of every later job copy, so the null backend's
+    # variables must not be in it (the sinks here get the backend's endpoints explicitly).
+    env = make_env(parallelism=1, checkpoint_ms=1_000, restarts=0)
     with running() as backend:
         configure(backend, DESTINATIONS, 0.0)
         backend.inject_quota_errors(QUOTA_RATE, QUOTA_WINDOW_S)
-        env = make_env(parallelism=1, checkpoint_ms=1_000, restarts=0)
         records = record_stream(env, RECORDS, Records(DESTINATIONS)).map(
             Paced(every=PAUSE_EVERY, seconds=0.05)
         )
