@@ -500,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as err:  # noqa: BLE001 - reported, and the next target runs
                     outcome.unfinished.append(f"{type(err).__name__}: {str(err)[:500]}")
                     print(f"  {outcome.label} aborted: {err!r}"[:800], flush=True)
+            # The JobManager's and TaskManagers' logs are the evidence of a failed run (a
+            # restored job that never ran, a TaskManager that would not start): keep them.
+            if any(o.problems() for o in outcomes):
+                cluster.keep_logs = True
         kept = cluster.logs_kept()
     print()
     print(table(outcomes, probes, command))
