@@ -89,7 +89,8 @@ PROJECT = "bench-project"
 INSTANCE = "bench"
 DATASET = "bench"
 LOCATION = "us-central1"
-PAYLOAD = "x" * 100
+#: Every record's payload length in bytes (``--payload-bytes``; 1,000 gives rows of about 1 KB).
+PAYLOAD_BYTES: list[int] = [100]
 MARKER = "REJECT-THIS-RECORD"
 #: With --prove, records whose id is 1 modulo this carry the marker.
 MARKED_EVERY = 997
@@ -118,10 +119,15 @@ class Records:
     def __init__(self, destinations: int, marked_every: int = 0) -> None:
         self.destinations = destinations
         self.marked_every = marked_every
+        self.payload = "x" * PAYLOAD_BYTES[0]
 
     def __call__(self, i: int) -> dict[str, Any]:
         marked = self.marked_every and i % self.marked_every == 1
-        return {"id": i, "dest": i % self.destinations, "payload": MARKER if marked else PAYLOAD}
+        return {
+            "id": i,
+            "dest": i % self.destinations,
+            "payload": MARKER if marked else self.payload,
+        }
 
 
 def expected_counts(records: int, destinations: int, marked_every: int) -> dict[int, int]:
@@ -589,8 +595,16 @@ def main() -> None:
         help="sinks with set_chain_with_upstream(), against the no-op ceiling fused with the map",
     )
     parser.add_argument("--log-calls", action="store_true", help="backend logs each new method")
+    parser.add_argument(
+        "--payload-bytes",
+        type=int,
+        default=PAYLOAD_BYTES[0],
+        help="each record's payload length (1000: rows of about 1 KB, the size of Dataflow's "
+        "published per-worker figures)",
+    )
     args = parser.parse_args()
     BUNDLE_SIZE[0] = args.bundle_size
+    PAYLOAD_BYTES[0] = args.payload_bytes
     services = [s for s in args.sinks.split(",") if s]
     unknown = set(services) - set(SERVICES)
     if unknown:
@@ -653,7 +667,7 @@ def main() -> None:
         f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, "
         f"{'the writer fused with the record map, ' if args.fused else ''}"
         f"{'' if args.bundle_size is None else f'job bundle size {args.bundle_size:,}, '}"
-        "records round-robin "
+        f"{args.payload_bytes:,}-byte payloads, records round-robin "
         "over the destinations; every row verified: the backend's per-destination counts equal "
         "the input. ratio = records/s / the no-op ceiling at that checkpoint interval; flush: the "
         "writer's full flushes (checkpoint markers, end of input) as its lastFlushMillis gauge "
