@@ -117,6 +117,27 @@ def tree_cpu(root: int) -> float:
     return sum(map(cpu_seconds, _tree(children, root)))
 
 
+def processes_cpu(root: int) -> dict[str, Any]:
+    """The CPU seconds (user + system) so far of each process under ``root``, by
+    ``"<pid>:<start time>"``, and ``now`` in the start times' unit (clock ticks since boot).
+
+    Per process, not the tree's total: a Python worker torn down at the end of a job may be
+    re-parented away from its JVM before anyone reaps it, so its CPU would drop out of a
+    total; a caller that samples this while the job runs keeps each process's last reading.
+    Standard library only: bench/peer_beam/beam_job.py imports it in Apache Beam's virtualenv.
+    """
+    now = float(Path("/proc/uptime").read_text().split()[0]) * CLOCK_TICKS
+    children, _, _ = _processes()
+    procs: dict[str, float] = {}
+    for pid in _tree(children, root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        procs[f"{pid}:{fields[19]}"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return {"now": now, "procs": procs}
+
+
 def per_record(before: dict[str, float], after: dict[str, float], records: int) -> dict[str, float]:
     """Microseconds of CPU per record, by role, between two snapshots."""
     return {name: 1e6 * (after[name] - before[name]) / records for name in before}

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import glob
 import json
 import os
 import shutil
@@ -79,7 +78,7 @@ from pyflink.datastream import RuntimeExecutionMode
 from pyflink.datastream.functions import ProcessFunction
 
 from bench._common import warm_up
-from bench._cpu import jvm_pid, tree_cpu
+from bench._cpu import jvm_pid, processes_cpu, tree_cpu
 from pyflink_gcp.bigquery import (
     BigQueryFileLoadsOptions,
     BigQuerySink,
@@ -100,7 +99,6 @@ PRISM_PACKAGE = "github.com/apache/beam/sdks/v2/go/cmd/prism"
 BEAM_JOB = Path(__file__).resolve().parent / "peer_beam" / "beam_job.py"
 #: Seconds one job (either side) may take before it counts as failed.
 JOB_TIMEOUT_S = 900
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 VARIANTS = {
     "beam-loads": "Beam FILE_LOADS",
     "beam-inserts": "Beam STREAMING_INSERTS",
@@ -136,44 +134,6 @@ def expected_rows(records: int) -> dict[str, int]:
 
 
 # -- CPU -------------------------------------------------------------------------------------
-
-
-def _stats() -> list[tuple[int, int, list[str]]]:
-    """(pid, parent, the fields after the command name) of every process."""
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            text = Path(stat).read_text()
-        except OSError:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        out.append((int(text.split(" ", 1)[0]), int(fields[1]), fields))
-    return out
-
-
-def processes_cpu(root: int) -> dict[str, Any]:
-    """The CPU seconds (user + system) so far of each process under ``root``, by
-    ``"<pid>:<start time>"``, and ``now`` in the start times' unit (clock ticks since boot).
-
-    Per process, not the tree's total with its reaped children: a Python worker torn down at
-    the end of a job may be re-parented away from the JVM before anyone reaps it, so its CPU
-    would drop out of a total. :class:`TreeSampler` keeps each process's last reading instead.
-    """
-    now = float(Path("/proc/uptime").read_text().split()[0]) * CLOCK_TICKS
-    children: dict[int, list[int]] = {}
-    fields_of: dict[int, list[str]] = {}
-    for pid, parent, fields in _stats():
-        children.setdefault(parent, []).append(pid)
-        fields_of[pid] = fields
-    procs: dict[str, float] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        fields = fields_of.get(pid)
-        if fields is not None:
-            procs[f"{pid}:{fields[19]}"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        todo.extend(children.get(pid, []))
-    return {"now": now, "procs": procs}
 
 
 class TreeSampler:

@@ -31,7 +31,6 @@ once the pipeline finished, and appends one JSON line with both to ``--spans``.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import logging
 import os
@@ -42,7 +41,15 @@ from typing import Any
 DAYS = 7
 #: The environment variable naming the process whose tree this job's CPU is read from.
 ROOT_PID = "PEER_BEAM_ROOT_PID"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The repository's root, for bench/_cpu.py (standard library only), shared with the PyFlink side.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench._cpu import processes_cpu, tree_cpu  # noqa: E402
+
+
+def emulators_cpu(roots: list[int]) -> float:
+    """CPU seconds so far of the process trees under ``roots`` (the emulators)."""
+    return sum(map(tree_cpu, roots))
 
 
 def make_record(i: int) -> dict[str, Any]:
@@ -54,57 +61,6 @@ def make_record(i: int) -> dict[str, Any]:
         "amount": i * 0.25,
         "payload": "x" * 100,
     }
-
-
-def _stats() -> list[tuple[int, int, list[str]]]:
-    """(pid, parent, the fields after the command name) of every process."""
-    out = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                text = f.read()
-        except OSError:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        out.append((int(text.split(" ", 1)[0]), int(fields[1]), fields))
-    return out
-
-
-def tree_cpu(roots: list[int]) -> float:
-    """CPU seconds of the process trees under ``roots`` (long-lived ones: the emulators): user +
-    system of every live process in them."""
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    for pid, parent, fields in _stats():
-        children.setdefault(parent, []).append(pid)
-        times[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    total, todo = 0.0, list(roots)
-    while todo:
-        pid = todo.pop()
-        total += times.get(pid, 0.0)
-        todo.extend(children.get(pid, []))
-    return total
-
-
-def processes_cpu(root: int) -> dict[str, Any]:
-    """The CPU seconds (user + system) so far of each process under ``root``, by
-    ``"<pid>:<start time>"``, and ``now`` in the start times' unit (clock ticks since boot)."""
-    with open("/proc/uptime") as f:
-        now = float(f.read().split()[0]) * CLOCK_TICKS
-    children: dict[int, list[int]] = {}
-    fields_of: dict[int, list[str]] = {}
-    for pid, parent, fields in _stats():
-        children.setdefault(parent, []).append(pid)
-        fields_of[pid] = fields
-    procs: dict[str, float] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        fields = fields_of.get(pid)
-        if fields is not None:
-            procs[f"{pid}:{fields[19]}"] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        todo.extend(children.get(pid, []))
-    return {"now": now, "procs": procs}
 
 
 class MakeRecord:
@@ -121,7 +77,7 @@ class MakeRecord:
             first = {
                 "start": time.time(),
                 "cpu_start": processes_cpu(int(os.environ[ROOT_PID])),
-                "emulator_start": tree_cpu(self.emulator_pids),
+                "emulator_start": emulators_cpu(self.emulator_pids),
             }
             with open(self.spans + ".first", "a") as f:
                 f.write(json.dumps(first) + "\n")
@@ -197,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     end = {
         "end": time.time(),
         "cpu_end": processes_cpu(os.getpid()),
-        "emulator_end": tree_cpu(emulator_pids),
+        "emulator_end": emulators_cpu(emulator_pids),
         "runner": type(result).__module__ + "." + type(result).__name__,
     }
     with open(args.spans + ".first") as f:
