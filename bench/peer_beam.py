@@ -35,7 +35,11 @@ day table (``events_<day>``, 7 tables created empty in a fresh dataset before ea
 - ``sink-default-batch`` / ``sink-loads-batch``: the same jobs in ``RuntimeExecutionMode.BATCH``
   (no checkpoints: the sink commits at the end of input);
 - ``ceiling`` / ``ceiling-batch``: the PyFlink no-op ceiling of the same job shape (the record
-  map, then a Python process function that does nothing, in its own chain), in each runtime mode.
+  map, then a Python process function that does nothing, in its own chain), in each runtime mode;
+- ``sink-default-fused`` / ``ceiling-fused``: the default stream with
+  ``set_chain_with_upstream()`` (the record map runs in the writer's operator: one crossing
+  between the JVM and Python less per record), and the no-op chained with the map, in streaming
+  mode.
 
 Each job is timed the same way on both sides: from the first record the record map made (it
 notes the wall clock and the CPU of the job's processes then) to the end of the job as its
@@ -109,6 +113,8 @@ VARIANTS = {
     "sink-loads-batch": "BigQuerySink FILE_LOADS, BATCH mode",
     "ceiling": "PyFlink no-op ceiling, streaming mode",
     "ceiling-batch": "PyFlink no-op ceiling, BATCH mode",
+    "sink-default-fused": "BigQuerySink default stream, fused with the map, streaming mode",
+    "ceiling-fused": "PyFlink no-op ceiling, fused with the map, streaming mode",
 }
 BASELINE = "beam-loads"
 
@@ -258,6 +264,7 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
     """Run one PyFlink job of ``variant`` to its end (the client got its result)."""
     records, emulator_pids, checkpoint_ms = setup.records, setup.emulator_pids, setup.checkpoint_ms
     batch = variant.endswith("-batch")
+    fused = variant.endswith("-fused")
     env = make_env(
         parallelism=1,
         checkpoint_ms=None if batch or not checkpoint_ms else checkpoint_ms,
@@ -267,7 +274,9 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
         env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     stream = record_stream(env, records, MakeRecord(spans, emulator_pids))
     if variant.startswith("ceiling"):
-        stream.process(CountingNoOp(counts)).start_new_chain()
+        no_op = stream.process(CountingNoOp(counts))
+        if not fused:
+            no_op.start_new_chain()
     else:
         builder = (
             BigQuerySink.builder()
@@ -286,6 +295,8 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
             builder = builder.set_storage_endpoint(
                 "http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"]
             )
+        if fused:
+            builder = builder.set_chain_with_upstream()
         stream.sink_to(builder.build())
     with TreeSampler(jvm_pid()) as sampler:
         client = env.execute_async(f"bench-peer-beam-{variant}")
