@@ -83,6 +83,7 @@ from pyflink.datastream.functions import ProcessFunction
 
 from bench._common import warm_up
 from bench._cpu import jvm_pid, processes_cpu, tree_cpu
+from bench.bigquery import staging_bucket
 from pyflink_gcp.bigquery import (
     BigQueryFileLoadsOptions,
     BigQuerySink,
@@ -444,21 +445,6 @@ def rows_landed(dataset: str) -> dict[str, int]:
     return landed
 
 
-def create_bucket() -> str:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage  # type: ignore[attr-defined]
-
-    client = storage.Client(
-        project=PROJECT,
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]},
-    )
-    name = f"peer-beam-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(name)
-    client.close()
-    return name
-
-
 def runner_name(result_type: str) -> str:
     """The Beam runner that ran a job, from the type of its ``PipelineResult``."""
     if ".fn_api_runner." in result_type:
@@ -589,7 +575,7 @@ def main(argv: list[str] | None = None) -> None:
             setup = Setup(
                 args.records,
                 workdir,
-                create_bucket(),
+                staging_bucket(),
                 [p.pid for p in stack.processes.values()],
                 args.checkpoint_ms,
                 python,
