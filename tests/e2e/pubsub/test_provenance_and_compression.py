@@ -53,32 +53,39 @@ def slow_order(i: int) -> dict:
 
 
 class FailLate(MapFunction):
-    """Fails the job once, at the first record from ``at`` on that comes ``delay_s`` after a
-    checkpoint completed: the records of that while were published (the sink's batches leave
-    after 50 ms), and the restore of the checkpoint replays them."""
+    """Fails the job once, at the first record from ``at`` on that comes ``delay_s`` and
+    ``after`` records after a checkpoint completed: those records left the map in bundles of
+    50 well before the failure, so the sink received and published them (its batches leave
+    after 50 ms) even on a busy machine, and the restore of the checkpoint replays them."""
 
-    def __init__(self, marker: str, at: int, checkpoints: str, delay_s: float = 0.3) -> None:
+    def __init__(
+        self, marker: str, at: int, checkpoints: str, delay_s: float = 0.3, after: int = 200
+    ) -> None:
         self._marker = marker
         self._at = at
         self._checkpoints = checkpoints
         self._delay_s = delay_s
+        self._after = after
         self._completed_at: float | None = None
+        self._since = 0
         self._next_look = 0.0
 
     def map(self, value: dict) -> dict:
         if value["id"] < self._at or os.path.exists(self._marker):
             return value
         now = time.monotonic()
+        time.sleep(0.002)  # the input must not run out before the failure
         if self._completed_at is None:
-            time.sleep(0.002)  # the input must not run out before a checkpoint completes
             if now >= self._next_look:
                 self._next_look = now + 0.02
                 if checkpoint_completed(self._checkpoints):
                     self._completed_at = now
-        elif now - self._completed_at >= self._delay_s:
+        elif now - self._completed_at >= self._delay_s and self._since >= self._after:
             with open(self._marker, "w") as f:
                 f.write("failed\n")
             raise RuntimeError("injected failure (test)")
+        else:
+            self._since += 1
         return value
 
 
@@ -125,7 +132,7 @@ def test_a_job_with_compression_and_provenance_survives_a_failover_with_stable_i
         env = make_env(parallelism=2, checkpoint_ms=1000, extra=extra)
         (
             record_stream(env, n, slow_order)
-            .map(FailLate(marker, 1500, failover.checkpoints))
+            .map(FailLate(marker, 1200, failover.checkpoints))
             .assign_timestamps_and_watermarks(
                 WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(EventTime())
             )
