@@ -215,6 +215,18 @@ def summarize(destination: DatabaseDestination) -> dict[str, int]:
     return counts
 
 
+def grouping_factor(text: str) -> int:
+    """``--grouping-factor``: an integer of at least 1 (1 turns grouping off, 0 is refused so a
+    typo does not turn it off silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (1: grouping off), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -224,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=10_000, help="events")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument(
-        "--grouping-factor", type=int, default=10, help="commits' worth sorted by key; 1: off"
+        "--grouping-factor",
+        type=grouping_factor,
+        default=10,
+        help="commits' worth sorted by key, at least 1 (1: grouping off; default: %(default)s)",
     )
     args = parser.parse_args(argv)
     with emulators_for(("spanner",), "SPANNER_EMULATOR_HOST", project=args.project):

@@ -138,8 +138,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_arguments(
         commands.add_parser(
             "plan",
-            help="dry-run a sink's routing over a sample (exit 1 when a bound would be exceeded)",
-            description=(plan.__doc__ or "").split("\n\n")[0],
+            help="dry-run a sink's routing over a sample (exit 1 when the sink would fail the "
+            "job or a bound would be exceeded)",
+            # The docstring's first paragraph, without its reStructuredText literal quotes.
+            description=(plan.__doc__ or "").split("\n\n")[0].replace("``", ""),
+            epilog=plan.EXIT_STATUS,
         )
     )
     return parser

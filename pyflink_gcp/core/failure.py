@@ -89,6 +89,13 @@ class _Mode(enum.Enum):
     STREAM = "to_stream"
 
 
+#: What a ``fail_job`` error tells the user after naming the record (:meth:`FailureHandler.fail_job`).
+FAIL_JOB_REMEDY = (
+    "(failure handler: fail_job). A restart replays this record: fix its cause, or let the job "
+    "go on past such records with FailureHandler.log_and_drop() or send_to_dead_letter_queue(...)"
+)
+
+
 class FailureHandler:
     """Decides what happens to a record-shaped failure.
 
@@ -97,16 +104,25 @@ class FailureHandler:
     own dead-letter queue from it.
     """
 
-    __slots__ = ("_mode", "_dlq")
+    __slots__ = ("_mode", "_dlq", "_remedy")
 
-    def __init__(self, mode: _Mode, dlq: DeadLetterQueue | None = None) -> None:
+    def __init__(
+        self, mode: _Mode, dlq: DeadLetterQueue | None = None, remedy: str = FAIL_JOB_REMEDY
+    ) -> None:
         self._mode = mode
         self._dlq = dlq
+        self._remedy = remedy
 
     @staticmethod
-    def fail_job() -> FailureHandler:
-        """Fail the job on the first rejected record (the default)."""
-        return FailureHandler(_Mode.FAIL)
+    def fail_job(*, remedy: str = FAIL_JOB_REMEDY) -> FailureHandler:
+        """Fail the job on the first rejected record (the default).
+
+        Args:
+            remedy: What the error says after naming the record: which handler failed the job
+                and how to let it go on past such records, in the terms the user configured it
+                with (the SQL connectors name their ``'failure-handler'`` option, not this API).
+        """
+        return FailureHandler(_Mode.FAIL, remedy=remedy)
 
     @staticmethod
     def log_and_drop() -> FailureHandler:
@@ -191,11 +207,7 @@ class FailureRouter:
             raise RecordSchemaError(f"{failed.describe()}. {failed.fatal}")
         mode = self._handler._mode
         if mode is _Mode.FAIL:
-            raise RecordRejectedError(
-                failed.describe() + " (failure handler: fail_job). A restart replays this "
-                "record: fix its cause, or let the job go on past such records with "
-                "FailureHandler.log_and_drop() or send_to_dead_letter_queue(...)"
-            )
+            raise RecordRejectedError(f"{failed.describe()} {self._handler._remedy}")
         if mode is _Mode.DROP:
             self.dropped += 1
         elif mode is _Mode.STREAM:

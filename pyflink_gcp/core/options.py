@@ -44,8 +44,22 @@ class CreateDisposition(enum.Enum):
 # -- validation helpers: one message shape for every option of every sink ---------------------
 
 
+def duration_text(value: timedelta) -> str:
+    """``value`` as a user wrote it: ``600 ms``, ``30 s`` (not ``timedelta``'s own repr, which
+    counts microseconds)."""
+    ms = value / timedelta(milliseconds=1)
+    if ms and ms % 1000 == 0:
+        return f"{int(ms // 1000):,} s"
+    return f"{ms:,.3f}".rstrip("0").rstrip(".") + " ms"
+
+
+def option_value_text(value: Any) -> str:
+    """An option's value in an error: a duration as :func:`duration_text`, else its repr."""
+    return duration_text(value) if isinstance(value, timedelta) else repr(value)
+
+
 def _bad(owner: str, name: str, value: Any, expected: str) -> ConfigurationError:
-    return ConfigurationError(f"{owner}.{name} must be {expected}, got {value!r}")
+    return ConfigurationError(f"{owner}.{name} must be {expected}, got {option_value_text(value)}")
 
 
 def check_int(

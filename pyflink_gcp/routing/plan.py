@@ -28,8 +28,9 @@ Under CREATE_IF_NEEDED the creations a subtask makes in the budget's window
 (``max_created_destinations_per``, one day for options without one) are compared with the
 budget: at most ``max_created_destinations`` per window.
 
-Exit status 1 when a bound would be exceeded (creations past the budget, load jobs past 1,500
-per table per day), 2 for a target or sample that cannot be read.
+The exit status (:data:`EXIT_STATUS`) makes it a check before deploying: 1 when the sample says
+the sink would fail the job or a bound would be exceeded, 0 otherwise, 2 for a target or sample
+that cannot be read.
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ from pyflink_gcp.routing._plan_times import (
 )
 from pyflink_gcp.routing.templates import Template, TemplateValueError
 
+#: What ``pyflink-gcp plan``'s exit status says (its ``--help`` shows this).
+EXIT_STATUS = (
+    "exit status: 1 when the sink would fail the job on the sample (a resolver or serializer "
+    "error; under the fail_job failure handler, the default, an unroutable record or a name "
+    "that collides) or a bound would be exceeded; 0 otherwise; 2 for a target or sample that "
+    "cannot be read"
+)
+
 
 @dataclass
 class Plan:
@@ -97,10 +106,32 @@ class Plan:
     #: Values of a sanitizing template that sanitize to one text: (placeholder, the text, the
     #: raw values in the order the sample has them; the job refuses each after the first).
     collisions: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+    #: The sink's failure handler (``fail_job``, ...); None for a bare resolver, whose sink
+    #: would have the default, ``fail_job``.
+    handler: str | None = None
 
     @property
     def exceeded(self) -> list[str]:
         return [what for what, _, _, over in self.resources if over]
+
+    @property
+    def fails_job(self) -> list[str]:
+        """Why the sink would fail the job on the sample (empty: it would not)."""
+        fails = self.handler in (None, "fail_job")
+        reasons = [
+            f"{len(errors):,} {what} errors"
+            for what, errors in (
+                ("resolver", self.resolver_errors),
+                ("serializer", self.serializer_errors),
+            )
+            if errors
+        ]
+        unroutable = sum(self.unroutable.values())
+        if fails and unroutable:
+            reasons.append(f"{unroutable:,} unroutable records under fail_job")
+        if fails and self.collisions:
+            reasons.append(f"{len(self.collisions):,} colliding names under fail_job")
+        return reasons
 
 
 def _project(plan: Plan, per_day: float) -> int:
@@ -200,6 +231,8 @@ def run_plan(
     serialize = method if callable(method) else serializer
     unwrap = getattr(resolver, "record_of", None)
     plan = Plan(sink=name, records=0, records_per_second=records_per_second)
+    if config is not None:
+        plan.handler = config.failure_handler.mode
     ctx = WriterContext(number_of_parallel_subtasks=parallelism)
     buckets = _time_buckets(resolver if fixed is None else None)
     collisions = _collisions(resolver if fixed is None else None)
@@ -436,8 +469,8 @@ def format_plan(plan: Plan, top: int = 20) -> str:
         limit = f" (bound: {bound})" if bound else ""
         lines.append(f"  {what}: {figure}{limit}{'  EXCEEDED' if over else ''}")
     lines.extend(f"warning: {warning}" for warning in plan.warnings)
-    if plan.resolver_errors or plan.serializer_errors:
-        lines.append("the sink would fail the job on the errors above")
+    if plan.fails_job:
+        lines.append("the sink would fail the job: " + "; ".join(plan.fails_job))
     lines.append(
         "bound exceeded: " + "; ".join(plan.exceeded) if plan.exceeded else "within every bound"
     )
@@ -543,7 +576,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``plan`` command: 0 within every bound, 1 past one, 2 for bad input."""
+    """The ``plan`` command's exit status: 1 when the sink would fail the job or a bound would
+    be exceeded, 0 otherwise, 2 for bad input (:data:`EXIT_STATUS`)."""
     # The client libraries' notices about future Python versions say nothing about the plan.
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
@@ -561,4 +595,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"pyflink-gcp plan: {exc}", file=sys.stderr)
         return 2
     print(format_plan(plan, top=args.top))
-    return 1 if plan.exceeded else 0
+    return 1 if plan.exceeded or plan.fails_job else 0

@@ -12,7 +12,13 @@ from datetime import timedelta
 from typing import Self
 
 from pyflink_gcp.core.errors import ConfigurationError
-from pyflink_gcp.core.options import OptionsBuilder, WriterOptions, check_duration, check_int
+from pyflink_gcp.core.options import (
+    OptionsBuilder,
+    WriterOptions,
+    check_duration,
+    check_int,
+    duration_text,
+)
 
 #: Spanner rejects a commit counting more mutations than this (columns and index entries; see
 #: "Mutations per commit (including indexes)" in https://cloud.google.com/spanner/quotas).
@@ -111,7 +117,7 @@ class SpannerWriterOptions(WriterOptions):
             if self.max_commit_delay > MAX_COMMIT_DELAY:
                 raise ConfigurationError(
                     f"{owner}.max_commit_delay must be at most 500 ms (Spanner rejects a "
-                    f"longer commit delay), got {self.max_commit_delay!r}"
+                    f"longer commit delay), got {duration_text(self.max_commit_delay)}"
                 )
         if self.max_cumulative_backoff is not None:
             check_duration(owner, "max_cumulative_backoff", self.max_cumulative_backoff)

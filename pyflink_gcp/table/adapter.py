@@ -51,6 +51,14 @@ def mapped(identifier: str, values: dict[str, Any], prefix: str) -> dict[str, An
     return out
 
 
+#: What a row that fails the job tells a SQL user: the option, not the DataStream API.
+SQL_FAIL_REMEDY = (
+    "('failure-handler' = 'fail', the default). A restart replays this row: fix its cause, or "
+    "let the job go on past such rows with 'failure-handler' = 'drop' or 'dead-letter' (with "
+    "'dead-letter.topic')"
+)
+
+
 def failure_handler(values: dict[str, Any]) -> FailureHandler:
     """``failure-handler``: fail (the default), drop, or dead-letter to ``dead-letter.topic``."""
     mode = values["failure-handler"]
@@ -61,7 +69,7 @@ def failure_handler(values: dict[str, Any]) -> FailureHandler:
 
         topic = TopicDestination.from_resource_name(values["dead-letter.topic"])
         return FailureHandler.send_to_dead_letter_queue(PubSubDeadLetterQueue.of(topic))
-    return FailureHandler.fail_job()
+    return FailureHandler.fail_job(remedy=SQL_FAIL_REMEDY)
 
 
 def destination_template(

@@ -34,6 +34,8 @@ def _kind(option: TableOption) -> str:
         return f"int ≥ {low}" if low is not None else "int"
     if option.kind == "duration":
         return "duration" if option.maximum is None else f"duration ≤ {option.maximum}ms"
+    if option.kind == "string" and option.maximum is not None:
+        return f"string of {option.minimum or 0} to {option.maximum} bytes"
     return option.kind
 
 

@@ -12,7 +12,8 @@ installed (the wheel build).
 
 Kinds and their DDL syntax (parsed the same way in Java):
 
-- ``string``: any text; ``int``: a decimal integer within ``minimum``/``maximum``;
+- ``string``: any text (of ``minimum`` to ``maximum`` UTF-8 bytes, where set);
+  ``int``: a decimal integer within ``minimum``/``maximum``;
   ``bool``: ``true`` or ``false``; ``enum``: one of ``choices``;
 - ``duration``: an integer and a unit, ``500ms``, ``10s``, ``5min``, ``2h``, ``1d`` (at least
   ``minimum`` and at most ``maximum`` milliseconds);
@@ -65,10 +66,14 @@ class TableOption:
         maps_to: The DataStream option it sets: a field of the service's writer options
             (``writer.max_buffered_records``), of another options value
             (``publisher.max_messages``), or a builder setter (``set_endpoint``).
-        minimum: Smallest ``int`` value, or smallest ``duration`` in milliseconds.
-        maximum: Largest ``int`` value, or largest ``duration`` in milliseconds (a service's
-            limit, refused when the statement is planned rather than by the service).
+        minimum: Smallest ``int`` value, smallest ``duration`` in milliseconds, or shortest
+            ``string`` in UTF-8 bytes.
+        maximum: Largest ``int`` value, largest ``duration`` in milliseconds, or longest
+            ``string`` in UTF-8 bytes (a service's limit, refused when the statement is planned
+            rather than by the service).
         required_when: ``(key, value)``: required when that option has that value.
+        distinct_from: The key of an option whose value this one's must differ from, where
+            both are set (two attribute names of one message, say).
         names: A template's sanitizer in :mod:`pyflink_gcp.routing.names` (``pubsub_topic_id``).
     """
 
@@ -83,6 +88,7 @@ class TableOption:
     maximum: int | None = None
     required_when: tuple[str, str] | None = None
     names: str | None = None
+    distinct_from: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The option as the Java side reads it."""
@@ -96,6 +102,7 @@ class TableOption:
             "minimum": self.minimum,
             "maximum": self.maximum,
             "required_when": list(self.required_when) if self.required_when else None,
+            "distinct_from": self.distinct_from,
         }
 
 

@@ -244,6 +244,14 @@ def _spanner_commit_options() -> tuple[TableOption, ...]:
     # fmt: on
 
 
+# gcp-pubsub's provenance attribute names (1 to 256 bytes: Pub/Sub's attribute key limit).
+# fmt: off
+_PROVENANCE = (
+    TableOption("attributes.event-time", "string", "Also send each row's event time (its rowtime, epoch milliseconds) as this attribute; a row without one is sent without it (default: not sent).", maps_to="with_event_time_attribute", minimum=1, maximum=256),
+    TableOption("attributes.record-id", "string", "Also send a record id stable across replays (a digest of the message and its topic) as this attribute, for subscribers that drop duplicates (default: not sent).", maps_to="with_record_id_attribute", minimum=1, maximum=256, distinct_from="attributes.event-time"),
+)
+# fmt: on
+
 PUBSUB = Connector(
     identifier="gcp-pubsub",
     factory_class="dev.pyflinkgcp.bridge.table.PubSubTableSinkFactory",
@@ -290,6 +298,7 @@ PUBSUB = Connector(
             "The column that is the ordering key (turns message ordering on).",
             maps_to="with_ordering_key",
         ),
+        *_PROVENANCE,
         TableOption(
             "publisher.max-messages",
             "int",

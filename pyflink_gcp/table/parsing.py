@@ -44,8 +44,28 @@ def duration_expected(low: int, high: int | None) -> str:
     return f"a duration such as 500ms, 10s, 5min, 1h or 1d{least}{most}"
 
 
+def text_expected(low: int, high: int | None) -> str:
+    """What a ``string`` option of ``low``..``high`` UTF-8 bytes expects, as Java words it."""
+    return (
+        f"a text of {low} to {high} bytes"
+        if high is not None
+        else f"a text of at least {low} bytes"
+    )
+
+
+def distinct_error(connector: str, key: str, other: str, value: str) -> str:
+    """The message of two options that must differ and do not, as the Java factories word it."""
+    return (
+        f"Options '{key}' and '{other}' of connector '{connector}' must differ, both are '{value}'."
+    )
+
+
 def _parse_value(connector: str, option: TableOption, text: str, columns: Sequence[str]) -> Any:
     key, kind = option.key, option.kind
+    if kind == "string" and (option.minimum is not None or option.maximum is not None):
+        size, least = len(text.encode("utf-8")), option.minimum or 0
+        if size < least or (option.maximum is not None and size > option.maximum):
+            raise _invalid(connector, key, text_expected(least, option.maximum), text)
     if kind in ("string", "template"):
         return text
     if kind == "int":
@@ -127,6 +147,9 @@ def parse(identifier: str, raw: Mapping[str, str], columns: Sequence[str]) -> di
             None if text is None else _parse_value(identifier, option, text, columns)
         )
     for option in connector.options:
+        other_key = option.distinct_from
+        if other_key and values[option.key] is not None and values[option.key] == values[other_key]:
+            raise OptionError(distinct_error(identifier, option.key, other_key, raw[option.key]))
         if option.required_when and values[option.key] is None:
             other, value = option.required_when
             if values.get(other) == value:

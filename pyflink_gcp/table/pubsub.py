@@ -15,6 +15,11 @@ Messages (``payload.format``):
 Attributes come from ``attributes.columns`` (each named after its column, the value as text;
 NULL leaves it out) and from the entries of ``attributes.map-column`` (a MAP<STRING, STRING>).
 ``ordering-key.column`` sets each message's ordering key and turns message ordering on.
+``attributes.event-time`` and ``attributes.record-id`` name the provenance attributes of
+:meth:`~pyflink_gcp.pubsub.PubSubSerializationSchema.with_event_time_attribute` (the row's
+rowtime, epoch milliseconds) and
+:meth:`~pyflink_gcp.pubsub.PubSubSerializationSchema.with_record_id_attribute` (a digest of
+the message and its topic, stable across replays).
 
 A row whose ``topic`` template renders no valid topic id (a NULL column, say) is unroutable: it
 goes to the failure handler as its JSON.
@@ -155,6 +160,10 @@ def build_sink(values: dict[str, Any], table: TableInfo) -> DynamicSink:
         schema = schema.with_attributes(
             ColumnAttributes(attribute_columns, values["attributes.map-column"])
         )
+    if values["attributes.event-time"] is not None:
+        schema = schema.with_event_time_attribute(values["attributes.event-time"])
+    if values["attributes.record-id"] is not None:
+        schema = schema.with_record_id_attribute(values["attributes.record-id"])
     builder.set_serializer(schema)
     publisher = mapped(IDENTIFIER, values, "publisher")
     publisher["enable_message_ordering"] = ordering is not None

@@ -28,3 +28,12 @@ def test_version_falls_back_to_the_package_version_when_not_installed(
     with pytest.raises(SystemExit):
         cli.main(["--version"])
     assert capsys.readouterr().out == f"pyflink-gcp {pyflink_gcp.__version__}\n"
+
+
+def test_plan_help_states_the_exit_status_in_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["plan", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "``" not in shown and "pyflink-gcp plan: a dry run" in shown
+    assert "exit status: 1 when the sink would fail the job" in " ".join(shown.split())

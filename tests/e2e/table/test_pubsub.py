@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from pyflink.common import JobStatus
 from pyflink.table import DataTypes, Schema, TableDescriptor
 
+from pyflink_gcp.pubsub.attributes import record_digest
 from pyflink_gcp.table.option_model import OptionError
 from pyflink_gcp.table.parsing import parse
 from pyflink_gcp.tools import bridge_build
@@ -42,6 +43,7 @@ VALUES = ", ".join(
     f"ROW('web', TIMESTAMP '2024-01-01 00:00:00.12345{i}'))"
     for i, r, a, t, c in ROWS
 )
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 COLUMNS = (
     "id BIGINT, region STRING, amount DECIMAL(10, 2), ts TIMESTAMP(6), customer STRING, "
     "tag BYTES, info ROW<channel STRING, seen TIMESTAMP(6)>"
@@ -119,6 +121,35 @@ def test_ddl_and_descriptor_tables_route_rows_to_their_template_topics(project: 
             assert m.ordering_key == row[4]
 
 
+def test_provenance_options_send_each_rows_rowtime_and_record_id(project: str) -> None:
+    """Rows of a table with a rowtime arrive with its event time and a digest record id."""
+    topic = unique("prov")
+    make_topics(project, [topic])
+    t_env = make_table_env(parallelism=1)
+    t_env.execute_sql(
+        """CREATE TEMPORARY TABLE source (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts)
+        WITH ('connector' = 'datagen', 'number-of-rows' = '3', 'fields.id.kind' = 'sequence',
+              'fields.id.start' = '1', 'fields.id.end' = '3', 'fields.ts.max-past' = '1d')"""
+    )
+    t_env.execute_sql(
+        f"""CREATE TEMPORARY TABLE provenance (id BIGINT, ts TIMESTAMP(3)) WITH (
+            'connector' = 'gcp-pubsub', 'project' = '{project}', 'topic' = '{topic}',
+            'attributes.event-time' = 'event-time', 'attributes.record-id' = 'record-id')"""
+    )
+    t_env.execute_sql("INSERT INTO provenance SELECT id, ts FROM source").wait()
+
+    pulled = pull_all(project, topic, expect=3)
+    assert sorted(json.loads(m.data)["id"] for m in pulled) == [1, 2, 3]
+    for m in pulled:
+        # The rowtime is each message's event time: the row's ts as epoch milliseconds (UTC).
+        ts = datetime.fromisoformat(json.loads(m.data)["ts"]).replace(tzinfo=UTC)
+        event_time = {"event-time": str((ts - EPOCH) // timedelta(milliseconds=1))}
+        assert set(m.attributes) == {"event-time", "record-id"}
+        assert m.attributes["event-time"] == event_time["event-time"]
+        resource = f"projects/{project}/topics/{topic}"
+        assert m.attributes["record-id"] == record_digest(resource, m.data, "", event_time)
+
+
 def _pubsub_table(t_env, name: str, **options: str) -> None:
     values = {"connector": "gcp-pubsub", "project": "p", "topic": "t-{region}", **options}
     listed = ", ".join(f"'{k}' = '{v}'" for k, v in values.items() if v is not None)
@@ -154,6 +185,19 @@ def test_mistakes_fail_at_planning_with_exact_messages() -> None:
             "gcp-pubsub", {"project": "p", "topic": "t", "sink.buffer-flush.interval": "soon"}, ()
         )
     assert str(python_side.value) == message
+
+    # A provenance attribute's name is checked against Pub/Sub's key limit, in Java too.
+    _pubsub_table(t_env, "long_attribute", **{"attributes.record-id": "k" * 257})
+    assert (
+        "ValidationException: Invalid value for option 'attributes.record-id' of connector "
+        f"'gcp-pubsub': expected a text of 1 to 256 bytes, got '{'k' * 257}'.\n"
+    ) in planning_error(t_env, insert.format("long_attribute"))
+    same = {"attributes.event-time": "at", "attributes.record-id": "at"}
+    _pubsub_table(t_env, "same_attribute", **same)
+    assert (
+        "ValidationException: Options 'attributes.record-id' and 'attributes.event-time' of "
+        "connector 'gcp-pubsub' must differ, both are 'at'.\n"
+    ) in planning_error(t_env, insert.format("same_attribute"))
 
     _pubsub_table(t_env, "bad_placeholder", topic="t-{regoin:x}")
     assert (

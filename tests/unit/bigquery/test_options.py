@@ -18,7 +18,7 @@ from pyflink_gcp.bigquery import (
 )
 from pyflink_gcp.bigquery.options import BigQueryWriterOptionsBuilder
 from pyflink_gcp.core import ConfigurationError
-from pyflink_gcp.core.options import CreatingWriterOptions, option_names
+from pyflink_gcp.core.options import CreatingWriterOptions, option_names, option_value_text
 
 #: A value other than the default for every option.
 NON_DEFAULTS: dict[str, Any] = {
@@ -102,4 +102,4 @@ def test_bad_values_are_configuration_errors_naming_the_option(
 ) -> None:
     with pytest.raises(ConfigurationError, match=f"BigQueryWriterOptions.{message}") as err:
         getattr(BigQueryWriterOptions.builder(), name)(value).build()
-    assert repr(value) in str(err.value)
+    assert option_value_text(value) in str(err.value)

@@ -11,7 +11,7 @@ import pytest
 from pyflink_gcp.cloudtasks import CloudTasksWriterOptions, CloudTasksWriterOptionsBuilder
 from pyflink_gcp.cloudtasks.options import MAX_TASK_SIZE_BYTES
 from pyflink_gcp.core import ConfigurationError, DestinationWriterOptions
-from pyflink_gcp.core.options import option_names
+from pyflink_gcp.core.options import option_names, option_value_text
 from pyflink_gcp.core.sink_writer import SinkConfig
 
 
@@ -76,7 +76,8 @@ def test_a_bad_value_is_a_configuration_error_naming_option_and_value(
     name: str, value: Any
 ) -> None:
     with pytest.raises(
-        ConfigurationError, match=rf"CloudTasksWriterOptions\.{name} .*{re.escape(repr(value))}"
+        ConfigurationError,
+        match=rf"CloudTasksWriterOptions\.{name} .*{re.escape(option_value_text(value))}",
     ):
         getattr(CloudTasksWriterOptions.builder(), name)(value).build()
 

@@ -61,6 +61,11 @@ def test_fail_job_raises_naming_the_sink_destination_and_record() -> None:
         "job go on past such records with FailureHandler.log_and_drop() or "
         "send_to_dead_letter_queue(...)"
     )
+    # A front end configured in other terms (the SQL connectors' option) words its own remedy.
+    worded = open_router(FailureHandler.fail_job(remedy="(set 'on-error' = 'skip')"))
+    with pytest.raises(RecordRejectedError) as err:
+        worded.handle(failed(1))
+    assert str(err.value).endswith("{'i': 1}: too big (set 'on-error' = 'skip')")
 
 
 def test_drops_log_the_first_records_then_one_summary_per_flush(

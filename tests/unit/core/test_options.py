@@ -15,6 +15,7 @@ from pyflink_gcp.core.options import (
     OptionsBuilder,
     WriterOptions,
     check_int,
+    duration_text,
     option_names,
 )
 
@@ -122,3 +123,20 @@ def test_the_base_builder_has_only_the_settings_of_every_sink():
     assert not hasattr(OptionsBuilder, "idle_timeout")
     assert not hasattr(OptionsBuilder, "max_created_destinations")
     assert hasattr(CreatingOptionsBuilder, "idle_timeout")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(milliseconds=600), "600 ms"),
+        (timedelta(0), "0 ms"),
+        (timedelta(microseconds=1500), "1.5 ms"),
+        (timedelta(seconds=30), "30 s"),
+        (timedelta(hours=1), "3,600 s"),
+        (timedelta(milliseconds=-1), "-1 ms"),
+    ],
+)
+def test_durations_in_errors_read_as_written(value: timedelta, text: str) -> None:
+    assert duration_text(value) == text
+    with pytest.raises(ConfigurationError, match=f"must be an integer, got {text}$"):
+        check_int("Options", "n", value)

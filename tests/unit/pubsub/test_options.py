@@ -68,7 +68,7 @@ def test_every_writer_setter_reaches_its_field():
         (
             "shutdown_budget",
             timedelta(0),
-            "PubSubWriterOptions.shutdown_budget must be positive, got datetime.timedelta(0)",
+            "PubSubWriterOptions.shutdown_budget must be positive, got 0 ms",
         ),
         (
             "max_buffered_records",

@@ -23,6 +23,8 @@ from pyflink_gcp.bigquery import (
     TableSchema,
     WriteMethod,
 )
+from pyflink_gcp.cli import main
+from pyflink_gcp.core.failure import FailureHandler
 from pyflink_gcp.routing import (
     bigquery_tables,
     pubsub_topics,
@@ -449,6 +451,60 @@ def test_the_command_lists_colliding_names(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert run.returncode in (0, 1), run.stderr
+    # Under the default fail_job handler the refused names would fail the job.
+    assert run.returncode == 1, run.stderr
+    assert "2 colliding names under fail_job" in run.stdout
     assert "colliding names 2" in run.stdout
     assert "{customer}: 'acme/eu', 'acme_eu', 'acme eu' -> 'acme_eu'" in run.stdout
+
+
+def dropping(kind: str) -> BigQuerySink:
+    """``by_customer`` with the failure handler ``kind`` (fail_job, log_and_drop)."""
+    return bigquery_sink(
+        route_by_template("orders_{customer}", bigquery_tables("p", "d"), unroutable=True),
+        set_failure_handler=getattr(FailureHandler, kind)(),
+    )
+
+
+#: Ten records to one table: the projection stays at that table, within every bound.
+ONE_TABLE = [{"id": i, "customer": "a"} for i in range(10)]
+
+
+@pytest.mark.parametrize(
+    ("target", "records", "status", "verdict"),
+    [
+        ("dropping --arg kind=fail_job", ONE_TABLE, 0, "within every bound"),
+        ("dropping --arg kind=fail_job", [*ONE_TABLE, {"id": 1}], 1, "1 unroutable records"),
+        ("dropping --arg kind=log_and_drop", [*ONE_TABLE, {"id": 1}], 0, "within every bound"),
+        ("by_customer", [*ONE_TABLE, {"customer": "a"}], 1, "1 serializer errors"),
+        ("by_customer_sanitized", [{"id": 1, "customer": c} for c in COLLIDING], 1, "2 colliding"),
+    ],
+)
+def test_the_command_exits_1_when_the_sample_would_fail_the_job(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    target: str,
+    records: list[dict[str, Any]],
+    status: int,
+    verdict: str,
+) -> None:
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("".join(json.dumps(r) + "\n" for r in records))
+    name, *args = target.split()
+    assert main(
+        ["plan", "--sample", str(sample), f"tests.unit.routing.test_plan:{name}", *args]
+    ) == (status)
+    report = capsys.readouterr().out  # the report is printed either way
+    assert report.startswith("sink 'planned': ") and verdict in report
+    assert ("the sink would fail the job: " in report) is (status == 1)
+
+
+def test_a_log_and_drop_sink_reports_unroutable_records_without_failing() -> None:
+    plan = run_plan(dropping("log_and_drop"), [{"id": 1}, {"id": 2, "customer": "a"}])
+    assert sum(plan.unroutable.values()) == 1 and plan.handler == "log_and_drop"
+    assert plan.fails_job == []
+    # A bare resolver's sink would have the default handler, which fails the job.
+    bare = run_plan(
+        route_by_template("t_{customer}", bigquery_tables("p", "d"), unroutable=True), [{}]
+    )
+    assert bare.handler is None and bare.fails_job == ["1 unroutable records under fail_job"]

@@ -312,8 +312,9 @@ def test_max_commit_delay_is_sent_with_every_commit() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("max_commit_delay", timedelta(milliseconds=501), "at most 500 ms"),
-        ("max_commit_delay", timedelta(milliseconds=-1), ">= 0"),
+        # Durations read as written, not as timedelta's microseconds.
+        ("max_commit_delay", timedelta(milliseconds=600), r"at most 500 ms .*, got 600 ms$"),
+        ("max_commit_delay", timedelta(milliseconds=-1), ">= 0, got -1 ms$"),
         ("max_commit_delay", 100, "a datetime.timedelta"),
         ("grouping_factor", 0, ">= 1"),
         ("max_rows_per_commit", 0, ">= 1"),

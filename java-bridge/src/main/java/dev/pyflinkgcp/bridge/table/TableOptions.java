@@ -50,6 +50,7 @@ public final class TableOptions {
         final Long minimum;
         final Long maximum;
         final String[] requiredWhen;
+        final String distinctFrom;
 
         Spec(JsonNode node) {
             key = node.get("key").asText();
@@ -66,6 +67,7 @@ public final class TableOptions {
                     when == null || when.isNull()
                             ? null
                             : new String[] {when.get(0).asText(), when.get(1).asText()};
+            distinctFrom = text(node.get("distinct_from"));
         }
 
         /** Declared as a string option: values are checked here, with this module's messages. */
@@ -174,7 +176,16 @@ public final class TableOptions {
             }
         }
         for (Spec spec : specs.values()) {
-            if (spec.requiredWhen != null && value(options, spec.key) == null) {
+            String value = value(options, spec.key);
+            if (spec.distinctFrom != null
+                    && value != null
+                    && value.equals(value(options, spec.distinctFrom))) {
+                throw new ValidationException(
+                        String.format(
+                                "Options '%s' and '%s' of connector '%s' must differ, both are '%s'.",
+                                spec.key, spec.distinctFrom, identifier, value));
+            }
+            if (spec.requiredWhen != null && value == null) {
                 String other = spec.requiredWhen[0];
                 if (spec.requiredWhen[1].equals(value(options, other))) {
                     throw new ValidationException(
@@ -196,6 +207,13 @@ public final class TableOptions {
     private void check(Spec spec, String value, List<String> columns) {
         switch (spec.kind) {
             case "string":
+                if (spec.minimum != null || spec.maximum != null) {
+                    long size = value.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+                    long least = spec.minimum == null ? 0 : spec.minimum;
+                    if (size < least || (spec.maximum != null && size > spec.maximum)) {
+                        throw invalid(spec.key, textExpected(least, spec.maximum), value);
+                    }
+                }
                 return;
             case "int":
                 checkInt(spec, value);
@@ -239,6 +257,13 @@ public final class TableOptions {
             default:
                 throw new IllegalStateException("unknown option kind " + spec.kind);
         }
+    }
+
+    /** What a string option of {@code low}..{@code high} UTF-8 bytes expects (as in Python). */
+    static String textExpected(long low, Long high) {
+        return high == null
+                ? "a text of at least " + low + " bytes"
+                : "a text of " + low + " to " + high + " bytes";
     }
 
     /**
