@@ -296,8 +296,7 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
             builder = builder.set_storage_endpoint(
                 "http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"]
             )
-        if fused:
-            builder = builder.set_chain_with_upstream()
+        builder = builder.set_chain_with_upstream(fused)
         stream.sink_to(builder.build())
     with TreeSampler(jvm_pid()) as sampler:
         client = env.execute_async(f"bench-peer-beam-{variant}")

@@ -61,7 +61,7 @@ def run(
     markers: bool,
     typed: bool = False,
     keyed: bool = False,
-    fused: bool = False,
+    fused: bool = False,  # False: set_chain_with_upstream(False), the writer's own chain
     thread_mode: bool = False,
     extra: dict[str, str] | None = None,
 ) -> collections.Counter:
@@ -113,9 +113,9 @@ def test_with_markers_only_checkpoints_and_the_end_of_input_wait(tmp_path, keyed
     ids=["one map", "two maps, typed", "one map in thread mode"],
 )
 def test_a_writer_fused_with_the_maps_before_it_keeps_its_markers(tmp_path, typed, thread_mode):
-    """``set_chain_with_upstream()``: the maps run inside the writer's marker operator (the
-    markers pass them by), and its bundles follow the writer's 100 records, not the job's. A
-    thread-mode map runs there too, in the writer's process-mode worker."""
+    """By default (``set_chain_with_upstream()``) the maps run inside the writer's marker
+    operator (the markers pass them by), and its bundles follow the writer's 100 records, not
+    the job's. A thread-mode map runs there too, in the writer's process-mode worker."""
     counts = run(tmp_path, markers=True, typed=typed, fused=True, thread_mode=thread_mode)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
     # 12,000 records in bundles of 100 per subtask: about 120 ordinary bundle ends, each only

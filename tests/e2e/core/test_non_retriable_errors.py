@@ -202,7 +202,9 @@ def test_python_metrics_off_on_the_worker_ends_the_job_once(tmp_path, monkeypatc
     monkeypatch.setattr(runtime, "_check_python_metrics", lambda conf, config: None)
     result = run(
         tmp_path,
-        lambda d: FileSink(str(d), lambda r, c: FileDestination.of("a")),
+        # Its own chain: a map taken into the writer's operator opens after the writer's open()
+        # failed, so it could not count the attempt.
+        lambda d: FileSink(str(d), lambda r, c: FileDestination.of("a"), chain_with_upstream=False),
         extra={"python.metric.enabled": "false"},
     )
     assert_ended_once(result, "Python metrics are disabled (python.metric.enabled=false)")
