@@ -163,8 +163,9 @@ class SinkBuilder:
         ``process`` functions right before it (no side outputs, not keyed, at its parallelism,
         read by nothing else) into its own marker operator (:mod:`pyflink_gcp.core.fusion`):
         records reach it without a second JVM-to-Python crossing and (de)serialization, and it
-        keeps its checkpoint markers and flush thresholds; the functions run with the writer's
-        bundle settings. A stream also read by another operator or sink, even one added after
+        keeps its checkpoint markers and flush thresholds; its bundles are no longer than the
+        job's (``python.fn-execution.bundle.size`` and ``bundle.time``), as the functions' were
+        on their own. A stream also read by another operator or sink, even one added after
         ``sink_to``, is not taken in, so no function runs twice. ``False`` keeps the writer in
         an operator chain of its own, after its upstream's operator.
         """

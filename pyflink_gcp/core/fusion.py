@@ -19,8 +19,10 @@ slot sharing group, chaining not disabled) are taken out of the job and run insi
 own marker operator, each wrapped in a :class:`MarkerPassingFunction` that hands markers on to
 the next function untouched. The writer's transformation is rewired in place (the bridge's
 ``WriterFusion``), so what reads it (the discarding sink, a committer) is unchanged. Records
-cross from the JVM to Python once, and the writer still waits only at markers, with its own
-flush thresholds as its operator's bundle settings.
+cross from the JVM to Python once, and the writer still waits only at markers and keeps its own
+flush thresholds; the operator's bundles are no longer than the job's
+(:func:`bundle_configuration`), so a slow function holds a checkpoint no longer than it did on
+its own.
 
 Where nothing can be fused, the writer keeps the shape ``sink_to`` gave it: a chain of its own
 after a Python operator (so PyFlink does not fuse it into that operator), the chain of the Java
@@ -362,7 +364,7 @@ def _fuse(j_env: Any, candidate: Candidate, upstream: Upstream) -> None:
         flink_fn_execution_pb2.UserDefinedDataStreamFunction.PROCESS,
     )
     operator = java_class(MARKER_OPERATOR)(
-        jvm.org.apache.flink.configuration.Configuration(candidate.j_conf),
+        bundle_configuration(candidate.j_conf, j_env),
         chain_info(upstream, writer_info, MARKER_TAG, typed),
         j_input_type,
         j_writer.getOutputType(),
@@ -381,6 +383,30 @@ def _fuse(j_env: Any, candidate: Candidate, upstream: Upstream) -> None:
     for transformation in upstream.transformations:
         transformations.remove(transformation)
     candidate.fused = upstream
+
+
+def bundle_configuration(j_writer_conf: Any, j_env: Any) -> Any:
+    """The fused operator's configuration: the writer's, with bundles no longer than the job's.
+
+    A bundle end waits until Python has processed every record sent to it, and so does a
+    checkpoint barrier. On its own, a function ran in bundles of the job's
+    ``python.fn-execution.bundle.size`` and ``bundle.time`` (1,000 records, 1 s by default);
+    taken into the writer, it must not run in the writer's much larger ones
+    (``max_buffered_records``), or a slow function would hold every checkpoint for that many
+    records. The writer's batching does not follow bundle ends under markers (an ordinary
+    bundle end only sends the batches that are due), so the smaller bundles cost it nothing but
+    the bundle ends themselves.
+    """
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    options = jvm.org.apache.flink.python.PythonOptions
+    conf = jvm.org.apache.flink.configuration.Configuration(j_writer_conf)
+    job = j_env.getConfiguration()
+    for option in (options.MAX_BUNDLE_SIZE, options.MAX_BUNDLE_TIME_MILLS):
+        bound = min(int(conf.get(option)), int(job.get(option)))
+        conf.setString(option.key(), str(bound))
+    return conf
 
 
 def _restore(j_env: Any, candidate: Candidate) -> None:
