@@ -281,7 +281,8 @@ def python_job(
     sink._config.factory = timed_factory(TimedPubSub, sink._config.factory, spans)
     sink._config.factory.emulator_pids = tuple(emulator_roots)
     bundle = PubSubWriterOptions().max_buffered_records
-    env = shaped_env("fused" if fused else "own chain", parallelism, bundle, CHECKPOINT_MS)
+    # The job's own bundle settings, as a user's job has them (PyFlink's defaults).
+    env = shaped_env("default", parallelism, bundle, CHECKPOINT_MS)
     record_stream(env, records, make_record).sink_to(sink)
     env.execute(f"bench-peer-pubsub-{variant}-p{parallelism}")
 
