@@ -5,9 +5,11 @@ hold sink subtasks), submitted with ``flink run -py`` as a cluster user submits 
 checkpoints completed, one TaskManager is killed with its whole process group (the JVM and its
 Python workers: nothing gets to flush). The job needs every slot, so a replacement is started
 as soon as every subtask of the job has its slot in the first two TaskManagers, and has
-registered when the kill comes: the restart finds its slots at once. The job must recover from
-a checkpoint and finish, and every record must be read back from the two topics: duplicates
-are allowed (the sink is at least once), losses are not.
+registered when the kill comes: the restart finds its slots at once. The job is paced until
+the kill, so it is still running when the kill lands however slowly it started, and unpaced
+after it, so the rest of its input, the replay from the restored checkpoint included, costs
+no waiting. The job must recover from a checkpoint and finish, and every record must be read
+back from the two topics: duplicates are allowed (the sink is at least once), losses are not.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from tests.support.pubsub import make_topics, pull_all, unique
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 JOB = Path(__file__).parent / "jobs" / "pubsub_numbered.py"
-#: Records of 30 ms each over four subtasks: the job runs long enough after its second
-#: checkpoint for the kill to hit it.
-COUNT = 2400
+#: Records of 30 ms each over four subtasks until the kill (22 s of input a subtask): the job
+#: runs long enough after its second checkpoint for the kill to hit it.
+COUNT = 3000
 #: The paced map's Python bundle: 50 records of 30 ms, so each checkpoint's barrier waits for
 #: a second and a half of records at most.
 BUNDLE = 50
@@ -48,7 +50,7 @@ def wait_for_slots(cluster: StandaloneCluster, job: str, timeout: float = 120.0)
 
 
 def test_killed_taskmanager_loses_no_record(
-    request: pytest.FixtureRequest, stack: EmulatorStack, project: str
+    request: pytest.FixtureRequest, stack: EmulatorStack, project: str, tmp_path: Path
 ) -> None:
     topic = unique("tm-kill")
     topics = [f"{topic}-even", f"{topic}-odd"]
@@ -57,7 +59,7 @@ def test_killed_taskmanager_loses_no_record(
         submitted = cluster.submit(
             JOB,
             *("--project", project, "--topic", topic, "--count", str(COUNT)),
-            *("--bundle-size", str(BUNDLE)),
+            *("--bundle-size", str(BUNDLE), "--control", str(tmp_path)),
             parallelism=4,
             detached=True,
             timeout=300,
@@ -72,6 +74,8 @@ def test_killed_taskmanager_loses_no_record(
         assert cluster.job(job)["state"] == "RUNNING"
         killed_at = time.monotonic()
         cluster.kill_taskmanager(0)
+        # The kill landed: the rest of the input need not be paced.
+        (tmp_path / "unpaced").touch()
 
         state = cluster.wait_for_job(job, timeout=400)
         took = time.monotonic() - killed_at

@@ -16,7 +16,16 @@ the destination.
 The exit status is non-zero when a record the sink was handed is missing; an exactly-once or
 idempotent path left a duplicate in the destination; a FILE_LOADS run left a staged object; a
 job did not finish; a run injected fewer faults than asked; a failover restarted from no
-checkpoint (or id 0); a TaskManager ended by itself; or the unresponsive-emulator check failed.
+checkpoint (or id 0); a TaskManager ended by itself (or a replacement failed to start); a job
+could not get its slots; or the unresponsive-emulator check failed.
+
+Before each job is submitted or restored, the cluster must have the slots it needs: dead
+TaskManagers are reported and replaced, and a job an earlier run left running is cancelled
+(and reported). A run never leaves its job behind: whatever fails, the run's job is finished
+or cancelled before the run is counted, so the next target starts on a whole cluster. A run
+cut short (its last job cancelled, failed or never restored) owes only the records its jobs
+handed on; the rest of its input never left the source and is reported as never handed, not
+as lost.
 
 ``--config`` runs the exactly-once BigQuery methods (BUFFERED_STREAM, FILE_LOADS) in the
 configurations users choose (``targets.CONFIGS``): ``unaligned`` checkpoints, FILE_LOADS's
@@ -43,20 +52,22 @@ from pathlib import Path
 
 from pyflink_gcp.tools.cluster import ClusterSettings, StandaloneCluster
 from pyflink_gcp.tools.emulators import EmulatorStack
+from tests.faults.hang import hang_check
 from tests.faults.inject import (
     Fault,
     check_restore,
+    ensure_slots,
+    http_cancel,
     inject,
+    jobs_holding_slots,
     last_completed_ms,
-    paused,
-    replace_dead_taskmanagers,
     settle,
     tended_wait,
     wait_for_recovery,
 )
 from tests.faults.ledger import Ledger, read_ledger
 from tests.faults.report import SHORT, Outcome, abbreviate, reproduce, table
-from tests.faults.rescale import JOB, http_cancel, rescale
+from tests.faults.rescale import JOB, RescaleError, rescale
 from tests.faults.targets import (
     CONFIGS,
     STACK_SERVICES,
@@ -64,7 +75,6 @@ from tests.faults.targets import (
     Config,
     RestartProbe,
     Target,
-    destination_names,
     prepare,
     probe_restart,
     read_back,
@@ -103,9 +113,9 @@ def record_count(args: argparse.Namespace, config: Config) -> int:
 def submit(
     cluster: StandaloneCluster, job_args: list[str], parallelism: int, outcome: Outcome
 ) -> str | None:
-    """Submits the job and waits for its second checkpoint; None (and the reason recorded)
-    when it did not get there. A job that will not be waited for is cancelled: it would hold
-    the slots the next target needs."""
+    """Submits the job and waits for its second checkpoint; None (and the reason recorded:
+    "not enough slots: N of M" when it could not get them) when it did not get there. A job
+    that will not be waited for is cancelled: it would hold the slots the next run needs."""
     submitted = cluster.submit(JOB, *job_args, parallelism=parallelism, detached=True, timeout=300)
     if not (submitted.ok and submitted.job_id):
         outcome.unfinished.append(f"submission failed: {submitted.output[-2000:]}")
@@ -116,10 +126,12 @@ def submit(
         if state != "RUNNING":
             raise RuntimeError(f"job {job} ended {state} before its second checkpoint")
         check_config(cluster, job, outcome.config)
-    except Exception:
+    except Exception as err:  # noqa: BLE001 - reported; the run is over
+        outcome.unfinished.append(f"job {job}: {type(err).__name__}: {err}"[:1500])
+        print(f"    job {job} not started: {err!r}"[:800], flush=True)
         http_cancel(cluster, job)
         settle(cluster, outcome.self_ended)
-        raise
+        return None
     return job
 
 
@@ -133,10 +145,23 @@ def one_run(
     rng: random.Random,
     outcome: Outcome,
 ) -> None:
-    """Submits one job, injects its faults, rescales it if asked, lets it finish, counts."""
-    for ended in replace_dead_taskmanagers(cluster):
-        print(f"  found a TaskManager that ended by itself before the run: {ended}", flush=True)
-        outcome.self_ended.append(f"(found before a run) {ended}")
+    """Submits one job, injects its faults, rescales it if asked, lets it finish, counts.
+
+    Whatever fails on the way is recorded in ``outcome`` and the run goes on to its end: the
+    job still running is finished (or cancelled), and what it handed is counted.
+    """
+    try:
+        ensure_slots(
+            cluster,
+            config.parallelism,
+            outcome.self_ended,
+            outcome.run_problems,
+            found="before a run",
+        )
+    except Exception as err:  # noqa: BLE001 - reported; the next run tries again
+        outcome.unfinished.append(f"run not started: {type(err).__name__}: {err}"[:1500])
+        print(f"  run not started: {err!r}"[:800], flush=True)
+        return
     name = run_name()
     control = Path(tempfile.mkdtemp(prefix="faults-control-"))
     count = record_count(args, config)
@@ -150,13 +175,99 @@ def one_run(
     if job is None:
         return
     faults: list[Fault] = []
+    live: str | None = job
+    complete = True
+    rescaled = ""
+    try:
+        inject_faults(target, args, cluster, stack, kinds, rng, outcome, job, control, faults)
+        if config.rescale_to:
+            live, rescaled = rescale(
+                config, cluster, job, job_args, control, outcome.self_ended, outcome.run_problems
+            )
+    except RescaleError as err:
+        live, complete = err.job, err.job is not None
+        outcome.unfinished.append(f"{name}: rescale: {err}"[:1500])
+        print(f"    rescale failed: {err}"[:800], flush=True)
+    except Exception as err:  # noqa: BLE001 - reported; the records are counted all the same
+        complete = False
+        outcome.unfinished.append(f"{name}: {type(err).__name__}: {err}"[:1500])
+        print(f"    run failed: {err!r}"[:800], flush=True)
+    sequence = ", ".join(SHORT[f.kind] for f in faults) or "none"
+    what = f"run {name} (faults: {sequence})"
+    if len(faults) < args.faults:
+        outcome.run_problems.append(f"{what}: {len(faults)} of {args.faults} faults injected")
+    outcome.run_problems += [
+        f"{what}: after {f.kind} at {f.at_ms}: {f.restore_problem}"
+        for f in faults
+        if f.restore_problem
+    ]
+    outcome.run_problems += [
+        f"{what}: no checkpoint completed after {f.kind} at {f.at_ms} (the job ended or hung)"
+        for f in faults
+        if f.recovery_s is None
+    ]
+    # The faults are in: the job drops the rest of its input (see job.py).
+    (control / "finish").write_text("finish\n")
+    if live is not None:
+        complete = finish(cluster, live, name, args.job_timeout, outcome) and complete
+    # Nothing of this run may outlive it: a job left running would hold the next run's slots
+    # (and write while this run is counted).
+    for leftover in jobs_holding_slots(cluster):
+        http_cancel(cluster, leftover)
+        complete = False
+        outcome.run_problems.append(f"{what}: job {leftover} still ran after the run: cancelled")
+    settle(cluster, outcome.self_ended)
+    count_run(target, name, count, stack, control, faults, outcome, f"{what}{rescaled}", complete)
+    outcome.faults += faults
+    shutil.rmtree(control, ignore_errors=True)
+
+
+def finish(
+    cluster: StandaloneCluster, job: str, name: str, timeout: float, outcome: Outcome
+) -> bool:
+    """Waits for the run's job to drop the rest of its input and finish; cancels it when it
+    does not within ``timeout``. Whether it finished."""
+    try:
+        state = tended_wait(
+            cluster, job, checkpoints=None, timeout=timeout, ended=outcome.self_ended
+        )
+    except Exception as err:  # noqa: BLE001 - reported; the job is cancelled
+        http_cancel(cluster, job)
+        state = f"CANCELED by the suite ({type(err).__name__}: {err})"
+    if state == "FINISHED":
+        return True
+    failures = cluster.exceptions(job)
+    outcome.unfinished.append(f"{name}: job {job} ended {state}: {failures[:1]}"[:1500])
+    return False
+
+
+def inject_faults(
+    target: Target,
+    args: argparse.Namespace,
+    cluster: StandaloneCluster,
+    stack: EmulatorStack,
+    kinds: list[str],
+    rng: random.Random,
+    outcome: Outcome,
+    job: str,
+    control: Path,
+    faults: list[Fault],
+) -> None:
+    """Injects the run's faults one after the other, each once the job recovered from the
+    one before, appending each to ``faults``."""
     for kind in pick_kinds(rng, kinds, args.faults):
         time.sleep(rng.uniform(1.0, 4.0))
         if cluster.job(job).get("state") != "RUNNING":
             break
         checkpoint_ms = last_completed_ms(cluster, job)
         fault = inject(
-            kind, cluster=cluster, stack=stack, services=target.services, control=control, rng=rng
+            kind,
+            cluster=cluster,
+            stack=stack,
+            services=target.services,
+            control=control,
+            rng=rng,
+            ended=outcome.self_ended,
         )
         fault.checkpoint_ms = checkpoint_ms
         fault.recovery_s = wait_for_recovery(cluster, job, fault.at_ms, outcome.self_ended)
@@ -172,39 +283,6 @@ def one_run(
             f"{'' if fault.restore_problem is None else ': ' + fault.restore_problem}",
             flush=True,
         )
-    sequence = ", ".join(SHORT[f.kind] for f in faults) or "none"
-    what = f"run {name} (faults: {sequence})"
-    if len(faults) < args.faults:
-        outcome.run_problems.append(f"{what}: {len(faults)} of {args.faults} faults injected")
-    outcome.run_problems += [
-        f"{what}: after {f.kind} at {f.at_ms}: {f.restore_problem}"
-        for f in faults
-        if f.restore_problem
-    ]
-    outcome.run_problems += [
-        f"{what}: no checkpoint completed after {f.kind} at {f.at_ms} (the job ended or hung)"
-        for f in faults
-        if f.recovery_s is None
-    ]
-    rescaled = ""
-    if config.rescale_to:
-        try:
-            job, rescaled = rescale(config, cluster, job, job_args, control, outcome.self_ended)
-        except Exception as err:  # noqa: BLE001 - reported; the records are counted all the same
-            outcome.unfinished.append(f"{name}: rescale: {type(err).__name__}: {err}"[:1500])
-            print(f"    rescale failed: {err!r}"[:800], flush=True)
-    # The faults are in: the job drops the rest of its input (see job.py).
-    (control / "finish").write_text("finish\n")
-    state = tended_wait(
-        cluster, job, checkpoints=None, timeout=args.job_timeout, ended=outcome.self_ended
-    )
-    if state != "FINISHED":
-        failures = cluster.exceptions(job)
-        outcome.unfinished.append(f"{name}: job {job} ended {state}: {failures[:1]}")
-    settle(cluster, outcome.self_ended)
-    count_run(target, name, count, stack, control, faults, outcome, f"{what}{rescaled}")
-    outcome.faults += faults
-    shutil.rmtree(control, ignore_errors=True)
 
 
 def count_run(
@@ -216,20 +294,26 @@ def count_run(
     faults: list[Fault],
     outcome: Outcome,
     what: str,
+    complete: bool = True,
 ) -> None:
     """Reads the run's destinations and the job's emission logs, and adds up the run.
 
     A record is lost when the destination lacks it and its last word in the job is not a drop
     after the finish (an id neither handed nor dropped is lost too, whatever happened to it);
-    see :mod:`tests.faults.ledger` for why a drop after a rolled-back handing excuses it.
+    see :mod:`tests.faults.ledger` for why a drop after a rolled-back handing excuses it. In a
+    run that was not ``complete`` (cut short, reported failed for that), only ids a map
+    attempt handed on can be lost; the others are reported as never handed.
     """
     ledger = read_ledger(control)
     for fault, after in zip(faults, [*faults[1:], None], strict=True):
         fault.exposed = exposure(ledger, fault, None if after is None else after.at_ms)
     got = read_back(target, PROJECT, name, stack, set(ledger.handed))
     distinct = set(got.ids)
-    missing = set(range(count)) - distinct
-    lost_ids = sorted(missing - ledger.finally_dropped(sorted(missing)))
+    lost_ids = sorted(ledger.owed(count, complete=complete) - distinct)
+    never = 0
+    if not complete:
+        reached = distinct | set(ledger.handed) | set(ledger.last_word)
+        never = len(set(range(count)) - reached)
     duplicates = len(got.ids) - len(distinct)
     unhanded = sorted(distinct - set(ledger.handed))
     exposed = sum(f.exposed for f in faults)
@@ -280,11 +364,16 @@ def count_run(
             f"{' ...' if len(left) > 5 else ''}"
         )
     per_fault = ", ".join(str(f.exposed) for f in faults) or "-"
+    if never:
+        outcome.run_problems.append(
+            f"{what}: cut short, {never} records never handed to the sink (not counted as lost)"
+        )
     print(
         f"  {what}: {len(ledger.handed)} handed ({ledger.resent} re-sent, {ledger.logs} "
         f"writer attempts), {exposed} exposed ({per_fault}), {len(got.ids)} out, "
         f"{len(lost_ids)} lost, {duplicates} duplicates{replays}"
-        f"{'' if left is None else f', {len(left)} staged objects left'}",
+        f"{'' if left is None else f', {len(left)} staged objects left'}"
+        f"{f', cut short: {never} never handed' if never else ''}",
         flush=True,
     )
 
@@ -314,65 +403,6 @@ def check_config(cluster: StandaloneCluster, job: str, config: Config) -> None:
     settings = cluster.rest(f"/jobs/{job}/checkpoints/config")
     if settings.get("unaligned_checkpoints") is not True:
         raise RuntimeError(f"job {job} does not run with unaligned checkpoints: {settings}")
-
-
-def hang_check(
-    target: Target,
-    config: Config,
-    cluster: StandaloneCluster,
-    stack: EmulatorStack,
-    deadline_s: float,
-    ended: list[str],
-) -> tuple[bool, str]:
-    """Runs the job with a ``deadline_s`` retry deadline, stops its emulators (SIGSTOP) once
-    it checkpointed, and reads the first failure from Flink's exception history: it must come
-    within the deadline plus one attempt (and a margin for a loaded machine) and name one of
-    the run's destinations. TaskManagers that end by themselves meanwhile, or after the
-    job's cancel, are appended to ``ended`` (this target's)."""
-    for what in replace_dead_taskmanagers(cluster):
-        print(f"  found a TaskManager that ended by itself before the check: {what}", flush=True)
-        ended.append(f"(found before the hang check) {what}")
-    name = run_name()
-    control = Path(tempfile.mkdtemp(prefix="faults-control-"))
-    extra = prepare(target, PROJECT, name, stack, config.location)
-    job_args = ["--sink", target.sink, "--project", PROJECT, "--name", name]
-    job_args += ["--control", str(control), "--count", "1000000", "--rate", "50"]
-    job_args += ["--retry-deadline-s", str(deadline_s), *extra, *config.job_args(target)]
-    if target.method != "-":
-        job_args += ["--method", target.method]
-    parallelism = config.parallelism
-    submitted = cluster.submit(JOB, *job_args, parallelism=parallelism, detached=True, timeout=300)
-    if not (submitted.ok and submitted.job_id):
-        return False, f"submission failed: {submitted.output[-1000:]}"
-    job = submitted.job_id
-    budget = deadline_s + 5.0 + 30.0  # the deadline, one attempt's timeout, a loaded machine
-    try:
-        if tended_wait(cluster, job, checkpoints=1, timeout=240, ended=ended) != "RUNNING":
-            return False, f"job {job} ended before its first checkpoint"
-        stopped_ms = int(time.time() * 1000)
-        with paused(stack, target.services):
-            end = time.monotonic() + budget + 30.0
-            failures: list[dict] = []
-            while time.monotonic() < end and not failures:
-                failures = cluster.exceptions(job)
-                time.sleep(0.5)
-    finally:
-        http_cancel(cluster, job)
-        settle(cluster, ended)
-        shutil.rmtree(control, ignore_errors=True)
-    if not failures:
-        return False, f"no failure {budget + 30:.0f} s after the emulator stopped answering"
-    first = failures[-1]
-    took = (int(first.get("timestamp", stopped_ms)) - stopped_ms) / 1000.0
-    text = str(first.get("stacktrace", ""))
-    named = [d for d in destination_names(target, PROJECT, name) if d in text]
-    retried = "still failing after" in text
-    summary = (
-        f"failed {took:.1f} s after SIGSTOP (deadline {deadline_s:g} s), "
-        f"{'names ' + named[0] if named else 'names no destination'}"
-        f"{'' if retried else ', no retry report'}"
-    )
-    return bool(named) and retried and took <= budget, summary
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -493,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                             config,
                             cluster,
                             stack,
+                            PROJECT,
                             args.retry_deadline_s,
                             outcome.self_ended,
                         )

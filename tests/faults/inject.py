@@ -3,7 +3,9 @@
 The kinds:
 
 - ``tm-kill``: one TaskManager's whole process group (JVM and Python workers) gets SIGKILL,
-  then a replacement is started (the job needs all four slots).
+  then a replacement is started (the job needs all four slots); a replacement that fails to
+  register is reported (exit code and log) as a TaskManager that ended by itself, and another
+  one is started.
 - ``worker-kill``: one Python worker process of a TaskManager gets SIGKILL; the TaskManager
   lives on and the task fails when its worker's channel breaks.
 - ``task-exception``: a ``raise`` file in the run's control directory makes the job's paced map
@@ -29,14 +31,14 @@ import os
 import random
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyflink_gcp.tools.cluster import ClusterError, StandaloneCluster
-from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES, TaskManager
+from pyflink_gcp.tools.cluster.standalone import TERMINAL_STATES, Slots, TaskManager
 from pyflink_gcp.tools.emulators import EmulatorStack
-from pyflink_gcp.tools.emulators.processes import group_members
+from pyflink_gcp.tools.emulators.processes import group_members, http_json
 
 KINDS = ("tm-kill", "worker-kill", "task-exception", "emulator-pause", "emulator-restart")
 #: How long an emulator fault keeps the service away.
@@ -98,22 +100,128 @@ def python_workers(cluster: StandaloneCluster, index: int) -> list[int]:
     ]
 
 
-def replace_dead_taskmanagers(cluster: StandaloneCluster, want: int = 2) -> list[str]:
-    """Starts a TaskManager for each one that ended without being killed by the suite.
+#: Failed starts of a TaskManager tolerated in a row before the cluster is given up.
+START_TRIES = 3
+
+
+class SlotsError(RuntimeError):
+    """A job cannot get the task slots it needs ("not enough slots: N of M"): what a run that
+    stalled for them is reported as, rather than as records lost."""
+
+
+def replace_dead_taskmanagers(cluster: StandaloneCluster, want: int | None = None) -> list[str]:
+    """Reports each TaskManager that ended without being killed by the suite, and starts
+    TaskManagers until ``want`` (default: the cluster's own count) live ones registered.
 
     A TaskManager can end by itself: on this machine one shut down with a FATAL error in Beam's
     ``DefaultJobBundleFactory.close`` ("Reference count must not be negative") while a
-    cancelled job's Python operator closed, after one of its workers had been killed earlier.
-    The next job would then never get its four slots. Returns what ended, to be reported.
+    cancelled job's Python operator closed, after one of its workers had been killed earlier;
+    a replacement exited while it registered, with Flink's exit for an uncaught error in a
+    thread. The next job would then never get its slots. A replacement that fails to start is
+    killed, reported and started again (:data:`START_TRIES` times in all).
+
+    Returns:
+        What ended (exit code, what Flink means by it, the log's telling lines), to be
+        reported against the target whose job the TaskManager served.
+
+    Raises:
+        ClusterError: The TaskManagers could not be brought back to ``want``.
     """
     ended = []
     for taskmanager in cluster.taskmanagers:
-        if not taskmanager.killed and taskmanager.process.describe_exit() is not None:
-            ended.append(f"{taskmanager.resource_id} {taskmanager.process.describe_exit()}")
+        if not taskmanager.killed and taskmanager.process.exited() is not None:
+            ended.append(taskmanager.exit_report() or taskmanager.resource_id)
             taskmanager.killed = True  # no longer ours to watch
-    while len(live_taskmanagers(cluster)) < want:
-        cluster.start_taskmanager(wait=True)
+    count = cluster.settings.taskmanagers if want is None else want
+    for failure in cluster.ensure_taskmanagers(count, tries=START_TRIES):
+        ended.append(f"a TaskManager started as a replacement failed: {failure}")
     return ended
+
+
+def jobs_holding_slots(cluster: StandaloneCluster, but: str | None = None) -> dict[str, int]:
+    """The jobs other than ``but`` that have not ended, each with the slots it holds or waits
+    for: its widest vertex (the job's operators share one slot-sharing group)."""
+    held = {}
+    for job in cluster.jobs():
+        if job.get("jid") == but or job.get("state") in TERMINAL_STATES:
+            continue
+        vertices = cluster.job(str(job["jid"])).get("vertices", [])
+        held[str(job["jid"])] = max((int(v.get("parallelism", 0)) for v in vertices), default=0)
+    return held
+
+
+def shortage(slots: Slots, needed: int, others: Mapping[str, int]) -> str | None:
+    """Why a job that needs ``needed`` slots cannot be seated ("not enough slots: N of M"):
+    the live TaskManagers' slots, less those other jobs hold, are too few; None when enough."""
+    usable = max(slots.total - sum(others.values()), 0)
+    if usable >= needed:
+        return None
+    held = "".join(f"; job {job} holds {width}" for job, width in others.items())
+    return (
+        f"not enough slots: {usable} of {needed} ({slots.taskmanagers} live TaskManagers "
+        f"registered with {slots.total} slots{held})"
+    )
+
+
+def job_shortage(cluster: StandaloneCluster, job: str) -> str | None:
+    """Why ``job`` does not get all its tasks running, when it is missing slots: see
+    :func:`shortage`. None when its tasks all run or the slots would seat it."""
+    vertices = cluster.job(job).get("vertices", [])
+    if all(v.get("status") in ("RUNNING", "FINISHED") for v in vertices):
+        return None
+    needed = max((int(v.get("parallelism", 0)) for v in vertices), default=0)
+    return shortage(cluster.slots(), needed, jobs_holding_slots(cluster, but=job))
+
+
+def ensure_slots(
+    cluster: StandaloneCluster,
+    needed: int,
+    ended: list[str],
+    problems: list[str],
+    *,
+    found: str,
+    timeout: float = 60.0,
+) -> None:
+    """Makes sure ``needed`` slots are free before a job is submitted or restored.
+
+    A job still running at this point was left by an earlier run (the suite runs one job at a
+    time): it is cancelled, and noted in ``problems``. TaskManagers that ended by themselves
+    are reported in ``ended`` (marked ``found``: when they were found) and replaced, and
+    TaskManagers started until the live ones have the slots (each start waits for its
+    registration; failed starts are reported and tried again, a bounded number of times).
+    Then it waits until the slots are free: those of a job that just ended come back within
+    seconds.
+
+    Raises:
+        SlotsError: Fewer than ``needed`` slots free after ``timeout``.
+        ClusterError: No TaskManager would start.
+    """
+    for job, width in jobs_holding_slots(cluster).items():
+        http_cancel(cluster, job)
+        problems.append(f"job {job}, left running by an earlier run, held {width} slots: cancelled")
+        print(f"  cancelled job {job}, left running by an earlier run ({width} slots)", flush=True)
+    want = max(cluster.settings.taskmanagers, -(-needed // cluster.settings.slots))
+    deadline = time.monotonic() + timeout
+    while True:
+        for what in replace_dead_taskmanagers(cluster, want):
+            ended.append(f"(found {found}) {what}")
+            print(f"  a TaskManager ended by itself (found {found}): {what}"[:800], flush=True)
+        slots = cluster.slots()
+        if slots.free >= needed:
+            return
+        if time.monotonic() > deadline:
+            why = shortage(slots, needed, jobs_holding_slots(cluster)) or (
+                f"not enough slots: {slots.free} of {needed} free ({slots.taskmanagers} live "
+                f"TaskManagers registered with {slots.total} slots)"
+            )
+            raise SlotsError(f"{why} after {timeout:g} s")
+        time.sleep(0.5)
+
+
+def http_cancel(cluster: StandaloneCluster, job: str) -> None:
+    """Cancels the job (REST ``PATCH /jobs/<id>``) and waits until it ended."""
+    http_json("PATCH", f"{cluster.rest_url}/jobs/{job}?mode=cancel", timeout=10.0)
+    cluster.wait_for_job(job, timeout=120)
 
 
 def tended_wait(
@@ -136,7 +244,9 @@ def tended_wait(
         The job's state when the wait ended (``RUNNING`` once the checkpoints completed).
 
     Raises:
-        TimeoutError: Neither within ``timeout``.
+        SlotsError: Neither within ``timeout``, and the job has tasks waiting for slots the
+            cluster cannot give it.
+        TimeoutError: Neither within ``timeout``, for another reason.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -152,7 +262,11 @@ def tended_wait(
                 return state
         if time.monotonic() > deadline:
             what = "the job's end" if checkpoints is None else f"{checkpoints} checkpoints"
-            raise TimeoutError(f"job {job_id} still {state} after {timeout:g} s waiting for {what}")
+            message = f"job {job_id} still {state} after {timeout:g} s waiting for {what}"
+            missing = job_shortage(cluster, job_id)
+            if missing is not None:
+                raise SlotsError(f"{message}: {missing}")
+            raise TimeoutError(message)
         time.sleep(0.5)
 
 
@@ -255,6 +369,7 @@ def busy_taskmanagers(cluster: StandaloneCluster) -> list[int]:
 
 
 def live_taskmanagers(cluster: StandaloneCluster) -> list[int]:
+    """The indexes of the TaskManagers the suite did not kill or retire."""
     return [i for i, tm in enumerate(cluster.taskmanagers) if not tm.killed]
 
 
@@ -283,15 +398,20 @@ def inject(
     services: Sequence[str],
     control: Path,
     rng: random.Random,
+    ended: list[str],
 ) -> Fault:
     """Injects one fault of ``kind`` and returns it once injected (the outage of an emulator
-    fault is over, a replacement TaskManager registered)."""
+    fault is over, a replacement TaskManager registered). A replacement that failed to start
+    before one registered is appended to ``ended``, with its exit code and log."""
     at_ms = int(time.time() * 1000)
     if kind == "tm-kill":
         index = rng.choice(busy_taskmanagers(cluster))
         killed = cluster.kill_taskmanager(index)
-        replacement = cluster.start_taskmanager(wait=True)
-        return Fault(kind, at_ms, f"{killed.resource_id} -> {replacement.resource_id}")
+        for what in replace_dead_taskmanagers(cluster):
+            ended.append(what)
+            print(f"    {what}"[:800], flush=True)
+        replacement = cluster.taskmanagers[live_taskmanagers(cluster)[-1]].resource_id
+        return Fault(kind, at_ms, f"{killed.resource_id} -> {replacement}")
     if kind == "worker-kill":
         candidates = [
             (i, pid) for i in live_taskmanagers(cluster) for pid in python_workers(cluster, i)

@@ -83,6 +83,22 @@ class Ledger:
         could only re-read it because the restored checkpoint did not cover it)."""
         return {i for i in ids if self.last_word.get(i, (0, False))[1]}
 
+    def owed(self, count: int, *, complete: bool) -> set[int]:
+        """The ids of ``0..count-1`` the destination must hold.
+
+        After a complete run (its last job finished), every id but those finally dropped:
+        an id no attempt handed on nor dropped is owed too, whatever happened to it. After a
+        run cut short (its last job cancelled, failed or never restored, the run reported
+        failed for that), only the ids some map attempt handed on, less those finally
+        dropped: the sink can lose only what it was handed, and the rest never left the
+        source. An id an attempt handed on just before the run was cut short, that a restore
+        rolled back and no later attempt reached, is owed all the same.
+        """
+        ids = set(range(count))
+        if not complete:
+            ids &= set(self.emitted) | set(self.handed)
+        return ids - self.finally_dropped(sorted(ids))
+
     def rolled_back(self) -> set[int]:
         """Ids handed to the sink by some attempt and finally dropped: an exactly-once sink
         must not show them (their writes belong to an attempt a restore rolled back)."""

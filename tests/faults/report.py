@@ -60,7 +60,8 @@ class Outcome:
     #: fewer faults than asked or restarted from no checkpoint.
     run_problems: list[str] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
-    #: TaskManagers that ended by themselves while this target's jobs ran or ended.
+    #: TaskManagers that ended by themselves while this target's jobs ran or ended, and
+    #: replacements that failed to start: each with its exit code and telling log lines.
     self_ended: list[str] = field(default_factory=list)
     hang: str = "not run"
     hang_ok: bool = True
@@ -73,8 +74,9 @@ class Outcome:
         """Everything that fails the suite for this row."""
         found = [f"{self.label}: {u}" for u in self.unfinished]
         found += [f"{self.label}: {p}" for p in self.run_problems]
+        # Long enough for an exit report's telling log lines (see TaskManager.exit_report).
         found += [
-            f"{self.label}: a TaskManager ended by itself: {e}"[:600] for e in self.self_ended
+            f"{self.label}: a TaskManager ended by itself: {e}"[:2500] for e in self.self_ended
         ]
         if not self.hang_ok:
             found.append(f"{self.label}: unresponsive-emulator check: {self.hang}")

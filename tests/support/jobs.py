@@ -9,7 +9,9 @@
   ids, slowly enough that checkpoints complete between them. Both can hold the failure back
   until a checkpoint completed (``after_checkpoint``, see ``tests/support/restore.py``).
 - :class:`Paced` passes records through at a bounded rate, so a job lasts long enough for
-  checkpoints, kills or a cancel to land while it runs.
+  checkpoints, kills or a cancel to land while it runs; :func:`pause` paces a record function.
+  Both can stop pacing once a fault's marker file exists (``until``): the rest of the input,
+  and the replay after the restart, then cost no waiting.
 """
 
 from __future__ import annotations
@@ -283,18 +285,34 @@ class FailAt(MapFunction):
         return os.path.join(self._directory, f"{kind}-{i}")
 
 
-class Paced(MapFunction):
-    """Pass records through, sleeping ``seconds`` after every ``every`` records a subtask sees."""
+def pause(seconds: float, until: str | None = None) -> None:
+    """Sleeps ``seconds``, unless the file ``until`` exists (see :class:`Paced`)."""
+    if until is None or not os.path.exists(until):
+        time.sleep(seconds)
 
-    def __init__(self, every: int = 1, seconds: float = 0.01) -> None:
+
+class Paced(MapFunction):
+    """Pass records through, sleeping ``seconds`` after every ``every`` records a subtask sees.
+
+    With ``until`` (a path), the pacing ends once that file exists: a job paced so that a fault
+    lands while it runs (the marker file of :class:`FailAt` or :class:`FailOnce`) need not pace
+    the rest of its input, or the replay after its restart.
+    """
+
+    def __init__(self, every: int = 1, seconds: float = 0.01, *, until: str | None = None) -> None:
         self._every = every
         self._seconds = seconds
+        self._until = until
+        self._paced = True
         self._seen = 0
 
     def map(self, value: Any) -> Any:
         self._seen += 1
-        if self._seen % self._every == 0:
-            time.sleep(self._seconds)
+        if self._paced and self._seen % self._every == 0:
+            # Looked up only when a pause is due: a file lookup per record would slow the job.
+            self._paced = self._until is None or not os.path.exists(self._until)
+            if self._paced:
+                time.sleep(self._seconds)
         return value
 
 

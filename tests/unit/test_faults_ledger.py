@@ -28,6 +28,18 @@ def test_a_drop_after_a_rolled_back_handing_excuses_the_id(tmp_path: Path) -> No
     assert ledger.resent == 1
 
 
+def test_a_run_cut_short_owes_only_what_its_maps_handed_on(tmp_path: Path) -> None:
+    # The job handed 0..3 on (the writer took 0..2), was stopped with a savepoint and never
+    # restored: 4..9 never left the source. Had the run finished, the job would have handed or
+    # dropped every id, so an id it did neither is owed then.
+    write(tmp_path, "map-0-11-100.log", ["0 1000", "1 1001", "2 1002", "3 1003"])
+    write(tmp_path, "sink-11-100.log", ["0 1000", "1 1001", "2 1002"])
+    ledger = read_ledger(tmp_path)
+
+    assert ledger.owed(10, complete=False) == {0, 1, 2, 3}
+    assert ledger.owed(10, complete=True) == set(range(10))
+
+
 def test_an_id_handed_again_after_an_earlier_drop_is_owed(tmp_path: Path) -> None:
     # The attempt that dropped 5 was itself rolled back; the next one handed 5 on: owed.
     write(tmp_path, "map-0-11-100.log", ["4 1000", "d 5 5"])

@@ -48,12 +48,20 @@ from pyflink_gcp.tools.emulators.processes import (
     wait_until,
 )
 
-__all__ = ["StandaloneCluster", "Submission", "TaskManager"]
+__all__ = ["Slots", "StandaloneCluster", "Submission", "TaskManager", "free_slots"]
 
 #: What ``flink run`` prints once the JobManager accepted a job.
 _JOB_ID = re.compile(r"Job has been submitted with JobID ([0-9a-f]{32})")
 #: Job states after which a job does not run again.
 TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELED", "SUSPENDED"})
+#: What a TaskManager's exit code says beyond the number.
+_EXIT_MEANINGS = {
+    1: "Flink's exit after a failed start or a fatal error it handled",
+    239: "Flink's exit (-17) after an uncaught error in one of its threads",
+}
+#: Log lines that tell why a process ended.
+_CAUSE = re.compile(r"\b(FATAL|ERROR)\b|Exception|Error:|^Caused by")
+_FRAME = re.compile(r"\s*(at |\.\.\. \d+ more)")
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,55 @@ class TaskManager:
     resource_id: str
     process: ManagedProcess
     killed: bool = False
+
+    def exit_report(self, causes: int = 6, last: int = 4) -> str | None:
+        """How the process ended, with the log lines that say why; None while it runs.
+
+        The exit code (and what Flink means by it), the log's path, its first ``causes``
+        lines naming an error (where the chain of failures starts: a thread's uncaught
+        error comes before the shutdown it causes) and its ``last`` lines.
+        """
+        how = self.process.describe_exit()
+        if how is None:
+            return None
+        code = self.process.exited()
+        meaning = _EXIT_MEANINGS.get(code if code is not None else 0)
+        # Stack frames ("at ...") say nothing the exception's own line does not.
+        lines = [x for x in self.process.log_tail(10_000).splitlines() if not _FRAME.match(x)]
+        picked = [x for x in lines if _CAUSE.search(x)][:causes]
+        picked += [x for x in lines[-last:] if x not in picked]
+        tail = " | ".join(line.strip()[:300] for line in picked) or "(empty log)"
+        return (
+            f"{self.resource_id} {how}{f' ({meaning})' if meaning else ''}; "
+            f"log {self.process.log_path}: {tail}"
+        )
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The task slots of the live TaskManagers the JobManager lists.
+
+    Attributes:
+        taskmanagers: Live TaskManagers registered with the JobManager.
+        total: Their slots.
+        free: Their slots no job holds.
+    """
+
+    taskmanagers: int
+    total: int
+    free: int
+
+
+def free_slots(listed: Sequence[Mapping[str, Any]], live: set[str]) -> Slots:
+    """Counts the slots of the TaskManagers in ``listed`` (REST ``/taskmanagers``) whose id is
+    in ``live``: a killed TaskManager stays listed, with its slots, until its heartbeat
+    times out, and a job cannot run there."""
+    mine = [tm for tm in listed if tm.get("id") in live]
+    return Slots(
+        taskmanagers=len(mine),
+        total=sum(int(tm.get("slotsNumber", 0)) for tm in mine),
+        free=sum(int(tm.get("freeSlots", 0)) for tm in mine),
+    )
 
 
 _live_lock = threading.Lock()
@@ -327,6 +384,47 @@ class StandaloneCluster:
         if wait:
             self.wait_for_taskmanager(taskmanager.resource_id)
         return taskmanager
+
+    def ensure_taskmanagers(self, count: int, tries: int = 3) -> list[str]:
+        """Starts TaskManagers until ``count`` live ones registered, each start waiting for
+        its registration.
+
+        A start that fails (the process exits before it registered, or does not register
+        within the start timeout) is killed, reported and tried again, ``tries`` times in all.
+        TaskManagers that exited by themselves earlier are not counted as live (nor reported:
+        that is the caller's to do, with :meth:`TaskManager.exit_report`).
+
+        Returns:
+            One :meth:`TaskManager.exit_report` (or timeout message) per failed start.
+
+        Raises:
+            ClusterError: Still fewer than ``count`` after ``tries`` failed starts; the
+                message carries every failure.
+        """
+        failures: list[str] = []
+        while len(self.live_taskmanagers()) < count:
+            if len(failures) >= tries:
+                raise ClusterError(
+                    f"{len(self.live_taskmanagers())} of {count} TaskManagers running after "
+                    f"{tries} failed starts: " + "; ".join(failures)
+                )
+            taskmanager = self._spawn_taskmanager()
+            try:
+                self.wait_for_taskmanager(taskmanager.resource_id)
+            except ClusterError as err:
+                report = taskmanager.exit_report() or str(err)[:1500]
+                self.kill_taskmanager(self.taskmanagers.index(taskmanager))
+                failures.append(report)
+        return failures
+
+    def live_taskmanagers(self) -> list[TaskManager]:
+        """The TaskManagers neither killed nor exited, in start order."""
+        return [tm for tm in self.taskmanagers if not tm.killed and tm.process.exited() is None]
+
+    def slots(self) -> Slots:
+        """The slots of the live TaskManagers registered with the JobManager (REST)."""
+        listed = self.rest("/taskmanagers").get("taskmanagers", [])
+        return free_slots(listed, {tm.resource_id for tm in self.live_taskmanagers()})
 
     def registered_taskmanagers(self) -> list[str]:
         """The resource ids the JobManager lists (a killed one until its heartbeat times out)."""

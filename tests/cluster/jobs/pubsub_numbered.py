@@ -29,15 +29,21 @@ class Paced(MapFunction):
     """Turns a number into its record, sleeping ``pace_s`` per record.
 
     With a ``control`` directory, the subtask that first renames its ``raise`` file away
-    raises once (a task exception injected at a moment the caller picks).
+    raises once (a task exception injected at a moment the caller picks), and an ``unpaced``
+    file there ends the sleeping: the caller keeps the job running until its fault landed,
+    then lets the rest of the input through at full speed.
     """
 
     def __init__(self, pace_s: float, control: str | None = None) -> None:
         self.pace_s = pace_s
         self.control = control
+        self.paced = True
 
     def map(self, value: int) -> dict:
-        time.sleep(self.pace_s)
+        if self.paced and self.control is not None:
+            self.paced = not os.path.exists(os.path.join(self.control, "unpaced"))
+        if self.paced:
+            time.sleep(self.pace_s)
         if self.control is not None and os.path.exists(os.path.join(self.control, "raise")):
             try:
                 os.rename(os.path.join(self.control, "raise"), os.path.join(self.control, "raised"))
@@ -73,7 +79,11 @@ def main() -> int:
         default=200,
         help="records of the paced map's Python bundles: a barrier waits for one at most",
     )
-    parser.add_argument("--control", help="a directory whose 'raise' file makes a map raise")
+    parser.add_argument(
+        "--control",
+        help="a directory whose 'raise' file makes a map raise, and whose 'unpaced' file ends "
+        "the pacing",
+    )
     args = parser.parse_args()
 
     conf = Configuration()

@@ -136,9 +136,10 @@ def test_v2_adds_its_columns_to_v1_tables_and_loses_nothing_through_a_killed_wor
     extra = {**failover.conf(), "python.fn-execution.bundle.size": "50"}
     env = make_env(parallelism=2, checkpoint_ms=500, process_workers=True, restarts=5, extra=extra)
     kill = FailAt(str(tmp_path), (KILL_AT,), True, after_checkpoint=failover.checkpoints)
-    # 50 ms every 10 records: the v2 job lasts about 5 s a subtask, so checkpoints complete
-    # before the kill (which waits for one) and the restart restores one.
-    paced = Paced(every=10, seconds=0.05)
+    # 50 ms every 10 records until the kill: the v2 job would last about 5 s a subtask, so
+    # checkpoints complete before the kill (which waits for one) and the restart restores one;
+    # after it, the rest and the replay go unpaced.
+    paced = Paced(every=10, seconds=0.05, until=str(tmp_path / f"failed-{KILL_AT}"))
     record_stream(env, V2_COUNT, v2_record).map(paced).map(kill).sink_to(
         sink(project, dataset, method, V2_FIELDS, loads)
     )

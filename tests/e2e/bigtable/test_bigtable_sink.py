@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -38,7 +38,7 @@ from tests.integration.bigtable.support import (
     unique,
 )
 from tests.support.dead_letters import FileDeadLetterQueue
-from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jobs import FailOnce, make_env, pause, record_stream
 from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
@@ -46,9 +46,10 @@ pytestmark = pytest.mark.e2e
 PHASE = 300  # records per day phase: each table is idle for two phases at a time
 
 
-def slow_event(i: int) -> dict[str, Any]:
-    """Events cycle through three days, PHASE records per day, ~3 ms apart."""
-    time.sleep(0.003)
+def slow_event(i: int, until: str | None = None) -> dict[str, Any]:
+    """Events cycle through three days, PHASE records per day, ~3 ms apart until the file
+    ``until`` (the injected failure's marker) exists."""
+    pause(0.003, until)
     return {"i": i, "ts": BASE_MS + ((i // PHASE) % 3) * DAY_MS + i}
 
 
@@ -87,7 +88,7 @@ def test_day_tables_created_idle_batchers_evicted_and_a_failure_loses_nothing(
         extra={"python.fn-execution.bundle.size": "50", **failover.conf()},
     )
     (
-        record_stream(env, n, slow_event)
+        record_stream(env, n, partial(slow_event, until=marker))
         .map(FailOnce(marker, lambda e: e["i"] == 3_100, after_checkpoint=failover.checkpoints))
         .sink_to(sink)
     )
@@ -140,8 +141,13 @@ def test_day_tables_created_idle_batchers_evicted_and_a_failure_loses_nothing(
     )
 
 
+#: Rows of 1,000 cells first: 150,000 cells, half as many again as one MutateRows request may
+#: carry. The source splits its range into contiguous halves, so they all reach one subtask.
+WIDE = 150
+
+
 def wide_or_narrow(i: int) -> dict[str, Any]:
-    return {"i": i, "wide": i < 300}
+    return {"i": i, "wide": i < WIDE}
 
 
 def wide_entry(record: dict[str, Any], context: Any) -> RowMutationEntry:
@@ -158,7 +164,7 @@ def test_batches_over_100k_cells_are_split_and_bad_families_dead_lettered(
 ) -> None:
     instance = unique("wide-")
     dead = str(tmp_path / "dead.jsonl")
-    n = 900  # 300 rows of 1,000 cells, then 600 one-cell rows (12 of them to a missing family)
+    n = WIDE + 600  # then 600 one-cell rows (12 of them to a missing family)
     with BigtableProxy() as proxy:
         sink = (
             BigtableSink.builder()
@@ -172,7 +178,7 @@ def test_batches_over_100k_cells_are_split_and_bad_families_dead_lettered(
             )
             .set_writer_options(
                 BigtableWriterOptions.builder()
-                # One batch per subtask until the end of input: ~150,000 cells each.
+                # One batch per subtask until the end of input, but for the mutation limit.
                 .batch_max_bytes(1 << 30)
                 .max_buffer_time(timedelta(seconds=60))
                 .build()
@@ -187,12 +193,12 @@ def test_batches_over_100k_cells_are_split_and_bad_families_dead_lettered(
 
     assert rejected == 0
     assert max(m for _, m in requests) == 100_000, requests
-    assert sum(m for _, m in requests) == 300 * 1_000 + 600
+    assert sum(m for _, m in requests) == WIDE * 1_000 + 600
     rows = read_table(instance, "wide")
     wide = {k: v for k, v in rows.items() if k.startswith(b"w")}
-    assert len(wide) == 300 and all(len(cells) == 1_000 for cells in wide.values())
-    bad = {b"n%04d" % i for i in range(300, n) if i % 50 == 0}
-    assert {k for k in rows if k.startswith(b"n")} == {b"n%04d" % i for i in range(300, n)} - bad
+    assert len(wide) == WIDE and all(len(cells) == 1_000 for cells in wide.values())
+    bad = {b"n%04d" % i for i in range(WIDE, n) if i % 50 == 0}
+    assert {k for k in rows if k.startswith(b"n")} == {b"n%04d" % i for i in range(WIDE, n)} - bad
     letters = read_events(dead)
     assert {d["attributes"]["row-key"].encode() for d in letters} == bad
     assert all('unknown family "nope"' in d["reason"] for d in letters)

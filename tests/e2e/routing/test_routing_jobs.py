@@ -25,7 +25,7 @@ from pyflink_gcp.routing import (
     route_by_field,
     route_by_template,
 )
-from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jobs import FailOnce, make_env, pause, record_stream
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover
 
@@ -153,11 +153,13 @@ def test_a_template_routes_rows_to_tables_by_tenant_and_event_day(project: str) 
 
 class WriteRulesAt(MapFunction):
     """Writes a rule change file into the watched directory when a record's id passes, once,
-    and paces the records so that checkpoints and the file source's scans happen between."""
+    and paces the records so that checkpoints and the file source's scans happen between, until
+    the file ``until`` (the injected failure's marker) exists."""
 
-    def __init__(self, directory: str, changes: dict[int, str]) -> None:
+    def __init__(self, directory: str, changes: dict[int, str], until: str) -> None:
         self._directory = directory
         self._changes = changes
+        self._until = until
 
     def map(self, value: bytes) -> bytes:
         i = int(json.loads(value)["id"]) if value.startswith(b"{") else -1
@@ -169,7 +171,7 @@ class WriteRulesAt(MapFunction):
                 with open(partial, "w") as f:
                     f.write(change + "\n")
                 os.replace(partial, path)
-        time.sleep(0.004)
+        pause(0.004, self._until)
         return value
 
 
@@ -201,7 +203,7 @@ def test_live_rules_change_destinations_mid_job_and_survive_a_restore(
     env = make_env(parallelism=1, checkpoint_ms=300, restarts=5, extra=failover.conf())
     records = (
         record_stream(env, count, live_order, parallelism=1)
-        .map(WriteRulesAt(str(rules_dir), changes))
+        .map(WriteRulesAt(str(rules_dir), changes, until=str(tmp_path / "failed")))
         .map(
             FailOnce(
                 str(tmp_path / "failed"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from pyflink_gcp.core import FailedRecord
 from pyflink_gcp.spanner import Mutation
 from pyflink_gcp.spanner.writer import SpannerWriter, SpannerWriterFactory
+from tests.support.jobs import pause
 from tests.support.jsonl import append_json
 
 KINDS = ("click", "view", "buy", "share")
@@ -36,9 +36,10 @@ def event_row(i: int) -> dict[str, Any]:
     return {"id": i, "kind": KINDS[i % 4], "score": i / 4, "n": i}
 
 
-def slow_record(i: int) -> dict[str, Any]:
-    """The main job's records, ~3 ms apart so that checkpoints complete along the way."""
-    time.sleep(0.003)
+def slow_record(i: int, until: str | None = None) -> dict[str, Any]:
+    """The main job's records, ~3 ms apart so that checkpoints complete along the way, until
+    the file ``until`` (the injected failure's marker) exists."""
+    pause(0.003, until)
     return {"i": i}
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from tests.e2e.spanner.grouping_helpers import (
     to_record,
 )
 from tests.integration.spanner.support import create_tables, destination, query, unique
-from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jobs import FailOnce, make_env, pause, record_stream
 from tests.support.jsonl import read_json_lines
 from tests.support.restore import Failover
 
@@ -30,10 +30,10 @@ ROWS_PER_COMMIT = 20
 FACTOR = 5
 
 
-def slow_record(i: int) -> dict[str, Any]:
+def slow_record(i: int, until: str | None = None) -> dict[str, Any]:
     """Records ~1 ms apart, so that checkpoints complete along the way: several before the
-    failure at record 5,000."""
-    time.sleep(0.001)
+    failure at record 5,000; unpaced once the file ``until`` (its marker) exists."""
+    pause(0.001, until)
     return to_record(i)
 
 
@@ -77,7 +77,7 @@ def test_grouped_commits_over_three_tables_lose_nothing_across_a_failure(
     # One reader and one failing map, so that one key's records reach its subtask in order.
     failing = FailOnce(marker, lambda r: r["i"] == 5_000, after_checkpoint=failover.checkpoints)
     (
-        record_stream(env, n, slow_record, parallelism=1)
+        record_stream(env, n, partial(slow_record, until=marker), parallelism=1)
         .map(failing)
         .set_parallelism(1)
         .key_by(by_key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -73,7 +74,7 @@ def test_two_tables_deletes_skips_budget_and_a_failure_lose_nothing(
         extra={"python.fn-execution.bundle.size": "50", **failover.conf()},
     )
     (
-        record_stream(env, n, slow_record)
+        record_stream(env, n, partial(slow_record, until=marker))
         .map(FailOnce(marker, lambda r: r["i"] == 3_100, after_checkpoint=failover.checkpoints))
         .sink_to(sink)
     )

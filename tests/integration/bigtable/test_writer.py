@@ -260,7 +260,8 @@ def test_batches_over_100k_cells_are_split(instance: str, proxy: BigtableProxy) 
         .build()
     )
     writer = open_writer(sink)
-    rows, width = 300, 1_000  # 300,000 cells, all inside one 500-entry batch
+    # 201,000 cells, all inside one 500-entry batch: two requests at the limit and the rest.
+    rows, width = 201, 1_000
     for i in range(rows):
         writer.write(
             {
