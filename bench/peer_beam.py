@@ -30,16 +30,16 @@ day table (``events_<day>``, 7 tables created empty in a fresh dataset before ea
 - ``sink-default`` / ``sink-loads``: PyFlink 2.3 with ``BigQuerySink`` (the default stream,
   ``STORAGE_API_AT_LEAST_ONCE``, or ``WriteMethod.FILE_LOADS`` with its defaults: Parquet files
   staged in the GCS emulator, loaded at the checkpoints and at the end of input), parallelism 1,
-  default options and job shape (the writer in its own operator chain), in streaming runtime
-  mode with a bounded source and checkpoints every ``--checkpoint-ms`` (0: none);
+  default options and job shape (the record map runs in the writer's operator), in streaming
+  runtime mode with a bounded source and checkpoints every ``--checkpoint-ms`` (0: none);
 - ``sink-default-batch`` / ``sink-loads-batch``: the same jobs in ``RuntimeExecutionMode.BATCH``
   (no checkpoints: the sink commits at the end of input);
 - ``ceiling`` / ``ceiling-batch``: the PyFlink no-op ceiling of the same job shape (the record
   map, then a Python process function that does nothing, in its own chain), in each runtime mode;
-- ``sink-default-fused`` / ``ceiling-fused``: the default stream with
-  ``set_chain_with_upstream()`` (the record map runs in the writer's operator: one crossing
-  between the JVM and Python less per record), and the no-op chained with the map, in streaming
-  mode.
+- ``sink-default-own`` / ``ceiling-fused``: the default stream with
+  ``set_chain_with_upstream(False)`` (the writer in an operator chain of its own after the map:
+  one more crossing between the JVM and Python per record), and the no-op chained with the map,
+  in streaming mode.
 
 Each job is timed the same way on both sides: from the first record the record map made (it
 notes the wall clock and the CPU of the job's processes then) to the end of the job as its
@@ -114,7 +114,7 @@ VARIANTS = {
     "sink-loads-batch": "BigQuerySink FILE_LOADS, BATCH mode",
     "ceiling": "PyFlink no-op ceiling, streaming mode",
     "ceiling-batch": "PyFlink no-op ceiling, BATCH mode",
-    "sink-default-fused": "BigQuerySink default stream, fused with the map, streaming mode",
+    "sink-default-own": "BigQuerySink default stream, own chain, streaming mode",
     "ceiling-fused": "PyFlink no-op ceiling, fused with the map, streaming mode",
 }
 BASELINE = "beam-loads"
@@ -205,6 +205,7 @@ class Setup:
     checkpoint_ms: int
     beam_python: Path | None
     beam_options: list[str]
+    bundle_size: int | None = None
 
 
 # -- the pyflink-gcp side --------------------------------------------------------------------
@@ -270,6 +271,11 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
         parallelism=1,
         checkpoint_ms=None if batch or not checkpoint_ms else checkpoint_ms,
         process_workers=True,
+        extra=(
+            {"python.fn-execution.bundle.size": str(setup.bundle_size)}
+            if setup.bundle_size
+            else None
+        ),
     )
     if batch:
         env.set_runtime_mode(RuntimeExecutionMode.BATCH)
@@ -296,8 +302,7 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
             builder = builder.set_storage_endpoint(
                 "http://" + os.environ["BIGQUERY_STORAGE_EMULATOR_HOST"]
             )
-        if fused:
-            builder = builder.set_chain_with_upstream()
+        builder = builder.set_chain_with_upstream(not variant.endswith("-own"))
         stream.sink_to(builder.build())
     with TreeSampler(jvm_pid()) as sampler:
         client = env.execute_async(f"bench-peer-beam-{variant}")
@@ -552,6 +557,12 @@ def main(argv: list[str] | None = None) -> None:
         help="checkpoint interval of the streaming-mode PyFlink jobs; 0: none",
     )
     parser.add_argument(
+        "--bundle-size",
+        type=int,
+        default=None,
+        help="the PyFlink jobs' python.fn-execution.bundle.size (default: PyFlink's, 1,000)",
+    )
+    parser.add_argument(
         "--beam-option",
         action="append",
         default=[],
@@ -580,6 +591,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.checkpoint_ms,
                 python,
                 args.beam_option,
+                args.bundle_size,
             )
             for repeat in range(1, args.repeats + 1):
                 for variant in variants:
@@ -603,7 +615,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\n{args.records:,} records per job over {DAYS} day tables, parallelism 1, medians of "
         f"{args.repeats} interleaved repeats over the runs that delivered exactly; PyFlink "
-        f"streaming mode with {checkpoints}; "
+        f"streaming mode with {checkpoints}"
+        + (f", job bundle size {args.bundle_size:,}" if args.bundle_size else "")
+        + "; "
         f"Beam {BEAM_REQUIREMENTS[0].split('==')[1]} on "
         f"{', '.join(sorted({r.runner for r in runs if r.variant.startswith('beam') and r.runner}))}"
         "\n"

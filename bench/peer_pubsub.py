@@ -1,7 +1,7 @@
 """Apache Flink's own Java ``PubSubSink`` and the pyflink-gcp Pub/Sub sink, side by side.
 
     python bench/peer_pubsub.py [--records 100000] [--repeats 3] [--parallelism 1,2]
-                                [--variants java,own-1,own-16,fused-1] [--full] [--pull]
+                                [--variants java,default-1,default-16,own-1] [--full] [--pull]
 
 On one Pub/Sub emulator (started here through the project's own ``EmulatorStack``), in one
 interleaved run (each repeat runs every variant once, in turn, at each parallelism), with 1-s
@@ -17,12 +17,13 @@ checkpoints and the same ~170-byte JSON records (``make_record``):
   when a source changed; Maven's own repository cache holds the dependencies). The JVM first
   runs a throw-away job of the same shape to a topic without subscriptions (warm classes and
   JIT, as ``warm_up()`` does for the PyFlink client JVM);
-- ``own-1`` / ``own-16``: PyFlink 2.3 with the pyflink-gcp ``PubSubSink`` (default options,
-  the writer in its own operator chain with checkpoint markers) to one topic / round-robin over
-  16 topics;
-- ``fused-1``: the same sink with ``set_chain_with_upstream()``: the record map runs inside the
-  writer's marker operator (one JVM-Python crossing less per record; checkpoint markers and the
-  writer's own thresholds kept), to one topic.
+- ``default-1`` / ``default-16``: PyFlink 2.3 with the pyflink-gcp ``PubSubSink`` (default
+  options: the record map runs inside the writer's marker operator, one JVM-Python crossing per
+  record, checkpoint markers and the writer's own thresholds kept) to one topic / round-robin
+  over 16 topics;
+- ``own-1``: the same sink with ``set_chain_with_upstream(False)``: the writer in an operator
+  chain of its own after the map (the default shape before the writer took the map in), to one
+  topic.
 
 Each job is timed the same way on both sides: every sink subtask notes the wall clock and the
 CPU of the job's processes at its first record and again after its close, and the rate is the
@@ -113,9 +114,9 @@ JAVA_17_OPENS = [
 ]
 VARIANTS = {
     "java": "Java PubSubSink (Flink 1.18), 1 topic",
+    "default-1": "pyflink-gcp default shape, 1 topic",
+    "default-16": "pyflink-gcp default shape, 16 topics",
     "own-1": "pyflink-gcp own chain, 1 topic",
-    "own-16": "pyflink-gcp own chain, 16 topics",
-    "fused-1": "pyflink-gcp fused, 1 topic",
 }
 
 
@@ -268,19 +269,20 @@ def python_job(
 ) -> None:
     project = PROJECT
     builder = PubSubSink.builder().set_serializer(to_json)
-    if variant == "own-16":
+    if variant == "default-16":
         builder.set_destination_resolver(lambda r, c: TopicDestination.of(project, r["topic"]))
     else:
         fixed = TopicDestination.of(project, topic_name(0))
         builder.set_destination_resolver(lambda r, c: fixed)
-    fused = variant.startswith("fused")
-    if fused:
-        builder.set_chain_with_upstream()
+    # The default shape runs the record map in the writer's operator; own-1 opts out.
+    fused = not variant.startswith("own")
+    builder.set_chain_with_upstream(fused)
     sink = builder.build()
     sink._config.factory = timed_factory(TimedPubSub, sink._config.factory, spans)
     sink._config.factory.emulator_pids = tuple(emulator_roots)
     bundle = PubSubWriterOptions().max_buffered_records
-    env = shaped_env("fused" if fused else "own chain", parallelism, bundle, CHECKPOINT_MS)
+    # The job's own bundle settings, as a user's job has them (PyFlink's defaults).
+    env = shaped_env("default", parallelism, bundle, CHECKPOINT_MS)
     record_stream(env, records, make_record).sink_to(sink)
     env.execute(f"bench-peer-pubsub-{variant}-p{parallelism}")
 
@@ -450,7 +452,7 @@ def measure(
 ) -> Run:
     """One job of ``variant`` with its delivery check; ``emulator``: the emulator's root pids;
     ``pull``: also pull fresh subscriptions and count each id."""
-    topics = [topic_name(k) for k in range(TOPICS if variant == "own-16" else 1)]
+    topics = [topic_name(k) for k in range(TOPICS if variant == "default-16" else 1)]
     subscriptions = subscribe(topics) if pull else []
     spans = new_spans(workdir, f"{variant}-p{parallelism}")
     before: list[int] = []

@@ -278,8 +278,8 @@ def build_sink(
             count = None if bigquery_channels == "none" else int(bigquery_channels)
             options = options.channel_count(count)
         builder = builder.set_writer_options(options.build())
-    if fused:
-        builder = builder.set_chain_with_upstream()
+    # Explicit either way: fused is the default shape, ``--fused`` off keeps the earlier one.
+    builder = builder.set_chain_with_upstream(fused)
     return builder.set_failure_handler(FailureHandler.log_and_drop()).build()
 
 

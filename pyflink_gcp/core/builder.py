@@ -47,7 +47,7 @@ class SinkBuilder:
         self._serializer: Any = None
         self._failure_handler = FailureHandler.fail_job()
         self._endpoint: str | None = None
-        self._chain_with_upstream = False
+        self._chain_with_upstream = True
         self._checkpoint_markers = True
         self._uid: str | None = None
         self._selection: FieldSelection | None = None
@@ -157,18 +157,17 @@ class SinkBuilder:
         return self
 
     def set_chain_with_upstream(self, enabled: bool = True) -> Self:
-        """Run the Python functions right before the writer inside its operator (default: off).
+        """Run the Python functions right before the writer inside its operator (default: on).
 
-        By default the writer starts an operator chain of its own, a second JVM-to-Python
-        crossing per record. Fused, records reach the writer without that round trip and a
-        second (de)serialization, which roughly halves the per-record cost of a job whose last
-        Python operator feeds the sink. The writer takes the functions into its own marker
-        operator (:mod:`pyflink_gcp.core.fusion`), so it keeps its checkpoint markers and its
-        flush thresholds; the functions run with the writer's bundle settings. It takes plain
-        ``map``/``flat_map``/``filter``/``process`` functions without side outputs, at its
-        parallelism, that feed nothing else when ``sink_to`` is called (an operator reading
-        that stream added afterwards runs them once more). After any other Python operator,
-        PyFlink fuses the writer into it as a plain operator: no markers, its bundle settings.
+        When the job is executed, the writer takes the plain ``map``/``flat_map``/``filter``/
+        ``process`` functions right before it (no side outputs, not keyed, at its parallelism,
+        read by nothing else) into its own marker operator (:mod:`pyflink_gcp.core.fusion`):
+        records reach it without a second JVM-to-Python crossing and (de)serialization, and it
+        keeps its checkpoint markers and flush thresholds; its bundles are no longer than the
+        job's (``python.fn-execution.bundle.size`` and ``bundle.time``), as the functions' were
+        on their own. A stream also read by another operator or sink, even one added after
+        ``sink_to``, is not taken in, so no function runs twice. ``False`` keeps the writer in
+        an operator chain of its own, after its upstream's operator.
         """
         self._chain_with_upstream = bool(enabled)
         return self

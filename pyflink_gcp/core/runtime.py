@@ -13,10 +13,11 @@ This module runs in the client, when the job graph is built; what runs on the wo
   operator's own configuration copy, so they are the writer's size/time flush thresholds and do
   not affect other operators.
 - The writer starts a chain of its own so that PyFlink does not fuse it into a preceding Python
-  operator (whose bundle settings would win, and whose operator has no markers), unless the
-  builder's ``set_chain_with_upstream()`` asks for the fusion (one JVM round trip less per
-  record): the writer then takes the Python functions before it into its own operator
-  (:mod:`pyflink_gcp.core.fusion`), markers and thresholds kept, where it can.
+  operator (whose bundle settings would win, and whose operator has no markers). When the job
+  is executed, a non-keyed marker writer takes the plain Python functions before it into its
+  own operator (:mod:`pyflink_gcp.core.fusion`, one JVM round trip less per record), markers
+  and thresholds kept, where it can; ``set_chain_with_upstream(False)`` keeps it in a chain of
+  its own.
 - On a ``KeyedStream`` the operator is the keyed process operator on the keyed partitioning, so
   one key stays on one subtask (and in order).
 - **Checkpoint markers.** Where it can, the writer runs as the Java bridge's
@@ -24,12 +25,11 @@ This module runs in the client, when the job graph is built; what runs on the wo
   shipped with the job; the writer function then waits for its writes only at checkpoints and
   the end of input. On a keyed stream the marker carries the subtask's last key; on a typed
   stream the operator is told to wrap every element in a row. With
-  ``set_checkpoint_markers(False)``, without the bridge jar, or fused by PyFlink itself, every
-  bundle end waits.
+  ``set_checkpoint_markers(False)`` or without the bridge jar, every bundle end waits.
 - **Errors a restart cannot fix.** Only the bridge's operator turns a marked
   :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` into Flink's
   ``SuppressRestartsException``. PyFlink's own operator (no bridge jar,
-  ``set_checkpoint_markers(False)``, PyFlink's own fusion) cannot: the job then restarts on
+  ``set_checkpoint_markers(False)``) cannot: the job then restarts on
   these errors as on any other, and a warning says so when the job is built. A sink that cannot
   run without the bridge (a write method that commits after the checkpoint) is refused then.
 """
@@ -91,31 +91,18 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     j_conf.setString("python.fn-execution.bundle.time", str(config.max_buffer_time_ms))
 
     j_output_type = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
-    upstream = None
-    if config.chain_with_upstream and config.checkpoint_markers and not keyed:
-        upstream = fusion.fusable_upstream(j_stream.getExecutionEnvironment(), j_transformation)
-    if upstream is not None:
-        # The fused operator reads what the first upstream function read.
-        j_stream = jvm.org.apache.flink.streaming.api.datastream.DataStream(
-            j_stream.getExecutionEnvironment(), upstream.input
-        )
-    j_input_type = j_stream.getTransformation().getOutputType()
+    j_input_type = j_transformation.getOutputType()
     function_types = flink_fn_execution_pb2.UserDefinedDataStreamFunction
     process = jvm.org.apache.flink.streaming.api.operators.python.process
-    marker_class, typed = _marker_operator_class(
-        ds, config, j_input_type, j_env_conf, fused=upstream is not None
-    )
+    marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
     marker_args: tuple[Any, ...] = ()
     func_class: type[WriterProcessFunction] = WriterProcessFunction
     if marker_class is not None:
         # Typed records (a keyed stream's typed values) go to Python as the row (None, record),
-        # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id). Fused,
-        # the first upstream function unwraps, and the writer gets what the last one returns.
+        # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id).
         operator_class = marker_class
         marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
-        func_class = MarkedWriterProcessFunction
-        if typed and upstream is None:
-            func_class = TypedMarkedWriterProcessFunction
+        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
     else:
         _require_no_bridge(config)
         _warn_restarts_not_suppressed(config)
@@ -129,29 +116,20 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
         func_class = results_function(func_class)
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
-    if upstream is not None:
-        j_func_info = fusion.chain_info(upstream, j_func_info, MARKER_TAG, typed)
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)
-    operator_name = name if upstream is None else f"{upstream.names()}, {name}"
-    out = DataStream(j_stream.transform(operator_name, j_output_type, j_operator))
-    if upstream is not None:
-        fusion.take_over(
-            j_stream.getExecutionEnvironment(), upstream, out._j_data_stream.getTransformation()
-        )
-    # Fused here or with nothing to fuse (no Python operator before it), the writer may share
-    # its chain with the Java operators before it; only PyFlink's own fusion must be kept out
-    # of a marker operator. Otherwise a chain of its own: PyFlink would fuse the writer into a
-    # preceding Python operator, whose bundles end (and so flush) by the upstream's bundle size
-    # and time, silently ignoring the writer's thresholds.
-    shares_chain = config.chain_with_upstream and (
-        marker_class is None or not fusion.is_python_operator(j_stream.getTransformation())
-    )
-    if not shares_chain:
-        out = out.start_new_chain()
+    out = DataStream(j_stream.transform(name, j_output_type, j_operator))
+    # A chain of its own: PyFlink would fuse the writer into a preceding Python operator, whose
+    # bundles end (and so flush) by the upstream's bundle size and time, silently ignoring the
+    # writer's thresholds, and whose operator has no markers. When the job is executed the
+    # fusion pass takes the plain functions before a marker writer into its operator where it
+    # can, and lets it share the chain of Java operators before it (:mod:`.fusion`).
+    out = out.start_new_chain()
     uid = writer_uid(config)
-    if uid is not None and upstream is None:  # fused, it keeps the first function's uid
+    if uid is not None:
         out._j_data_stream.uid(uid)
     writer_out = out
+    if marker_class is not None and config.chain_with_upstream and not keyed:
+        fusion.register(out._j_data_stream.getTransformation(), config, name, uid, j_conf)
     if commits(config.factory):
         out = add_committer_operator(out, config, j_conf, name)
     if config.write_results:
@@ -235,9 +213,7 @@ def _require_no_bridge(config: SinkConfig) -> None:
         needs = f"{type(config.factory).__name__} (it commits after each checkpoint)"
     if needs is None:
         return
-    if config.chain_with_upstream:
-        why = f"set_chain_with_upstream() {_NOT_TAKEN_IN}"
-    elif not config.checkpoint_markers:
+    if not config.checkpoint_markers:
         why = "set_checkpoint_markers(False) turns it off"
     else:
         why = (
@@ -250,13 +226,6 @@ def _require_no_bridge(config: SinkConfig) -> None:
     )
 
 
-#: Why ``set_chain_with_upstream()`` can leave the writer to PyFlink's own fusion.
-_NOT_TAKEN_IN = (
-    "with a Python operator before it that the writer cannot take in (keyed, with side "
-    "outputs or another parallelism, or read by other operators too), so PyFlink fuses them"
-)
-
-
 def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
     """Say, once per sink when the job is built, that its errors cannot end the job at once.
 
@@ -265,9 +234,7 @@ def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
     checkpointing is on) a resolver returning None or a missing destination restarts the job
     again and again; the warning is the only place a user learns that before it happens.
     """
-    if config.chain_with_upstream:
-        why = f"set_chain_with_upstream() {_NOT_TAKEN_IN}"
-    elif not config.checkpoint_markers:
+    if not config.checkpoint_markers:
         why = "set_checkpoint_markers(False)"
     else:
         why = "the Java bridge jar is unavailable"
@@ -283,28 +250,15 @@ def _warn_restarts_not_suppressed(config: SinkConfig) -> None:
 
 
 def _marker_operator_class(
-    ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any, *, fused: bool
+    ds: DataStream, config: SinkConfig, j_input_type: Any, j_env_conf: Any
 ) -> tuple[Any, bool]:
     """The bridge's marker operator class when this writer can use it (else None), and whether
-    its records (a keyed stream's values) are typed, that is, not pickled Python objects.
-
-    With ``set_chain_with_upstream()`` the marker operator runs only where PyFlink would not
-    fuse the writer into the operator before it: when the writer took the Python functions
-    before it in (``fused``, :mod:`pyflink_gcp.core.fusion`), on a keyed stream (whose
-    partitioning keeps it out of its upstream's chain) and after a Java operator.
-    """
+    its records (a keyed stream's values) are typed, that is, not pickled Python objects."""
     from pyflink.common.typeinfo import Types
     from pyflink.java_gateway import get_gateway
     from pyflink.util.java_utils import add_jars_to_context_class_loader
 
     if not config.checkpoint_markers:
-        return None, False
-    if (
-        config.chain_with_upstream
-        and not fused
-        and not isinstance(ds, KeyedStream)
-        and fusion.is_python_operator(ds._j_data_stream.getTransformation())
-    ):
         return None, False
     pickled = Types.PICKLED_BYTE_ARRAY().get_java_type_info()
     keyed = isinstance(ds, KeyedStream)

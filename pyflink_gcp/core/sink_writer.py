@@ -49,9 +49,9 @@ class SinkConfig:
             this old (see :meth:`SinkWriter.send_due`).
         per_destination_metrics: Register records/bytes/errors counters per destination.
         fixed_destination: The destination of a sink without resolver (Spanner).
-        chain_with_upstream: Let PyFlink fuse the writer into a preceding Python operator (one
-            serialization hop less per record); flushes then follow that operator's bundle
-            settings instead of ``max_buffered_records`` / ``max_buffer_time_ms``.
+        chain_with_upstream: Let the writer's marker operator take in the plain Python
+            functions before it when the job is executed (:mod:`pyflink_gcp.core.fusion`);
+            False keeps it in a chain of its own.
         checkpoint_markers: Use the Java bridge's marker operator where possible, so that only
             checkpoint barriers and the end of input wait for the writes.
         retry_deadline_s: The writer options' ``retry_deadline`` in seconds, handed to what the
@@ -81,7 +81,7 @@ class SinkConfig:
     max_buffer_time_ms: int = 1_000
     per_destination_metrics: bool = False
     fixed_destination: Destination | None = None
-    chain_with_upstream: bool = False
+    chain_with_upstream: bool = True
     checkpoint_markers: bool = True
     retry_deadline_s: float | None = None
     requires_bridge: str | None = None

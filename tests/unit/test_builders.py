@@ -157,7 +157,7 @@ COMMON: dict[str, Setter] = {
     "set_destination_resolver": None,  # per sink
     "set_failure_handler": lambda b: b.set_failure_handler(FailureHandler.log_and_drop()),
     "set_endpoint": lambda b: b.set_endpoint("http://127.0.0.1:1"),
-    "set_chain_with_upstream": lambda b: b.set_chain_with_upstream(),
+    "set_chain_with_upstream": lambda b: b.set_chain_with_upstream(False),
     "set_checkpoint_markers": lambda b: b.set_checkpoint_markers(False),
     "set_uid": lambda b: b.set_uid("orders-v1"),
     "set_field_selection": lambda b: b.set_field_selection(FieldSelection.drop(["tenant"])),

@@ -41,10 +41,16 @@ def event(i: int) -> dict[str, Any]:
     return {"id": i, "day": f"2024030{1 + i % DAYS}"}
 
 
-def sink(project: str, dataset: str, method: WriteMethod = WriteMethod.BUFFERED_STREAM) -> Any:
+def sink(
+    project: str,
+    dataset: str,
+    method: WriteMethod = WriteMethod.BUFFERED_STREAM,
+    fused: bool = True,
+) -> Any:
     return (
         BigQuerySink.builder()
         .set_sink_name("events-buffered")
+        .set_chain_with_upstream(fused)
         .set_destination_resolver(DailyTables(project, dataset))
         .set_serializer(BigQuerySerializer.of(lambda r, c: r, schema=EVENTS))
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
@@ -140,7 +146,11 @@ def test_rows_are_visible_only_after_their_checkpoint_completed(
     )
     record_stream(env, count, event, parallelism=1).map(
         Gate(at, gate, str(reached))
-    ).set_parallelism(1).sink_to(sink(project, dataset, method))
+    ).set_parallelism(1).sink_to(
+        # The gate must hold the stream before the writer, not the writer itself: fused, the
+        # gate would run in the writer's operator and its bundles could not end while it waits.
+        sink(project, dataset, method, fused=False)
+    )
     client = env.execute_async("visible after the checkpoint")
     try:
         wait_for(reached.exists, "the stream reached the gate")

@@ -96,10 +96,11 @@ def run(tmp_path, sink_of_stream, *, keyed: bool = False, extra: dict | None = N
     return lines, status, failure
 
 
-def assert_ended_once(result, message: str) -> None:
+def assert_ended_once(result, message: str, *, map_may_not_open: bool = False) -> None:
     attempts, status, failure = result
     assert status == "FAILED", (status, attempts)
-    assert attempts == ["0"], f"{len(attempts)} attempts: the job restarted"
+    expected = [[], ["0"]] if map_may_not_open else [["0"]]
+    assert attempts in expected, f"{len(attempts)} attempts: the job restarted"
     assert "org.apache.flink.runtime.execution.SuppressRestartsException" in failure, failure
     assert message in failure, failure[-3000:]
 
@@ -202,10 +203,17 @@ def test_python_metrics_off_on_the_worker_ends_the_job_once(tmp_path, monkeypatc
     monkeypatch.setattr(runtime, "_check_python_metrics", lambda conf, config: None)
     result = run(
         tmp_path,
-        lambda d: FileSink(str(d), lambda r, c: FileDestination.of("a")),
+        # Its own chain: a map taken into the writer's operator opens after the writer's open()
+        # failed, so it could not count the attempt.
+        lambda d: FileSink(str(d), lambda r, c: FileDestination.of("a"), chain_with_upstream=False),
         extra={"python.metric.enabled": "false"},
     )
-    assert_ended_once(result, "Python metrics are disabled (python.metric.enabled=false)")
+    # The writer fails in open(): the map's task, opening beside it, may be cancelled before its
+    # Python worker ran the map's open(). Every attempt would fail the same way, so a restart
+    # would also show as a job still running (status) or a second attempt.
+    assert_ended_once(
+        result, "Python metrics are disabled (python.metric.enabled=false)", map_may_not_open=True
+    )
 
 
 class SchemaMismatchFactory(FileWriterFactory):

@@ -70,3 +70,36 @@ def test_the_function_is_unpickled_on_open_and_a_never_opened_one_closes_quietly
     roundtrip = cloudpickle.loads(cloudpickle.dumps(function))
     roundtrip.open(None)
     assert isinstance(roundtrip._function, Doubling)
+
+
+def test_the_fused_operator_bundles_are_no_longer_than_the_jobs_nor_the_writers() -> None:
+    """A slow function taken in must not run in the writer's large bundles (a barrier waits for
+    the whole bundle), and a writer's smaller thresholds still win."""
+    from pyflink.java_gateway import get_gateway
+
+    from pyflink_gcp.core.fusion import bundle_configuration
+
+    jvm = get_gateway().jvm
+
+    def bounded(writer: tuple[int, int], job: tuple[int, int] | None) -> tuple[str, str]:
+        writer_conf = jvm.org.apache.flink.configuration.Configuration()
+        writer_conf.setString("python.fn-execution.bundle.size", str(writer[0]))
+        writer_conf.setString("python.fn-execution.bundle.time", str(writer[1]))
+        job_conf = jvm.org.apache.flink.configuration.Configuration()
+        if job is not None:
+            job_conf.setString("python.fn-execution.bundle.size", str(job[0]))
+            job_conf.setString("python.fn-execution.bundle.time", str(job[1]))
+
+        class Env:
+            def getConfiguration(self) -> Any:
+                return job_conf
+
+        conf = bundle_configuration(writer_conf, Env())
+        return (
+            conf.getString("python.fn-execution.bundle.size", ""),
+            conf.getString("python.fn-execution.bundle.time", ""),
+        )
+
+    assert bounded((20_000, 1_000), None) == ("1000", "1000")  # PyFlink's defaults
+    assert bounded((20_000, 1_000), (5, 200)) == ("5", "200")
+    assert bounded((100, 300), (5_000, 2_000)) == ("100", "300")

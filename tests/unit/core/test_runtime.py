@@ -136,14 +136,14 @@ def jar() -> None:
 
 
 MODES = {
-    # mode: (sink options, the bridge jar present, markers expected)
+    # mode: (sink options, the bridge jar present, markers expected). By default a marker writer
+    # takes the maps before it into its operator when the plan is made (a keyed stream's writer
+    # has nothing to fuse with: its partitioning keeps it out of its upstream's chain).
     "markers": ({}, True, True),
     "markers off": ({"checkpoint_markers": False}, True, False),
-    # The writer takes the maps before it into its marker operator (a keyed stream's writer
-    # has nothing to fuse with: its partitioning keeps it out of its upstream's chain).
-    "chained with upstream": ({"chain_with_upstream": True}, True, True),
-    "chained, markers off": (
-        {"chain_with_upstream": True, "checkpoint_markers": False},
+    "own chain": ({"chain_with_upstream": False}, True, True),
+    "own chain, markers off": (
+        {"chain_with_upstream": False, "checkpoint_markers": False},
         True,
         False,
     ),
@@ -164,12 +164,10 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
 
     node = writer_node(env)
 
-    chained = options.get("chain_with_upstream", False)
-    # A keyed stream's hash partitioning keeps any writer out of its upstream's chain.
-    fused = chained and not keyed
+    fused = marked and options.get("chain_with_upstream", True) and not keyed
     assert (node.plan_name != WRITER) is fused, node.plan_name
     if fused:
-        # Fused here (markers) or by PyFlink: the maps' names first, in the source's chain.
+        # The maps' names first, in the source's chain.
         maps = "Map, Map" if typed else "Map"
         assert node.plan_name == f"{maps}, {WRITER}", node.plan_name
         assert node.chain == f"Source: records -> {maps}, {WRITER} -> Sink: Writer", node.chain
@@ -203,7 +201,7 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
                 else operators.MarkedWriterProcessFunction
             )
     else:
-        # PyFlink's own operator: a fused one is the upstream's plain process operator.
+        # PyFlink's own operator, never fused with the maps before it.
         assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)
         expected_function = operators.WriterProcessFunction
     assert type(node.function) is expected_function
@@ -221,20 +219,11 @@ WARNED = {
     # mode: (sink options, the bridge jar present, the reason the warning names)
     "no bridge jar": ({}, False, "the Java bridge jar is unavailable"),
     "markers off": ({"checkpoint_markers": False}, True, "set_checkpoint_markers(False)"),
-    # A map that feeds another operator too stays out of the writer's operator.
-    "chained with a shared upstream": (
-        {"chain_with_upstream": True},
-        True,
-        "set_chain_with_upstream() with a Python operator before it that the writer cannot take in",
-    ),
 }
 
 
 def warned_pipeline(mode: str) -> tuple[StreamExecutionEnvironment, DataStream]:
-    env, ds = pipeline(keyed=False, typed=False)
-    if "shared" in mode:
-        ds.print()
-    return env, ds
+    return pipeline(keyed=False, typed=False)
 
 
 @pytest.mark.usefixtures("jar")
@@ -261,7 +250,11 @@ def test_the_marker_operator_is_told_the_non_retriable_mark(caplog):
     from pyflink.util.java_utils import get_field_value
 
     graph = env._generate_stream_graph(False)
-    [node] = [n for n in graph.getStreamNodes().toArray() if n.getOperatorName() == WRITER]
+    [node] = [
+        n
+        for n in graph.getStreamNodes().toArray()
+        if WRITER in n.getOperatorName().split(", ")  # fused: "Map, file-sink: Writer"
+    ]
     errors = get_field_value(node.getOperator(), "errors")
     assert get_field_value(errors, "marker") == NON_RETRIABLE_MARKER
 
@@ -296,7 +289,7 @@ def test_a_committing_writer_is_followed_by_the_committer_in_a_chain_of_its_own(
     ds.sink_to(StagingSink("/nonexistent"))
     plan = json.loads(env.get_execution_plan())
     [committer] = [n for n in plan["nodes"] if n["type"] == "staging-sink: Committer"]
-    [writer] = [n for n in plan["nodes"] if n["type"] == "staging-sink: Writer"]
+    [writer] = [n for n in plan["nodes"] if n["type"].endswith("staging-sink: Writer")]
     assert [(p["id"], p["ship_strategy"]) for p in committer["predecessors"]] == [
         (writer["id"], "FORWARD")
     ]
@@ -335,7 +328,6 @@ def test_a_committing_writer_fused_with_its_upstream_keeps_markers_and_its_commi
     from tests.support.committing import StagingSink
 
     sink = StagingSink("/nonexistent")
-    sink._config.chain_with_upstream = True
     env, ds = pipeline(keyed=False, typed=False)
     ds.sink_to(sink)
     plan = json.loads(env.get_execution_plan())
@@ -348,6 +340,116 @@ def test_a_committing_writer_fused_with_its_upstream_keeps_markers_and_its_commi
         if n.getOperatorName() == "Map, staging-sink: Writer"
     ]
     assert node.getOperator().getClass().getName() == bridge.MARKER_OPERATOR
+
+
+def plan_nodes(env: StreamExecutionEnvironment) -> list[str]:
+    """The plan's operator names, sorted."""
+    return sorted(n["type"] for n in json.loads(env.get_execution_plan())["nodes"])
+
+
+def job_vertices(env: StreamExecutionEnvironment) -> list[str]:
+    """The job graph's vertex names (operator chains), sorted."""
+    graph = env._generate_stream_graph(False)
+    return sorted(v.getName() for v in graph.getJobGraph().getVerticesAsArray())
+
+
+def runs_of_the_map(nodes: list[str]) -> int:
+    """How many operators of the plan run the record map, named "mapped" (alone or fused)."""
+    return sum(name.split(", ").count("mapped") for name in nodes)
+
+
+READERS = {
+    # reader: what reads the mapped stream besides the writer, added after sink_to
+    "map": lambda ds: ds.map(lambda r: r).name("reader"),
+    "print sink": lambda ds: ds.print(),
+    "second sink": lambda ds: ds.sink_to(sink_of()),
+}
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("reader", READERS)
+def test_a_stream_read_after_sink_to_is_not_taken_in_so_its_map_runs_once(reader):
+    env, ds = pipeline(keyed=False, typed=False)
+    ds = ds.name("mapped")
+    ds.sink_to(sink_of())
+    READERS[reader](ds)
+
+    nodes = plan_nodes(env)
+    assert runs_of_the_map(nodes) == 1, nodes
+    assert WRITER in nodes and "mapped" in nodes, nodes
+    # The writer heads a chain of its own after the map it did not take in.
+    assert f"{WRITER} -> Sink: Writer" in job_vertices(env)
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_reader_added_after_the_plan_was_made_undoes_the_fusion():
+    env, ds = pipeline(keyed=False, typed=False)
+    ds = ds.name("mapped")
+    ds.sink_to(sink_of())
+    fused = plan_nodes(env)
+    assert f"mapped, {WRITER}" in fused, fused
+    # The pass is repeatable: the same plan and graph every time.
+    assert plan_nodes(env) == fused
+    assert job_vertices(env) == job_vertices(env)
+    assert f"Source: records -> mapped, {WRITER} -> Sink: Writer" in job_vertices(env)
+
+    ds.map(lambda r: r).name("reader")
+    nodes = plan_nodes(env)
+    assert runs_of_the_map(nodes) == 1 and WRITER in nodes, nodes
+    assert plan_nodes(env) == nodes
+
+
+CHANGES = {
+    # change made to the map after sink_to: the writer cannot take it in
+    "parallelism": lambda ds: ds.set_parallelism(3),
+    "max parallelism": lambda ds: ds.set_max_parallelism(64),
+    "slot sharing group": lambda ds: ds.slot_sharing_group("other"),
+    "chaining disabled": lambda ds: ds.disable_chaining(),
+}
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_map_settings_the_writer_does_not_share_keep_it_out(change):
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink_of())
+    CHANGES[change](ds)
+    nodes = plan_nodes(env)
+    assert WRITER in nodes and "Map" in nodes, nodes
+
+
+@pytest.mark.usefixtures("jar")
+def test_nothing_is_fused_when_the_job_turns_python_chaining_off():
+    env = make_env(parallelism=2, extra={"python.operator-chaining.enabled": "false"})
+    ds = record_stream(env, 10, lambda i: {"i": i})
+    ds.sink_to(sink_of())
+    nodes = plan_nodes(env)
+    assert WRITER in nodes and "Map" in nodes, nodes
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_writer_behind_a_repartitioning_is_not_fused():
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.rebalance().sink_to(sink_of())
+    nodes = plan_nodes(env)
+    assert WRITER in nodes and "Map" in nodes, nodes
+
+
+@pytest.mark.usefixtures("jar")
+def test_the_fused_writer_keeps_the_first_functions_uid_or_its_own():
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.uid("the-map")
+    ds.sink_to(sink_of(uid="files"))
+    graph = env._generate_stream_graph(False)
+    [node] = [n for n in graph.getStreamNodes().toArray() if WRITER in n.getOperatorName()]
+    assert node.getOperatorName() == f"Map, {WRITER}"
+    assert node.getTransformationUID() == "the-map"
+
+    env, ds = pipeline(keyed=False, typed=False)
+    ds.sink_to(sink_of(uid="files"))
+    graph = env._generate_stream_graph(False)
+    [node] = [n for n in graph.getStreamNodes().toArray() if WRITER in n.getOperatorName()]
+    assert node.getTransformationUID() == "files-writer"
 
 
 @pytest.mark.parametrize(

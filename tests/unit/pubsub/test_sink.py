@@ -80,7 +80,7 @@ def test_every_setter_reaches_the_built_configuration():
         .set_create_disposition(CreateDisposition.CREATE_IF_NEEDED)
         .set_topic_create_options(create)
         .set_failure_handler(FailureHandler.send_to_dead_letter_queue(dlq))
-        .set_chain_with_upstream()
+        .set_chain_with_upstream(False)
         .set_checkpoint_markers(False)
         .build()
     )
@@ -92,7 +92,7 @@ def test_every_setter_reaches_the_built_configuration():
     assert config.per_destination_metrics is True
     assert config.idle_timeout_s == 120.0
     assert config.max_active == 7
-    assert config.chain_with_upstream is True and config.checkpoint_markers is False
+    assert config.chain_with_upstream is False and config.checkpoint_markers is False
     assert config.failure_handler.dead_letter_queue is dlq
     assert factory.writer_options is writer
     assert factory.publisher_options is publisher

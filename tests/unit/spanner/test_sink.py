@@ -62,7 +62,7 @@ SETTERS: list[tuple[str, Any, Any]] = [
         FailureHandler.log_and_drop(),
         lambda s: (s._sink_config().failure_handler.mode, s.writer_factory.fail_fast),
     ),
-    ("set_chain_with_upstream", True, lambda s: s._sink_config().chain_with_upstream),
+    ("set_chain_with_upstream", False, lambda s: s._sink_config().chain_with_upstream),
     ("set_checkpoint_markers", False, lambda s: s._sink_config().checkpoint_markers),
     (
         "set_writer_options",
@@ -92,7 +92,7 @@ def test_every_setter_reaches_the_built_sink(setter: str, value: Any, seen: Any)
         "set_database": (DB, DB),
         "set_endpoint": "http://localhost:9010",
         "set_failure_handler": ("log_and_drop", False),
-        "set_chain_with_upstream": True,
+        "set_chain_with_upstream": False,
         "set_checkpoint_markers": False,
         "set_writer_options": (500, 7, True, 3),
     }[setter]

@@ -31,6 +31,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/RunningFlush.class",
     "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
     "dev/pyflinkgcp/bridge/SlotWorkerLease.class",
+    "dev/pyflinkgcp/bridge/WriterFusion.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink$1.class",

@@ -17,8 +17,12 @@ import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
  * writer waits only there and lets writes stay in flight across ordinary bundle ends. What a
  * marker is, and when one is due, is {@link CheckpointMarkers}.
  *
- * <p>The operator must head a chain of its own so PyFlink does not fuse it into the Python
- * operator before it (fusion copies it into a plain Python operator).
+ * <p>The operator must not be fused by PyFlink into the Python operator before it (fusion copies
+ * it into a plain Python operator), so after a Python operator it heads a chain of its own.
+ * Instead, when the job is executed, pyflink-gcp may build it with the plain Python functions
+ * before the writer as the inputs of its function info, each passing markers on untouched, and
+ * put it in the writer's transformation in their place ({@link WriterFusion}); markers, bundle
+ * settings, error classification and the slot-worker lease are the same.
  */
 public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessOperator<Object, OUT> {
 
