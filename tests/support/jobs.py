@@ -325,3 +325,29 @@ def child_environ(**overrides: str) -> dict[str, str]:
     }
     env.update(overrides)
     return env
+
+
+def savepoint(client: Any, directory: str, *, stop: bool, tries: int = 60) -> str:
+    """A savepoint of the job (and its stop, with ``stop``); its path.
+
+    PyFlink 2.3's ``JobClient.stop_with_savepoint`` and ``trigger_savepoint`` call Java methods
+    that no longer exist; these are the ones with a format type. Flink declines a savepoint
+    until every task runs, and one subtask may still start its Python worker while another
+    already writes, so a decline for that reason is asked again, every 0.5 s, ``tries`` times.
+    """
+    from pyflink.java_gateway import get_gateway
+
+    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    j_client = client._j_job_client
+    for attempt in range(tries):
+        try:
+            if stop:
+                return str(j_client.stopWithSavepoint(False, directory, canonical).get())
+            return str(j_client.triggerSavepoint(directory, canonical).get())
+        except Exception as exc:  # py4j wraps Flink's CheckpointException
+            if "Not all required tasks are currently running" not in str(exc):
+                raise
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")

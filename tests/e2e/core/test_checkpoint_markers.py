@@ -18,7 +18,7 @@ from pyflink.common.typeinfo import Types
 from pyflink_gcp.core import bridge
 from pyflink_gcp.tools import bridge_build
 from tests.support.fakes import FileDestination, FileSink
-from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jobs import FailOnce, make_env, record_stream, savepoint
 from tests.support.restore import Failover
 
 # These jobs need no emulator, but the stack must be up before the first job starts PyFlink's
@@ -269,8 +269,6 @@ def test_stop_with_savepoint_flushes_at_the_savepoint_marker(tmp_path):
     """No checkpoints and no other wait: only the savepoint's marker can make records durable."""
     import time
 
-    from pyflink.java_gateway import get_gateway
-
     out = tmp_path / "out"
     out.mkdir()
     env = make_env(parallelism=2, checkpoint_ms=None)
@@ -285,19 +283,7 @@ def test_stop_with_savepoint_flushes_at_the_savepoint_marker(tmp_path):
             break
         time.sleep(0.2)
     assert written(out) == [], "nothing may be durable before the savepoint"
-    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
-    # One subtask may write while the other still starts its Python worker: Flink declines a
-    # savepoint until every task runs, so ask again for a while.
-    for attempt in range(60):
-        try:
-            client._j_job_client.stopWithSavepoint(
-                False, str(tmp_path / "savepoint"), canonical
-            ).get()
-            break
-        except Exception as exc:  # py4j wraps Flink's CheckpointException
-            if "Not all required tasks are currently running" not in str(exc) or attempt == 59:
-                raise
-            time.sleep(0.5)
+    savepoint(client, str(tmp_path / "savepoint"), stop=True)
     ids = written(out)
     assert ids and len(ids) == len(set(ids)) and max(ids) < 2_000_000
     with open(out / "_events.jsonl") as f:

@@ -18,7 +18,7 @@ import pytest
 from pyflink.datastream.functions import MapFunction
 
 from tests.support.committing import StagingSink, committed_records, protocol
-from tests.support.jobs import FailOnce, make_env, record_stream
+from tests.support.jobs import FailOnce, make_env, record_stream, savepoint
 from tests.support.restore import Failover
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
@@ -172,21 +172,6 @@ def test_a_commit_interrupted_by_a_killed_worker_is_committed_again_from_the_che
     again = [c for c in commits if c["restored"]]
     assert again and set(first["ids"]) <= set(again[0]["ids"]), (first, again)
     assert_exactly_once(tmp_path, count)
-
-
-def savepoint(client: Any, directory: str, *, stop: bool) -> str:
-    """A savepoint of the job (and its stop, with ``stop``); its path.
-
-    PyFlink 2.3's ``JobClient.stop_with_savepoint`` and ``trigger_savepoint`` call Java methods
-    that no longer exist; these are the ones with a format type.
-    """
-    from pyflink.java_gateway import get_gateway
-
-    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
-    j_client = client._j_job_client
-    if stop:
-        return str(j_client.stopWithSavepoint(False, directory, canonical).get())
-    return str(j_client.triggerSavepoint(directory, canonical).get())
 
 
 def wait_for_commits(directory, n: int, timeout_s: float = 60.0) -> None:
