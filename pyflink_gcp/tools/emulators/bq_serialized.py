@@ -278,14 +278,27 @@ def _schema_updating(raw: _UpdateTable) -> _UpdateTable:
     appends with the new ones failed. Columns the new schema adds at the top level are added to
     the DuckDB table too (a relaxed column needs nothing: the DuckDB table has no NOT NULL). And
     an ``If-Match`` etag other than the table's answers 412, as BigQuery does, so concurrent
-    updates of one table (subtasks racing) meet the conflict they meet there.
+    updates of one table (subtasks racing) meet the conflict they meet there. The check and the
+    update hold one lock: handlers interleave at every ``await``, and two patches that both
+    passed the check before either changed the table would both succeed, where BigQuery answers
+    the second with 412.
     """
+    import asyncio
+
     from bqemulator.storage.sql_identifiers import quoted_table_ref
     from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
     from fastapi.responses import JSONResponse
 
+    serialized = asyncio.Lock()
+
     @functools.wraps(raw)  # FastAPI reads the parameters and their types through __wrapped__.
     async def update_table(
+        project_id: str, dataset_id: str, table_id: str, request: Any, ctx: Any
+    ) -> Any:
+        async with serialized:
+            return await checked_update(project_id, dataset_id, table_id, request, ctx)
+
+    async def checked_update(
         project_id: str, dataset_id: str, table_id: str, request: Any, ctx: Any
     ) -> Any:
         existing = ctx.catalog.get_table(project_id, dataset_id, table_id)
