@@ -11,8 +11,8 @@ the two sides cannot drift, and a mistake in a DDL fails the ``INSERT`` when it 
 with one message, instead of a worker restarting forever. What an option is, its kinds and the
 resource's format are in :mod:`pyflink_gcp.table.option_model`.
 
-This module imports nothing but the standard library and its sibling
-:mod:`~pyflink_gcp.table.option_model`, relatively: the bridge build loads it by its file path,
+This module imports nothing but the standard library and its siblings
+:mod:`~pyflink_gcp.table.option_model` and :mod:`~pyflink_gcp.table.option_groups`, relatively: the bridge build loads it by its file path,
 as a module of a stand-in package whose path is this directory, also where the package's
 dependencies are not installed (the wheel build).
 """
@@ -20,237 +20,15 @@ dependencies are not installed (the wheel build).
 from __future__ import annotations
 
 # Relative, not absolute: the bridge build loads this file outside the package (see above).
+from .option_groups import (
+    NAME_SANITIZE,
+    PROVENANCE,
+    created_table_options,
+    field_selection_options,
+    spanner_commit_options,
+    writer_options,
+)
 from .option_model import Connector, TableOption, resource_files
-
-
-def _writer_options(
-    *,
-    creates: bool,
-    create_default: str = "create-never",
-    max_rows: str = "20000",
-    in_flight: str = "4",
-    per_destination: bool = True,
-) -> tuple[TableOption, ...]:
-    """The options every connector shares: parallelism, buffering, lifetimes, failures.
-
-    Args:
-        creates: Whether the sink creates destinations (the disposition and its bound).
-        create_default: The DataStream sink's create disposition.
-        max_rows: The service's ``max_buffered_records`` default.
-        in_flight: The service's ``max_in_flight_requests`` default.
-        per_destination: Whether a writer is kept per destination (the idle timeout and the
-            cap on live writers); Spanner's one database has none.
-    """
-    lifetimes = (
-        TableOption(
-            "sink.idle-timeout",
-            "duration",
-            "Close a destination's writer unused this long (0ms: at every flush).",
-            default="15min",
-            maps_to="writer.idle_timeout",
-            minimum=0,
-        ),
-        TableOption(
-            "sink.max-active-destinations",
-            "int",
-            "Cap on live destination writers per subtask (default: no cap).",
-            maps_to="writer.max_active_destinations",
-            minimum=1,
-        ),
-    )
-    shared = (
-        TableOption(
-            "sink.parallelism",
-            "int",
-            "Parallelism of the writer (default: the input's).",
-            minimum=1,
-        ),
-        TableOption(
-            "sink.buffer-flush.max-rows",
-            "int",
-            "Rows a subtask buffers between two bundle ends.",
-            default=max_rows,
-            maps_to="writer.max_buffered_records",
-            minimum=1,
-        ),
-        TableOption(
-            "sink.buffer-flush.interval",
-            "duration",
-            "Longest time a row waits before it is sent.",
-            default="1s",
-            maps_to="writer.max_buffer_time",
-            minimum=1,
-        ),
-        TableOption(
-            "sink.retry-deadline",
-            "duration",
-            "How long transient errors of one call are retried before the job fails.",
-            default="2min",
-            maps_to="writer.retry_deadline",
-            minimum=0,
-        ),
-        TableOption(
-            "sink.max-in-flight-requests",
-            "int",
-            "Write calls sent before the first is answered.",
-            default=in_flight,
-            maps_to="writer.max_in_flight_requests",
-            minimum=1,
-        ),
-        TableOption(
-            "sink.per-destination-metrics",
-            "bool",
-            "Register Flink counters per destination.",
-            default="false",
-            maps_to="writer.per_destination_metrics",
-        ),
-        *(lifetimes if per_destination else ()),
-        TableOption(
-            "failure-handler",
-            "enum",
-            "What happens to rows the service rejects for their content and to rows with no"
-            " destination (a NULL template column).",
-            default="fail",
-            choices=("fail", "drop", "dead-letter"),
-            maps_to="set_failure_handler",
-        ),
-        TableOption(
-            "dead-letter.topic",
-            "string",
-            "The dead-letter topic, projects/<project>/topics/<topic>.",
-            required_when=("failure-handler", "dead-letter"),
-            maps_to="PubSubDeadLetterQueue.of",
-        ),
-    )
-    if not creates:
-        return shared
-    return (
-        *shared,
-        TableOption(
-            "create-disposition",
-            "enum",
-            "Whether the sink creates destinations its template names.",
-            default=create_default,
-            choices=("create-if-needed", "create-never"),
-            maps_to="set_create_disposition",
-        ),
-        TableOption(
-            "sink.max-created-destinations",
-            "int",
-            "How many destinations one subtask may create at once, and then per "
-            "sink.max-created-destinations.per (a token bucket); one more fails the job.",
-            default="500",
-            maps_to="writer.max_created_destinations",
-            minimum=0,
-        ),
-        TableOption(
-            "sink.max-created-destinations.per",
-            "duration",
-            "The window over which a subtask's creation budget refills; a restarted subtask "
-            "starts with a full budget.",
-            default="1h",
-            maps_to="writer.max_created_destinations_per",
-            minimum=1,
-        ),
-    )
-
-
-#: Whether a destination template sanitizes its values; every connector with one takes it,
-#: after the template option (:class:`~pyflink_gcp.routing.templates.Template`'s ``sanitize``).
-_NAME_SANITIZE = TableOption(
-    "name.sanitize",
-    "bool",
-    "Replace the characters the service does not allow in each template value (and prefix one "
-    "that starts the name as no name may), instead of sending the row to the failure handler; "
-    "a value that then renders another value's name goes to the failure handler.",
-    default="false",
-)
-
-
-def _field_selection_options(only: bool = True) -> tuple[TableOption, ...]:
-    """Which columns a row-shaped sink writes once the row is routed: at most one of the three
-    (``set_field_selection``, :mod:`pyflink_gcp.core.fields`).
-
-    Args:
-        only: Whether the connector takes ``fields.only`` (a ROW column written as the row).
-    """
-    selection = (
-        TableOption(
-            "fields.drop",
-            "columns",
-            "Columns not written (the table template may still use them); at most one of "
-            "fields.drop, fields.keep and fields.only.",
-            maps_to="set_field_selection",
-        ),
-        TableOption(
-            "fields.keep",
-            "columns",
-            "The only columns written (the table template may use others).",
-            maps_to="set_field_selection",
-        ),
-    )
-    if not only:
-        return selection
-    return (
-        *selection,
-        TableOption(
-            "fields.only",
-            "column",
-            "A ROW column whose fields are written as the row, instead of the whole row.",
-            maps_to="set_field_selection",
-        ),
-    )
-
-
-def _created_table_options() -> tuple[TableOption, ...]:
-    """The settings of the tables a BigQuery sink creates: each maps to an argument of the
-    ``TableSchema`` the adapter derives from the DDL, which checks it against BigQuery's rules
-    when the writer opens (a column's type, the number of clustering columns, label syntax)."""
-    to = "TableSchema."
-    # One option a line: a table reads better here than twelve exploded calls.
-    # fmt: off
-    return (
-        TableOption("table.partitioning.type", "enum", "Partition created tables by time: by day, hour, month or year of table.partitioning.field, or of the ingestion time without one.", choices=("day", "hour", "month", "year"), maps_to=to + "time_partitioning"),
-        TableOption("table.partitioning.field", "column", "The TIMESTAMP or DATE column of the time partitioning (a DATE column takes no hour).", maps_to=to + "time_partitioning"),
-        TableOption("table.partitioning.expiration", "duration", "How long BigQuery keeps each time partition of a created table (default: for ever).", minimum=1, maps_to=to + "time_partitioning"),
-        TableOption("table.partitioning.require-filter", "bool", "Whether queries of a created table must filter on its partitions (time or range partitioning).", maps_to=to + "require_partition_filter"),
-        TableOption("table.range-partitioning.field", "column", "Partition created tables by ranges of this integer column; needs the three options below.", maps_to=to + "range_partitioning"),
-        TableOption("table.range-partitioning.start", "int", "The start of the first range partition (inclusive).", maps_to=to + "range_partitioning"),
-        TableOption("table.range-partitioning.end", "int", "The end of the last range partition (exclusive).", maps_to=to + "range_partitioning"),
-        TableOption("table.range-partitioning.interval", "int", "The width of each range partition.", minimum=1, maps_to=to + "range_partitioning"),
-        TableOption("table.clustering-fields", "columns", "Up to four columns created tables are clustered on, in the order their rows are sorted by.", maps_to=to + "clustering_fields"),
-        TableOption("table.labels", "string", "Labels of created tables, key:value,key:value (lowercase letters, digits, _ and -; a value may be empty).", maps_to=to + "labels"),
-        TableOption("table.description", "string", "The description of created tables.", maps_to=to + "description"),
-        TableOption("table.kms-key-name", "string", "The Cloud KMS key that encrypts created tables, projects/<project>/locations/<location>/keyRings/<ring>/cryptoKeys/<key>.", maps_to=to + "kms_key_name"),
-    )
-    # fmt: on
-
-
-def _spanner_commit_options() -> tuple[TableOption, ...]:
-    """How a Spanner subtask cuts its mutations into commits, grouping included: each maps to a
-    field of ``SpannerWriterOptions``, which checks them against Spanner's limits."""
-    to = "writer."
-    # One option a line, as the created tables' options above.
-    # fmt: off
-    return (
-        TableOption("sink.max-mutations-per-commit", "int", "The mutation budget of one commit, counted as Spanner counts (columns and index entries).", default="20000", minimum=1, maximum=80_000, maps_to=to + "max_mutations_per_commit"),
-        TableOption("sink.max-commit-bytes", "int", "Encoded bytes of one commit request.", default="8388608", minimum=1, maximum=100_000_000, maps_to=to + "max_commit_bytes"),
-        TableOption("sink.max-rows-per-commit", "int", "Rows of one commit: one per row written or key deleted (default: only the two budgets above cut commits); the bound to set with grouping.", minimum=1, maps_to=to + "max_rows_per_commit"),
-        TableOption("sink.commit-timeout", "duration", "Timeout of one commit attempt (the commit deadline).", default="60s", minimum=1, maps_to=to + "commit_timeout"),
-        TableOption("sink.grouping-factor", "int", "Above 1: buffer up to this many commits' worth of rows, sort them by table and primary key, then cut commits, so that each touches fewer splits (bulk loads, backfills); rows of different keys lose their arrival order. 1: commits in arrival order.", default="1", minimum=1, maps_to=to + "grouping_factor"),
-        TableOption("sink.max-commit-delay", "duration", "Spanner's max_commit_delay commit option, 0ms to 500ms (Spanner's limit, checked when the statement is planned): how long Spanner may hold a commit to group it with others (default: not sent).", minimum=0, maximum=500, maps_to=to + "max_commit_delay"),
-        TableOption("sink.max-cumulative-backoff", "duration", "Total wait between the retries of one commit before the job fails (default: sink.retry-deadline alone bounds the retries).", minimum=1, maps_to=to + "max_cumulative_backoff"),
-    )
-    # fmt: on
-
-
-# gcp-pubsub's provenance attribute names (1 to 256 bytes: Pub/Sub's attribute key limit).
-# fmt: off
-_PROVENANCE = (
-    TableOption("attributes.event-time", "string", "Also send each row's event time (its rowtime, epoch milliseconds) as this attribute; a row without one is sent without it (default: not sent).", maps_to="with_event_time_attribute", minimum=1, maximum=256),
-    TableOption("attributes.record-id", "string", "Also send a record id stable across replays (a digest of the message and its topic) as this attribute, for subscribers that drop duplicates (default: not sent).", maps_to="with_record_id_attribute", minimum=1, maximum=256, distinct_from="attributes.event-time"),
-)
-# fmt: on
 
 PUBSUB = Connector(
     identifier="gcp-pubsub",
@@ -266,7 +44,7 @@ PUBSUB = Connector(
             names="pubsub_topic_id",
             maps_to="set_destination_resolver",
         ),
-        _NAME_SANITIZE,
+        NAME_SANITIZE,
         TableOption("endpoint", "string", "host:port of Pub/Sub.", maps_to="set_endpoint"),
         TableOption(
             "payload.format",
@@ -298,7 +76,7 @@ PUBSUB = Connector(
             "The column that is the ordering key (turns message ordering on).",
             maps_to="with_ordering_key",
         ),
-        *_PROVENANCE,
+        *PROVENANCE,
         TableOption(
             "publisher.max-messages",
             "int",
@@ -341,7 +119,7 @@ PUBSUB = Connector(
             maps_to="writer.shutdown_budget",
             minimum=1,
         ),
-        *_writer_options(creates=True, create_default="create-never"),
+        *writer_options(creates=True, create_default="create-never"),
     ),
 )
 
@@ -360,7 +138,7 @@ BIGQUERY = Connector(
             names="bigquery_table_id",
             maps_to="set_destination_resolver",
         ),
-        _NAME_SANITIZE,
+        NAME_SANITIZE,
         TableOption(
             "write-method",
             "enum",
@@ -442,9 +220,9 @@ BIGQUERY = Connector(
             "Base URL of the BigQuery REST API.",
             maps_to="set_rest_endpoint",
         ),
-        *_field_selection_options(),
-        *_writer_options(creates=True, create_default="create-if-needed"),
-        *_created_table_options(),
+        *field_selection_options(),
+        *writer_options(creates=True, create_default="create-if-needed"),
+        *created_table_options(),
     ),
     upserts=True,
     committing=("write-method", (("buffered-stream", 0), ("file-loads", 1))),
@@ -465,7 +243,7 @@ BIGTABLE = Connector(
             names="bigtable_table_id",
             maps_to="set_destination_resolver",
         ),
-        _NAME_SANITIZE,
+        NAME_SANITIZE,
         TableOption(
             "row-key",
             "column",
@@ -494,8 +272,8 @@ BIGTABLE = Connector(
             choices=("text", "binary"),
         ),
         TableOption("endpoint", "string", "host:port of Bigtable.", maps_to="set_endpoint"),
-        *_field_selection_options(only=False),
-        *_writer_options(creates=True, max_rows="50000", in_flight="8"),
+        *field_selection_options(only=False),
+        *writer_options(creates=True, max_rows="50000", in_flight="8"),
     ),
 )
 
@@ -514,7 +292,7 @@ CLOUDTASKS = Connector(
             names="cloudtasks_queue_id",
             maps_to="set_destination_resolver",
         ),
-        _NAME_SANITIZE,
+        NAME_SANITIZE,
         TableOption(
             "url",
             "template",
@@ -568,7 +346,7 @@ CLOUDTASKS = Connector(
             maps_to="with_task_id",
         ),
         TableOption("endpoint", "string", "host:port of Cloud Tasks.", maps_to="set_endpoint"),
-        *_writer_options(creates=False, max_rows="10000", in_flight="256"),
+        *writer_options(creates=False, max_rows="10000", in_flight="256"),
     ),
 )
 
@@ -587,11 +365,11 @@ SPANNER = Connector(
             required=True,
             names="spanner_table_name",
         ),
-        _NAME_SANITIZE,
+        NAME_SANITIZE,
         TableOption("endpoint", "string", "host:port of Spanner.", maps_to="set_endpoint"),
-        *_field_selection_options(),
-        *_writer_options(creates=False, max_rows="100000", in_flight="2", per_destination=False),
-        *_spanner_commit_options(),
+        *field_selection_options(),
+        *writer_options(creates=False, max_rows="100000", in_flight="2", per_destination=False),
+        *spanner_commit_options(),
     ),
     upserts=True,
 )

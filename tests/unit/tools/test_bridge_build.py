@@ -110,12 +110,13 @@ def test_the_generated_option_list_is_part_of_the_digest(scratch, tmp_path, monk
     _, jar = scratch
     built_from_scratch_copy(jar)
     options = tmp_path / "options.py"
-    model = bridge_build.TABLE_OPTIONS.with_name("option_model.py")  # imported by options.py
-    (tmp_path / model.name).write_text(model.read_text())
-    options.write_text(
-        bridge_build.TABLE_OPTIONS.read_text().replace(
-            'max_rows: str = "20000"', 'max_rows: str = "12345"'
-        )
+    # options.py imports its siblings; the writer's defaults are in option_groups.py.
+    for sibling in ("options.py", "option_model.py"):
+        source = bridge_build.TABLE_OPTIONS.with_name(sibling)
+        (tmp_path / sibling).write_text(source.read_text())
+    groups = bridge_build.TABLE_OPTIONS.with_name("option_groups.py")
+    (tmp_path / groups.name).write_text(
+        groups.read_text().replace('max_rows: str = "20000"', 'max_rows: str = "12345"')
     )
     monkeypatch.setattr(bridge_build, "TABLE_OPTIONS", options)
     digest = bridge_build.DIGEST.read_text()
