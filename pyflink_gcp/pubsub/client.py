@@ -57,6 +57,37 @@ TopicPb: Any = TopicMessage.pb()
 _CHANNEL_OPTIONS = (*UNLIMITED_MESSAGES, ("grpc.keepalive_time_ms", 30_000))
 
 
+class PublishBatch(list):  # type: ignore[type-arg]
+    """The messages of one Publish request, with the request they were built in.
+
+    A topic's writer adds each message straight into the request that will carry it
+    (``request.messages.add``) and keeps the added messages here, in order: the request then
+    needs neither a message object of its own per record nor a copy of every message when it
+    is built, about half of what a message cost the processing thread. Everything that reads
+    the messages (a retry, the halves of a rejected request, the failure handler) still gets
+    this list; :func:`publish_request` sends the request as built for the whole batch and
+    builds one for any other part.
+
+    Attributes:
+        request: The ``PublishRequest`` holding exactly these messages, in this order.
+    """
+
+    __slots__ = ("request",)
+
+    def __init__(self, messages: list[Any], request: Any) -> None:
+        super().__init__(messages)
+        self.request = request
+
+
+def publish_request(topic: str, messages: Sequence[Any]) -> Any:
+    """The ``PublishRequest`` of ``messages``: the one a :class:`PublishBatch` was built in
+    (when it holds exactly them), else a new one."""
+    request = getattr(messages, "request", None)
+    if request is None or len(request.messages) != len(messages):
+        request = PublishRequestPb(topic=topic, messages=messages)
+    return request
+
+
 def compression_for(size: int, threshold: int | None) -> grpc.Compression | None:
     """The compression of a Publish request of ``size`` serialized bytes: gzip from
     ``threshold`` bytes on, none below it or when ``threshold`` is None (compression off)."""
@@ -116,7 +147,7 @@ class PubSubRpc:
 
     def publish(self, topic: str, messages: Sequence[Any]) -> Any:
         """One Publish request. Raises ``grpc.RpcError`` on failure."""
-        request = PublishRequestPb(topic=topic, messages=messages)
+        request = publish_request(topic, messages)
         return self._publish(
             request,
             timeout=self._timeout,

@@ -1,9 +1,10 @@
 """The hot path of the Pub/Sub sink: one publisher per active topic, batching and flushing.
 
-Per record (on the Flink processing thread): build one protobuf message, append it to the topic's
-open batch (:class:`~pyflink_gcp.core.batching.OpenBatch`); when the batch is full, cut it and
-hand it to the subtask's :class:`~pyflink_gcp.pubsub.publishing.Publisher`, which starts the
-request without blocking. Each topic bounds its own requests in flight
+Per record (on the Flink processing thread): add one message to the Publish request the topic's
+open batch (:class:`~pyflink_gcp.core.batching.OpenBatch`) will be sent in, built in place so the
+request needs no copy of it (:class:`~pyflink_gcp.pubsub.client.PublishBatch`); when the batch is
+full, cut it and hand it to the subtask's :class:`~pyflink_gcp.pubsub.publishing.Publisher`,
+which starts the request without blocking. Each topic bounds its own requests in flight
 (``max_in_flight_requests``, an :class:`~pyflink_gcp.core.batching.InFlightWindow` whose slots the
 requests' completions free). Before each checkpoint barrier the sink calls
 :meth:`TopicPublisher.start_flush` on every topic and then :meth:`TopicPublisher.flush`, which
@@ -47,7 +48,12 @@ from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
 from pyflink_gcp.pubsub.attributes import attribute_violation, record_digest
-from pyflink_gcp.pubsub.client import PubsubMessagePb, PubSubRpc, resolve_pubsub_endpoint
+from pyflink_gcp.pubsub.client import (
+    PublishBatch,
+    PublishRequestPb,
+    PubSubRpc,
+    resolve_pubsub_endpoint,
+)
 from pyflink_gcp.pubsub.destinations import TopicDestination
 from pyflink_gcp.pubsub.options import (
     MAX_MESSAGE_BYTES,
@@ -113,6 +119,10 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         self._sink = publisher.sink
         self._ordered = options.enable_message_ordering
         self.open_batch: OpenBatch[Any] = OpenBatch(options.max_messages, options.max_bytes)
+        #: The request the open batch's messages are added to (see :meth:`_new_request`).
+        self._request: Any = None
+        self._add: Any = None
+        self._new_request()
         #: This topic's requests (a quota error lowers every topic's bound with the subtask's).
         self._window: InFlightWindow[FailedRecord] = InFlightWindow(
             writer_options.max_in_flight_requests,
@@ -155,9 +165,11 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         batch = self.open_batch
         if batch.elements and batch.bytes + size > batch.max_bytes:  # OpenBatch.fits, inlined
             self._send()
-        full = batch.append(
-            PubsubMessagePb(data=data, ordering_key=key, attributes=attributes), size
-        )
+        if key or attributes:
+            message = self._add(data=data, ordering_key=key, attributes=attributes)
+        else:
+            message = self._add(data=data)
+        full = batch.append(message, size)
         self.bytes_accepted += size
         self.messages += 1
         if full:
@@ -181,8 +193,16 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
         )
         return True
 
+    def _new_request(self) -> None:
+        """Start the request the next batch's messages go into: each message is added to it
+        in place (:class:`~pyflink_gcp.pubsub.client.PublishBatch`), so the request is not
+        built again, with a copy of every message, when the batch is sent."""
+        self._request = PublishRequestPb(topic=self._topic)
+        self._add = self._request.messages.add
+
     def _send(self) -> None:
-        messages = self.open_batch.cut()
+        messages = PublishBatch(self.open_batch.cut(), self._request)
+        self._new_request()
         window = self._window
         window.admit()
         if not self._ordered:

@@ -8,9 +8,12 @@ import pytest
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.pubsub.client import (
     EMULATOR_VARIABLE,
+    PublishBatch,
+    PublishRequestPb,
     PubsubMessagePb,
     PubSubRpc,
     compression_for,
+    publish_request,
     resolve_pubsub_endpoint,
 )
 
@@ -125,3 +128,25 @@ def test_publish_passes_each_request_s_compression_to_grpc(threshold):
         assert compressions == [None, None, None]
     else:
         assert compressions == [None, grpc.Compression.Gzip, grpc.Compression.Gzip]
+
+
+def built_batch(topic: str, payloads: list[bytes]) -> PublishBatch:
+    """A batch as a topic's writer builds it: each message added to its request in place."""
+    request = PublishRequestPb(topic=topic)
+    return PublishBatch([request.messages.add(data=p) for p in payloads], request)
+
+
+def test_a_whole_batch_is_sent_in_the_request_it_was_built_in():
+    batch = built_batch("projects/p/topics/t", [b"a", b"b", b"c"])
+    assert publish_request("projects/p/topics/t", batch) is batch.request
+
+
+def test_a_part_of_a_batch_or_a_plain_list_gets_a_request_of_its_own():
+    topic = "projects/p/topics/t"
+    batch = built_batch(topic, [b"a", b"b", b"c"])
+    half = publish_request(topic, batch[:2])  # a rejected request's half, as isolation cuts it
+    assert half is not batch.request
+    assert half.topic == topic
+    assert [m.data for m in half.messages] == [b"a", b"b"]
+    plain = publish_request(topic, [PubsubMessagePb(data=b"x", ordering_key="k")])
+    assert [(m.data, m.ordering_key) for m in plain.messages] == [(b"x", "k")]

@@ -35,7 +35,7 @@ from pyflink_gcp.pubsub import (
     TopicDestination,
 )
 from pyflink_gcp.pubsub.attributes import record_digest
-from pyflink_gcp.pubsub.client import PubsubMessagePb
+from pyflink_gcp.pubsub.client import PubsubMessagePb, publish_request
 from pyflink_gcp.pubsub.options import MAX_MESSAGE_BYTES
 from pyflink_gcp.pubsub.publishing import publish_batch
 from pyflink_gcp.pubsub.writer import PubSubWriterFactory, message_size
@@ -280,6 +280,35 @@ def test_a_message_over_the_service_limit_goes_to_the_failure_handler_unsent():
 def test_message_size_counts_data_key_attributes_and_framing():
     assert message_size(b"abc", "", None) == 3 + 64
     assert message_size(b"abc", "key", {"a": "bc"}) == 3 + 3 + 64 + 1 + 2 + 8
+
+
+def test_each_batch_is_sent_in_the_request_its_messages_were_added_to():
+    """The messages go into their Publish request as they come (no copy when it is sent):
+    the request holds exactly the batch, keys and attributes included, and each batch has its
+    own."""
+    rpc = FakeRpc()
+    sent = []
+    original = rpc.publish
+    rpc.publish = lambda topic, batch: (
+        sent.append((batch, publish_request(topic, batch))),
+        original(topic, batch),
+    )
+    options = PubSubPublisherOptions(max_messages=2, enable_message_ordering=True)
+    writer = publisher_of(make_factory(rpc, options))
+    writer.write((b"a", "k1", {"x": "1"}), None)
+    writer.write((b"b", "", None), None)
+    writer.write((b"c", "k2", None), None)
+    writer.flush()
+    requests = [request for _, request in sent]
+    assert [r is batch.request for batch, r in sent] == [True, True]
+    assert requests[0] is not requests[1]
+    assert [r.topic for r in requests] == [TOPIC, TOPIC]
+    assert [
+        [(m.data, m.ordering_key, dict(m.attributes)) for m in r.messages] for r in requests
+    ] == [
+        [(b"a", "k1", {"x": "1"}), (b"b", "", {})],
+        [(b"c", "k2", {})],
+    ]
 
 
 def test_without_ordering_the_key_is_not_sent():
