@@ -36,7 +36,7 @@ def tree(tmp_path: Path) -> Path:
     for package, names in (
         ("core", ("errors.py", "bridge.py")),
         ("tools", ("bridge_build.py",)),
-        ("table", ("options.py", "option_model.py")),
+        ("table", ("options.py", "option_groups.py", "option_model.py")),
     ):
         directory = tmp_path / "pyflink_gcp" / package
         directory.mkdir(parents=True)
