@@ -158,7 +158,7 @@ class PubSubRpc:
     def publish_future(self, topic: str, messages: Sequence[Any]) -> Any:
         """Start one Publish request without waiting: a ``grpc.Future`` (its ``exception()``
         is a ``grpc.RpcError`` on failure; its done-callbacks run on gRPC's polling thread)."""
-        request = PublishRequestPb(topic=topic, messages=messages)
+        request = publish_request(topic, messages)
         return self._publish.future(
             request,
             timeout=self._timeout,

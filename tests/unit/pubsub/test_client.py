@@ -150,3 +150,18 @@ def test_a_part_of_a_batch_or_a_plain_list_gets_a_request_of_its_own():
     assert [m.data for m in half.messages] == [b"a", b"b"]
     plain = publish_request(topic, [PubsubMessagePb(data=b"x", ordering_key="k")])
     assert [(m.data, m.ordering_key) for m in plain.messages] == [(b"x", "k")]
+
+
+def test_both_publish_paths_send_a_whole_batch_in_the_request_it_was_built_in():
+    # The first attempt goes out through publish_future, a retry through publish: neither
+    # copies the batch's messages into a new request.
+    rpc = PubSubRpc(Endpoint("127.0.0.1:1", True))
+    recording = rpc._publish = RecordingCall()
+    batch = built_batch("projects/p/topics/t", [b"a", b"b"])
+    try:
+        rpc.publish_future("projects/p/topics/t", batch)
+        rpc.publish("projects/p/topics/t", batch)
+    finally:
+        rpc.close()
+    assert [request for request, _ in recording.calls] == [batch.request, batch.request]
+    assert all(request is batch.request for request, _ in recording.calls)
