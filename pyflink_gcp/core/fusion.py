@@ -341,11 +341,7 @@ def _fuse(j_env: Any, candidate: Candidate, upstream: Upstream) -> None:
 
     from pyflink_gcp.core.bridge import MARKER_OPERATOR, java_class
     from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
-    from pyflink_gcp.core.operators import (
-        MARKER_TAG,
-        MarkedWriterProcessFunction,
-        WriterProcessFunction,
-    )
+    from pyflink_gcp.core.operators import MARKER_TAG, writer_function
 
     jvm = get_gateway().jvm
     j_writer = candidate.j_writer
@@ -354,13 +350,8 @@ def _fuse(j_env: Any, candidate: Candidate, upstream: Upstream) -> None:
     typed = not j_input_type.equals(Types.PICKLED_BYTE_ARRAY().get_java_type_info())
     # The functions before it hand the writer Python objects and markers as (tag, id) tuples,
     # whatever the operator's input type: the untyped marker function, with results if asked.
-    func_class: type[WriterProcessFunction] = MarkedWriterProcessFunction
-    if candidate.config.write_results:
-        from pyflink_gcp.core.result_stream import results_function
-
-        func_class = results_function(func_class)
     writer_info = _create_j_data_stream_python_function_info(
-        func_class(candidate.config),
+        writer_function(candidate.config, marked=True, typed=False),
         flink_fn_execution_pb2.UserDefinedDataStreamFunction.PROCESS,
     )
     operator = java_class(MARKER_OPERATOR)(

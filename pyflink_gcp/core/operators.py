@@ -50,6 +50,7 @@ __all__ = [
     "MarkedWriterProcessFunction",
     "TypedMarkedWriterProcessFunction",
     "WriterProcessFunction",
+    "writer_function",
 ]
 
 # The logger users know from docs/production.md; the job wiring logs under it too.
@@ -206,3 +207,30 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
             self._write(value[1], ctx)
             return None
         return self._on_marker(marker)
+
+
+def writer_function(config: SinkConfig, *, marked: bool, typed: bool) -> WriterProcessFunction:
+    """The writer function for ``config`` in the operator the job wiring chose.
+
+    The writer's own operator and the fused one (:mod:`pyflink_gcp.core.fusion`) both ask here,
+    so the choice of class (markers or not, typed rows or pickled objects, results or not) is
+    made in one place.
+
+    Args:
+        config: The sink's settings; ``config.write_results`` picks the function that emits
+            results at each marker.
+        marked: Whether the operator sends checkpoint markers among the records.
+        typed: Whether the marker operator wraps each record in the row ``(marker, record)``.
+
+    Raises:
+        ConfigurationError: Results were asked of a writer without markers, which has no
+            point at which to emit them.
+    """
+    func_class: type[WriterProcessFunction] = WriterProcessFunction
+    if marked:
+        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
+    if config.write_results:
+        from pyflink_gcp.core.result_stream import results_function
+
+        func_class = results_function(func_class)
+    return func_class(config)

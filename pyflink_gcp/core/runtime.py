@@ -53,12 +53,7 @@ from pyflink_gcp.core.commit import commits
 from pyflink_gcp.core.commit_operator import add_committer_operator, writer_uid
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER, ConfigurationError
 from pyflink_gcp.core.lineage import lineage_end_sink
-from pyflink_gcp.core.operators import (
-    MARKER_TAG,
-    MarkedWriterProcessFunction,
-    TypedMarkedWriterProcessFunction,
-    WriterProcessFunction,
-)
+from pyflink_gcp.core.operators import MARKER_TAG, writer_function
 from pyflink_gcp.core.sink_writer import SinkConfig
 
 if TYPE_CHECKING:
@@ -96,13 +91,11 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     process = jvm.org.apache.flink.streaming.api.operators.python.process
     marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
     marker_args: tuple[Any, ...] = ()
-    func_class: type[WriterProcessFunction] = WriterProcessFunction
     if marker_class is not None:
         # Typed records (a keyed stream's typed values) go to Python as the row (None, record),
         # a marker as (id, None); pickled ones as they are, a marker as (MARKER_TAG, id).
         operator_class = marker_class
         marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
-        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
     else:
         _require_no_bridge(config)
         _warn_restarts_not_suppressed(config)
@@ -110,12 +103,9 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
             operator_class = process.ExternalPythonKeyedProcessOperator
         else:
             operator_class = process.ExternalPythonProcessOperator
-    if config.write_results:
-        from pyflink_gcp.core.result_stream import results_function
-
-        func_class = results_function(func_class)
+    function = writer_function(config, marked=marker_class is not None, typed=typed)
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
-    j_func_info = _create_j_data_stream_python_function_info(func_class(config), func_type)
+    j_func_info = _create_j_data_stream_python_function_info(function, func_type)
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)
     out = DataStream(j_stream.transform(name, j_output_type, j_operator))
     # A chain of its own: PyFlink would fuse the writer into a preceding Python operator, whose
