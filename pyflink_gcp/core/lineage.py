@@ -20,6 +20,18 @@ reports at most ``max_lineage_datasets`` datasets (``set_max_lineage_datasets``)
 naming a new destination per record cannot flood the backend or the log: past the bound the
 subtask says once that the bound was reached, logs a WARNING and reports nothing more.
 
+**Across restores.** Under the Java bridge's marker operator a subtask's reports survive a
+failover: at each checkpoint marker the writer hands the operator the dataset keys it reported
+since the last one (:meth:`LineageReporter.take_state`, the element ``(LINEAGE_STATE_TAG, keys,
+limit reached)``), the operator keeps them in its state (``LineageState`` in ``java-bridge/``),
+and a restored operator hands them back when the writer opens, as the job parameter
+:data:`LINEAGE_STATE_PARAMETER`; the reporter starts from them (:meth:`LineageReporter.restore`).
+A dataset first reported after the checkpoint restored from is reported again. The state is
+Flink's broadcast state, each subtask its own copy: with a new parallelism, subtask ``i`` starts
+from old subtask ``i % old parallelism``'s datasets, and reports again a dataset only another
+subtask had reported. Under PyFlink's own operator (no bridge jar, or markers off) nothing is
+kept: each attempt of a subtask reports its datasets anew.
+
 What is known when the job is built, a sink's fixed destination (Spanner's database), also goes
 into Flink's lineage graph: the pipeline then ends with the Java bridge's
 ``LineageDiscardingSink`` (:func:`lineage_end_sink`), which names its dataset to Flink.
@@ -27,7 +39,9 @@ into Flink's lineage graph: the pipeline then ends with the Java bridge's
 
 from __future__ import annotations
 
+import base64
 import logging
+import pickle
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +56,15 @@ DEFAULT_MAX_LINEAGE_DATASETS = 1_000
 LINEAGE_COUNTER = "lineageDatasets"
 #: The namespace of a destination type that names no dataset of its own.
 FALLBACK_NAMESPACE = "gcp"
+#: The first item of the element a writer hands its marker operator to keep (the Java bridge's
+#: ``LineageState.TAG``, which recognizes the element by it).
+LINEAGE_STATE_TAG = "\x00pyflink-gcp:lineage"
+#: The job parameter under which the marker operator hands a writer its kept elements: base64
+#: pickles, comma-separated (empty on a first start; absent under PyFlink's own operator).
+LINEAGE_STATE_PARAMETER = "pyflink-gcp.lineage.reported"
+
+#: What a writer hands its marker operator: ``(LINEAGE_STATE_TAG, keys, limit reached)``.
+LineageStateElement = tuple[str, tuple[tuple[str, str], ...], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +242,9 @@ class LineageReporter:
     :meth:`resolved` is the writer registry's hook for a destination whose writer was just
     opened. A destination opened again (after an idle eviction, or at the ``max_active`` cap)
     maps to a dataset already reported and costs one set lookup. The reported datasets are
-    remembered up to the bound, so memory stays bounded with it. Not thread-safe: used from
-    the processing thread only.
+    remembered up to the bound, so memory stays bounded with it; under the bridge's marker
+    operator they are also kept in its state and restored after a failover (:meth:`restore`,
+    :meth:`take_state`). Not thread-safe: used from the processing thread only.
 
     Args:
         sink_name: Named in the log lines.
@@ -238,6 +262,13 @@ class LineageReporter:
         self._subtask = 0
         #: Whether the bound was met: nothing more is reported.
         self.limit_reached = False
+        #: Whether the operator keeps what was reported (:meth:`restore` was given its state).
+        self._keeps_state = False
+        #: Reported since the last :meth:`take_state`.
+        self._unsaved: list[tuple[str, str]] = []
+        self._limit_saved = False
+        #: Datasets reported before a restore (by this subtask or the one it inherits from).
+        self.restored = 0
 
     @property
     def enabled(self) -> bool:
@@ -256,6 +287,48 @@ class LineageReporter:
             self._counter = metric_group.counter(LINEAGE_COUNTER)
         if self._listener is not None and self.enabled:
             self._listener.open(info)
+
+    def restore(self, parameter: str | None) -> None:
+        """Start from what the subtask reported before a restore.
+
+        Args:
+            parameter: The marker operator's :data:`LINEAGE_STATE_PARAMETER`: its kept
+                elements (empty on a first start); None when the operator keeps none (PyFlink's
+                own operator), and then :meth:`take_state` gives nothing.
+        """
+        if parameter is None or not self.enabled:
+            return
+        self._keeps_state = True
+        keys, limit_reached = restored_state(parameter, self._sink)
+        for key in keys:
+            if len(self._reported) >= self._limit:
+                limit_reached = True
+                break
+            self._reported.add(key)
+        self.restored = len(self._reported)
+        self.limit_reached = self._limit_saved = limit_reached
+        if self._reported or limit_reached:
+            _LOG.info(
+                "%s: subtask %d restored %d lineage datasets it reported before%s; they are "
+                "not reported again",
+                self._sink,
+                self._subtask,
+                self.restored,
+                " (and its max_lineage_datasets was reached)" if limit_reached else "",
+            )
+
+    def take_state(self) -> LineageStateElement | None:
+        """What the marker operator is to keep at this checkpoint marker: the datasets reported
+        since the last call, and whether the bound was reached; None when there is nothing new
+        or the operator keeps nothing."""
+        if not self._keeps_state:
+            return None
+        newly_limited = self.limit_reached and not self._limit_saved
+        if not self._unsaved and not newly_limited:
+            return None
+        keys, self._unsaved = tuple(self._unsaved), []
+        self._limit_saved = self.limit_reached
+        return (LINEAGE_STATE_TAG, keys, self.limit_reached)
 
     def close(self) -> None:
         if self._listener is not None and self.enabled:
@@ -276,6 +349,8 @@ class LineageReporter:
             self._reach_limit(dataset)
             return
         self._reported.add(key)
+        if self._keeps_state:
+            self._unsaved.append(key)
         dataset = dataset.with_facets(self._facets)
         _LOG.info(
             "%s: subtask %d writes to lineage dataset %s (resource %s)",
@@ -309,6 +384,27 @@ class LineageReporter:
                 self._listener.on_limit_reached(self._limit)
             except Exception:  # noqa: BLE001 - lineage never fails the sink
                 _LOG.exception("%s: the lineage listener's on_limit_reached() raised", self._sink)
+
+
+def restored_state(parameter: str, sink_name: str = "") -> tuple[list[tuple[str, str]], bool]:
+    """The dataset keys and the limit flag in a :data:`LINEAGE_STATE_PARAMETER` value, in the
+    order they were kept. An element that cannot be read is logged and skipped: lineage never
+    fails the sink (the datasets it named are reported again)."""
+    keys: list[tuple[str, str]] = []
+    limit_reached = False
+    for part in parameter.split(","):
+        if not part:
+            continue
+        try:
+            tag, element_keys, element_limit = pickle.loads(base64.b64decode(part))
+            if tag != LINEAGE_STATE_TAG:
+                raise ValueError(f"not a lineage element: {tag!r}")
+            keys.extend((str(namespace), str(name)) for namespace, name in element_keys)
+        except Exception:  # noqa: BLE001 - lineage never fails the sink
+            _LOG.exception("%s: a restored lineage element could not be read", sink_name)
+            continue
+        limit_reached = limit_reached or bool(element_limit)
+    return keys, limit_reached
 
 
 # -- Flink's lineage graph: the datasets known when the job is built ------------------------------

@@ -38,6 +38,7 @@ from typing import Any
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
+from pyflink_gcp.core.lineage import LINEAGE_STATE_PARAMETER
 from pyflink_gcp.core.metrics import SINK_GROUP
 from pyflink_gcp.core.runtime_info import subtask_info
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
@@ -108,6 +109,8 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         writer = SinkWriter(self._config)
         sink_group = group.add_group(SINK_GROUP)
         writer.open(info, sink_group)
+        # The bridge's marker operator hands over what the subtask reported before a restore.
+        writer.lineage.restore(runtime_context.get_job_parameter(LINEAGE_STATE_PARAMETER, None))
         self._writer = writer
         group.gauge(FLUSH_GAUGE, self._on_bundle_end)
         sink_group.gauge("activeWriters", lambda: len(writer.registry))
@@ -138,7 +141,9 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
 
         Returns:
             A committing writer's committables, the operator's output to the committer (they
-            leave before the barrier); None for every other writer.
+            leave before the barrier), and the lineage datasets reported since the last
+            marker, which the marker operator keeps in its state
+            (:meth:`~pyflink_gcp.core.lineage.LineageReporter.take_state`); None for none.
         """
         writer = self._writer
         assert writer is not None
@@ -149,6 +154,9 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
             raise
+        lineage = writer.lineage.take_state()
+        if lineage is not None:
+            committables = [*(committables or ()), lineage]
         _LOG.debug(
             "%s: flushed for %s",
             self._config.sink_name,

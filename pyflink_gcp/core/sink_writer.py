@@ -490,3 +490,8 @@ class SinkWriter:
     @property
     def router(self) -> FailureRouter:
         return self._router
+
+    @property
+    def lineage(self) -> LineageReporter:
+        """The subtask's lineage reporter: the operator restores it and takes its state."""
+        return self._lineage

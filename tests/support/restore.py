@@ -61,6 +61,14 @@ def checkpoint_completed(checkpoints: str, at_least: int = 1) -> bool:
     )
 
 
+def latest_checkpoint_started(checkpoints: str) -> int:
+    """The highest id of a checkpoint started (completed or not) under ``checkpoints``; 0 for
+    none. Its directory is made before the checkpoint is triggered, so a checkpoint of a
+    higher id is triggered after this call: its barriers follow every record processed
+    before it."""
+    return max(_checkpoint_dirs(checkpoints), default=0)
+
+
 class Failover:
     """Where one failover job checkpoints and where its JobManager archives it; the check that
     its restarts restored a checkpoint."""

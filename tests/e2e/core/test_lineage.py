@@ -10,6 +10,11 @@ Two sinks of one job write the same records to the same topics:
   topics, says once that the bound was reached, and nothing more.
 
 The records are read back from the emulator, so lineage changed nothing of what was written.
+
+A third job fails over: once each subtask has reported every topic and a checkpoint taken after
+that completed, a task raises; the restored subtasks report nothing again (the bridge's marker
+operator kept what they had reported in its state), so each subtask still reports each topic
+exactly once over both attempts.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyflink.datastream.functions import MapFunction
 
 from pyflink_gcp import LineageDataset, LineageListener
 from pyflink_gcp.core import SubtaskInfo
@@ -33,6 +40,7 @@ from pyflink_gcp.pubsub import (
 )
 from tests.support.jobs import make_env, record_stream
 from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.restore import Failover, checkpoint_completed, latest_checkpoint_started
 
 pytestmark = pytest.mark.e2e
 
@@ -132,6 +140,121 @@ def test_each_subtask_reports_each_topic_once_and_stops_at_the_bound(
         )
     for t, name in enumerate(names):
         assert per_topic[name] == sorted(2 * [i for i in range(COUNT) if i % TOPICS == t])
+
+
+class FailOnceAllReported(MapFunction):
+    """Passes records through; fails once (``marker``), when every subtask of ``sink`` has
+    reported ``datasets`` datasets (read from the listener's files in ``directory``) and a
+    checkpoint started after that completed: that checkpoint's marker came after the reports,
+    so its state holds them all."""
+
+    def __init__(
+        self, directory: str, sink: str, datasets: int, checkpoints: str, marker: str
+    ) -> None:
+        self.directory = directory
+        self.sink = sink
+        self.datasets = datasets
+        self.checkpoints = checkpoints
+        self.marker = marker
+        self._after: int | None = None
+        self._next_look = 0.0
+
+    def map(self, value: Any) -> Any:
+        if os.path.exists(self.marker):
+            return value
+        now = time.monotonic()
+        if now < self._next_look:
+            return value
+        self._next_look = now + 0.02
+        if self._after is None:
+            if all(
+                sum(
+                    e["event"] == "dataset"
+                    for e in _events_if_any(Path(self.directory), self.sink, s)
+                )
+                >= self.datasets
+                for s in range(PARALLELISM)
+            ):
+                self._after = latest_checkpoint_started(self.checkpoints)
+            return value
+        if checkpoint_completed(self.checkpoints, self._after + 1):
+            try:
+                open(self.marker, "x").close()
+            except FileExistsError:  # the other subtask failed first
+                return value
+            raise RuntimeError("injected failure (test)")
+        return value
+
+
+def slow_number(i: int) -> int:
+    """``i``, 1 ms later: the input outlasts the wait for a checkpoint, and the records never
+    pile up before the writer, where a barrier would wait behind them."""
+    time.sleep(0.001)
+    return i
+
+
+def _events_if_any(directory: Path, sink: str, subtask: int) -> list[dict[str, Any]]:
+    try:
+        return _events(directory, sink, subtask)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+def test_a_restored_subtask_does_not_report_its_datasets_again(
+    project: str, tmp_path: Path
+) -> None:
+    names = [unique(f"relineage{t}") for t in range(TOPICS)]
+    make_topics(project, names)
+    topics = [TopicDestination.of(project, name) for name in names]
+    count = 4_000
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    failover = Failover(tmp_path / "failover")
+    marker = str(tmp_path / "failed")
+
+    def resolve(record: int, ctx: Any) -> TopicDestination:
+        return topics[record % TOPICS]
+
+    sink = (
+        PubSubSink.builder()
+        .set_sink_name("lineage-restored")
+        .set_destination_resolver(resolve)
+        .set_serializer(PubSubSerializationSchema.payload(lambda r: str(r).encode()))
+        .set_writer_options(PubSubWriterOptions.builder().max_buffered_records(100).build())
+        .set_lineage_listener(FileLineageListener(str(reports)))
+        .build()
+    )
+    # Short bundles before the writer: records and barriers flow in 100-ms steps, so a
+    # checkpoint completes within the input.
+    bundles = {"python.fn-execution.bundle.time": "100", "python.fn-execution.bundle.size": "100"}
+    env = make_env(parallelism=PARALLELISM, checkpoint_ms=300, extra={**failover.conf(), **bundles})
+    (
+        record_stream(env, count, slow_number)
+        .shuffle()  # every subtask writes to every topic (see the test above)
+        .map(
+            FailOnceAllReported(
+                str(reports), "lineage-restored", TOPICS, failover.checkpoints, marker
+            )
+        )
+        .sink_to(sink)
+    )
+    env.execute("lineage across a restore")
+    assert os.path.exists(marker), "the failure was not injected"
+    failover.assert_restored()
+
+    expected = Counter({f"topic:{project}:{name}": 1 for name in names})
+    for subtask in range(PARALLELISM):
+        events = _events(tmp_path / "reports", "lineage-restored", subtask)
+        attempts = [e["attempt"] for e in events if e["event"] == "open"]
+        assert attempts[0] == 0 and len(attempts) >= 2, events  # it was restarted
+        reported = Counter(e["name"] for e in events if e["event"] == "dataset")
+        assert reported == expected, events  # once each, over all attempts
+
+    # Every record is in its topic (at least once: the restore replays some).
+    for t, name in enumerate(names):
+        ids = set(range(t, count, TOPICS))
+        pulled = pull_all(project, name, expect=len(ids), timeout_s=60)
+        assert {int(m.data) for m in pulled} == ids
 
 
 def _lineage_graph_sinks(env: Any) -> list[list[tuple[str, str, dict[str, str]]]]:

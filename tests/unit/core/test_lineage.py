@@ -16,9 +16,12 @@ from pyflink_gcp.core import ConfigurationError, LineageDataset, LineageListener
 from pyflink_gcp.core.lineage import (
     DEFAULT_MAX_LINEAGE_DATASETS,
     LINEAGE_COUNTER,
+    LINEAGE_STATE_PARAMETER,
+    LINEAGE_STATE_TAG,
     LineageReporter,
     LineageSettings,
     dataset_of,
+    restored_state,
     sink_facets,
     static_datasets,
 )
@@ -186,6 +189,122 @@ def test_a_listener_that_raises_is_logged_and_writing_goes_on(caplog):
     assert group.registry[LINEAGE_COUNTER].count == 1
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "pubsub:topic:p:t01" in errors[0].getMessage()
+
+
+# -- across restores: the state the marker operator keeps --------------------------------------
+
+
+def _kept(*elements: Any, protocol: int = pickle.DEFAULT_PROTOCOL) -> str:
+    """A :data:`LINEAGE_STATE_PARAMETER` value, as the bridge's operator hands it back: each
+    element as PyFlink pickled it, base64, comma-separated."""
+    import base64
+
+    return ",".join(base64.b64encode(pickle.dumps(e, protocol=protocol)).decode() for e in elements)
+
+
+def _topic(name: str) -> tuple[str, str]:
+    return ("pubsub", f"topic:p:{name}")
+
+
+def test_the_operator_keeps_what_was_reported_since_the_last_marker():
+    listener = Recorder()
+    reporter, _ = _reporter(listener)
+    reporter.restore("")  # a first start under the bridge's operator: nothing kept yet
+    assert reporter.take_state() is None
+    for topic in ["t01", "t02", "t01"]:
+        reporter.resolved(TopicDestination.of("p", topic))
+    assert reporter.take_state() == (LINEAGE_STATE_TAG, (_topic("t01"), _topic("t02")), False)
+    assert reporter.take_state() is None  # nothing new
+    reporter.resolved(TopicDestination.of("p", "t03"))
+    assert reporter.take_state() == (LINEAGE_STATE_TAG, (_topic("t03"),), False)
+
+
+def test_a_restored_subtask_reports_only_what_it_had_not_reported(caplog):
+    caplog.set_level(logging.INFO, logger="pyflink_gcp.lineage")
+    listener = Recorder()
+    reporter, group = _reporter(listener)
+    kept = _kept(
+        (LINEAGE_STATE_TAG, (_topic("t01"), _topic("t02")), False),
+        (LINEAGE_STATE_TAG, (_topic("t03"),), False),
+    )
+    reporter.restore(kept)
+    assert reporter.restored == 3 == reporter.reported
+    for topic in ["t01", "t02", "t03", "t04", "t01", "t04"]:
+        reporter.resolved(TopicDestination.of("p", topic))
+    assert [e for e in listener.events if e[0] == "dataset"] == [
+        ("dataset", "pubsub:topic:p:t04", "orders")
+    ]
+    assert group.registry[LINEAGE_COUNTER].count == 1
+    # Only the new dataset is handed over: the operator still holds the restored ones.
+    assert reporter.take_state() == (LINEAGE_STATE_TAG, (_topic("t04"),), False)
+    restored = [r.getMessage() for r in caplog.records if "restored" in r.getMessage()]
+    assert restored == [
+        "orders: subtask 3 restored 3 lineage datasets it reported before; they are not "
+        "reported again"
+    ]
+
+
+def test_the_bound_counts_the_restored_datasets_and_its_notice_is_kept_too():
+    listener = Recorder()
+    reporter, _ = _reporter(listener, limit=3)
+    reporter.restore(_kept((LINEAGE_STATE_TAG, (_topic("t01"), _topic("t02")), False)))
+    for topic in ["t03", "t04", "t05"]:
+        reporter.resolved(TopicDestination.of("p", topic))
+    assert [e for e in listener.events if e[0] != "open"] == [
+        ("dataset", "pubsub:topic:p:t03", "orders"),
+        ("limit", 3),
+    ]
+    state = reporter.take_state()
+    assert state == (LINEAGE_STATE_TAG, (_topic("t03"),), True)
+    # Restored with the bound reached, a subtask says nothing more, not even that.
+    again, _ = _reporter(listener := Recorder(), limit=3)
+    again.restore(_kept((LINEAGE_STATE_TAG, (_topic("t01"), _topic("t02")), False), state))
+    again.resolved(TopicDestination.of("p", "t09"))
+    assert listener.events == [("open", 3)] and again.limit_reached
+    assert again.take_state() is None
+    # A bound lowered since: the restored datasets beyond it count as the bound reached.
+    lower, _ = _reporter(Recorder(), limit=1)
+    lower.restore(_kept((LINEAGE_STATE_TAG, (_topic("t01"), _topic("t02")), False)))
+    assert lower.reported == 1 and lower.limit_reached
+
+
+def test_without_the_operators_state_nothing_is_kept_and_each_attempt_reports_anew():
+    reporter, _ = _reporter(Recorder())
+    reporter.restore(None)  # PyFlink's own operator hands over no parameter
+    reporter.resolved(TopicDestination.of("p", "t01"))
+    assert reporter.reported == 1 and reporter.take_state() is None
+    off, _ = _reporter(Recorder(), limit=0)
+    off.restore(_kept((LINEAGE_STATE_TAG, (_topic("t01"),), False)))
+    assert off.take_state() is None and off.reported == 0
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_restored_elements_are_read_whatever_the_pickle_protocol_and_a_bad_one_is_skipped(
+    protocol, caplog
+):
+    good = (LINEAGE_STATE_TAG, (_topic("t01"),), False)
+    value = ",".join([_kept(good, protocol=protocol), "bm90IGEgcGlja2xl", _kept(("other", (), 1))])
+    assert restored_state(value, "orders") == ([_topic("t01")], False)
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 2
+    assert restored_state("") == ([], False)
+
+
+def test_the_element_starts_with_the_tag_where_the_bridge_looks_for_it():
+    """The Java ``LineageState.isElement`` skips the PROTO and FRAME opcodes and expects the
+    tag as the first item's string; PyFlink pickles with ``pickle`` or ``cloudpickle``."""
+    import cloudpickle
+
+    element = (LINEAGE_STATE_TAG, (_topic("t01"),), True)
+    tag = LINEAGE_STATE_TAG.encode()
+    for dumped in (pickle.dumps(element), cloudpickle.dumps(element)):
+        assert dumped[:1] == b"\x80" and dumped[2:3] == b"\x95"  # PROTO, FRAME
+        assert dumped[11 : 13 + len(tag)] == b"\x8c" + bytes([len(tag)]) + tag
+    java = (
+        Path(__file__).resolve().parents[3]
+        / "java-bridge/src/main/java/dev/pyflinkgcp/bridge/LineageState.java"
+    ).read_text()
+    assert 'TAG = "\\u0000pyflink-gcp:lineage"' in java
+    assert f'PARAMETER = "{LINEAGE_STATE_PARAMETER}"' in java
 
 
 # -- through the sink writer and its registry --------------------------------------------------

@@ -28,6 +28,8 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/KeepingOutput.class",
     "dev/pyflinkgcp/bridge/LineageDiscardingSink.class",
     "dev/pyflinkgcp/bridge/LineageDiscardingSink$ConfigFacet.class",
+    "dev/pyflinkgcp/bridge/LineageState.class",
+    "dev/pyflinkgcp/bridge/LineageState$Capturing.class",
     "dev/pyflinkgcp/bridge/RunningFlush.class",
     "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
     "dev/pyflinkgcp/bridge/SlotWorkerLease.class",

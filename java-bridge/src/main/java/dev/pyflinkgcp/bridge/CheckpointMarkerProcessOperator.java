@@ -1,10 +1,16 @@
 package dev.pyflinkgcp.bridge;
 
+import java.util.Map;
+
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.api.functions.python.DataStreamPythonFunctionInfo;
 import org.apache.flink.streaming.api.operators.python.process.ExternalPythonProcessOperator;
+import org.apache.flink.streaming.api.graph.StreamConfig;
+import org.apache.flink.streaming.api.operators.Output;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.tasks.StreamTask;
 
 /**
  * The process-mode Python operator of a pyflink-gcp writer, telling the Python side which bundle
@@ -23,6 +29,9 @@ import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
  * before the writer as the inputs of its function info, each passing markers on untouched, and
  * put it in the writer's transformation in their place ({@link WriterFusion}); markers, bundle
  * settings, error classification and the slot-worker lease are the same.
+ *
+ * <p>It also keeps, in its state, the lineage datasets the writer reported, and hands them back
+ * to the writer after a restore ({@link LineageState}).
  */
 public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessOperator<Object, OUT> {
 
@@ -36,6 +45,9 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     /** One more lease on the slot's Python worker ({@link SlotWorkerLease}). */
     private transient SlotWorkerLease slotWorker;
+
+    /** The lineage datasets the writer reported ({@link LineageState}). */
+    private transient LineageState lineage;
 
     /**
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
@@ -64,6 +76,35 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
         this.markers = new CheckpointMarkers(tag, typed);
         this.errors = new NonRetriableErrors(nonRetriableMarker);
         this.bundle = new BundleSettings(config);
+    }
+
+    /** The writer's lineage elements stay here ({@link LineageState}); the rest passes. */
+    @Override
+    protected void setup(
+            StreamTask<?, ?> containingTask,
+            StreamConfig config,
+            Output<StreamRecord<OUT>> output) {
+        super.setup(
+                containingTask,
+                config,
+                new LineageState.Capturing<>(
+                        output, value -> lineage != null && lineage.capture(value)));
+    }
+
+    @Override
+    public void initializeState(StateInitializationContext context) throws Exception {
+        super.initializeState(context);
+        lineage = LineageState.initialize(context);
+    }
+
+    /** Python's writer learns here what it reported before a restore ({@link LineageState}). */
+    @Override
+    public Map<String, String> getInternalParameters() {
+        Map<String, String> parameters = super.getInternalParameters();
+        if (lineage != null) {
+            parameters.put(LineageState.PARAMETER, lineage.parameter());
+        }
+        return parameters;
     }
 
     /** The writer's bundle size and time win over the job's ({@link BundleSettings}). */

@@ -1,11 +1,17 @@
 package dev.pyflinkgcp.bridge;
 
+import java.util.Map;
+
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.api.functions.python.DataStreamPythonFunctionInfo;
 import org.apache.flink.streaming.api.operators.python.process.ExternalPythonKeyedProcessOperator;
+import org.apache.flink.streaming.api.graph.StreamConfig;
+import org.apache.flink.streaming.api.operators.Output;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.tasks.StreamTask;
 import org.apache.flink.types.Row;
 
 /**
@@ -29,6 +35,9 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     /** One more lease on the slot's Python worker ({@link SlotWorkerLease}). */
     private transient SlotWorkerLease slotWorker;
+
+    /** The lineage datasets the writer reported ({@link LineageState}). */
+    private transient LineageState lineage;
 
     private transient Object lastKey;
 
@@ -64,6 +73,35 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
                     keyed.getTypeAt(0), CheckpointMarkers.wrappedType(keyed.getTypeAt(1))
                 },
                 keyed.getFieldNames());
+    }
+
+    /** The writer's lineage elements stay here ({@link LineageState}); the rest passes. */
+    @Override
+    protected void setup(
+            StreamTask<?, ?> containingTask,
+            StreamConfig config,
+            Output<StreamRecord<OUT>> output) {
+        super.setup(
+                containingTask,
+                config,
+                new LineageState.Capturing<>(
+                        output, value -> lineage != null && lineage.capture(value)));
+    }
+
+    @Override
+    public void initializeState(StateInitializationContext context) throws Exception {
+        super.initializeState(context);
+        lineage = LineageState.initialize(context);
+    }
+
+    /** Python's writer learns here what it reported before a restore ({@link LineageState}). */
+    @Override
+    public Map<String, String> getInternalParameters() {
+        Map<String, String> parameters = super.getInternalParameters();
+        if (lineage != null) {
+            parameters.put(LineageState.PARAMETER, lineage.parameter());
+        }
+        return parameters;
     }
 
     /** The writer's bundle size and time win over the job's ({@link BundleSettings}). */
