@@ -25,6 +25,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
     "dev/pyflinkgcp/bridge/BundleSettings.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
+    "dev/pyflinkgcp/bridge/ForwardingOutput.class",
     "dev/pyflinkgcp/bridge/KeepingOutput.class",
     "dev/pyflinkgcp/bridge/LineageDiscardingSink.class",
     "dev/pyflinkgcp/bridge/LineageDiscardingSink$ConfigFacet.class",

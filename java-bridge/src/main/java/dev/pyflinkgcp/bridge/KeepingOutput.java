@@ -3,24 +3,18 @@ package dev.pyflinkgcp.bridge;
 import java.util.function.BooleanSupplier;
 import java.util.function.Consumer;
 
-import org.apache.flink.runtime.event.WatermarkEvent;
 import org.apache.flink.streaming.api.operators.Output;
-import org.apache.flink.streaming.api.watermark.Watermark;
-import org.apache.flink.streaming.runtime.streamrecord.LatencyMarker;
-import org.apache.flink.streaming.runtime.streamrecord.RecordAttributes;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
-import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
 import org.apache.flink.util.OutputTag;
 
 /**
  * The committer operator's output: the records Python returns are committables it keeps, handed
  * to {@code keeper} instead of going downstream; side-output records (write results) go
  * downstream while {@code open} says so and to {@code dropped} after; everything else
- * (watermarks, markers) passes.
+ * (watermarks, markers) passes ({@link ForwardingOutput}).
  */
-final class KeepingOutput<OUT> implements Output<StreamRecord<OUT>> {
+final class KeepingOutput<OUT> extends ForwardingOutput<OUT> {
 
-    private final Output<StreamRecord<OUT>> downstream;
     private final Consumer<byte[]> keeper;
     private final BooleanSupplier open;
     private final Runnable dropped;
@@ -30,7 +24,7 @@ final class KeepingOutput<OUT> implements Output<StreamRecord<OUT>> {
             Consumer<byte[]> keeper,
             BooleanSupplier open,
             Runnable dropped) {
-        this.downstream = downstream;
+        super(downstream);
         this.keeper = keeper;
         this.open = open;
         this.dropped = dropped;
@@ -48,35 +42,5 @@ final class KeepingOutput<OUT> implements Output<StreamRecord<OUT>> {
         } else {
             dropped.run();
         }
-    }
-
-    @Override
-    public void emitWatermark(Watermark mark) {
-        downstream.emitWatermark(mark);
-    }
-
-    @Override
-    public void emitWatermarkStatus(WatermarkStatus watermarkStatus) {
-        downstream.emitWatermarkStatus(watermarkStatus);
-    }
-
-    @Override
-    public void emitLatencyMarker(LatencyMarker latencyMarker) {
-        downstream.emitLatencyMarker(latencyMarker);
-    }
-
-    @Override
-    public void emitRecordAttributes(RecordAttributes recordAttributes) {
-        downstream.emitRecordAttributes(recordAttributes);
-    }
-
-    @Override
-    public void emitWatermark(WatermarkEvent watermark) {
-        downstream.emitWatermark(watermark);
-    }
-
-    @Override
-    public void close() {
-        downstream.close();
     }
 }

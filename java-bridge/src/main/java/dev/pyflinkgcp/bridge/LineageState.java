@@ -12,15 +12,9 @@ import org.apache.flink.api.common.state.BroadcastState;
 import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.typeinfo.BasicTypeInfo;
 import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
-import org.apache.flink.runtime.event.WatermarkEvent;
 import org.apache.flink.runtime.state.StateInitializationContext;
 import org.apache.flink.streaming.api.operators.Output;
-import org.apache.flink.streaming.api.watermark.Watermark;
-import org.apache.flink.streaming.runtime.streamrecord.LatencyMarker;
-import org.apache.flink.streaming.runtime.streamrecord.RecordAttributes;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
-import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
-import org.apache.flink.util.OutputTag;
 
 /**
  * The lineage datasets a writer subtask reported, kept in its marker operator's state so that a
@@ -164,13 +158,12 @@ final class LineageState {
      * A marker operator's output: records {@code taken} accepts (the lineage elements) stay in the
      * operator; everything else passes.
      */
-    static final class Capturing<OUT> implements Output<StreamRecord<OUT>> {
+    static final class Capturing<OUT> extends ForwardingOutput<OUT> {
 
-        private final Output<StreamRecord<OUT>> downstream;
         private final Predicate<Object> taken;
 
         Capturing(Output<StreamRecord<OUT>> downstream, Predicate<Object> taken) {
-            this.downstream = downstream;
+            super(downstream);
             this.taken = taken;
         }
 
@@ -179,41 +172,6 @@ final class LineageState {
             if (!taken.test(record.getValue())) {
                 downstream.collect(record);
             }
-        }
-
-        @Override
-        public <X> void collect(OutputTag<X> outputTag, StreamRecord<X> record) {
-            downstream.collect(outputTag, record);
-        }
-
-        @Override
-        public void emitWatermark(Watermark mark) {
-            downstream.emitWatermark(mark);
-        }
-
-        @Override
-        public void emitWatermarkStatus(WatermarkStatus watermarkStatus) {
-            downstream.emitWatermarkStatus(watermarkStatus);
-        }
-
-        @Override
-        public void emitLatencyMarker(LatencyMarker latencyMarker) {
-            downstream.emitLatencyMarker(latencyMarker);
-        }
-
-        @Override
-        public void emitRecordAttributes(RecordAttributes recordAttributes) {
-            downstream.emitRecordAttributes(recordAttributes);
-        }
-
-        @Override
-        public void emitWatermark(WatermarkEvent watermark) {
-            downstream.emitWatermark(watermark);
-        }
-
-        @Override
-        public void close() {
-            downstream.close();
         }
     }
 }
