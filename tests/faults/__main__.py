@@ -222,6 +222,18 @@ def one_run(
     shutil.rmtree(control, ignore_errors=True)
 
 
+def cancel_leftovers(cluster: StandaloneCluster, outcome: Outcome) -> None:
+    """Cancels every job still holding slots after an aborted target, each counted as a problem
+    of that target, and waits for the slots to come back."""
+    try:
+        for leftover in jobs_holding_slots(cluster):
+            http_cancel(cluster, leftover)
+            outcome.run_problems.append(f"job {leftover} still ran after the abort: cancelled")
+        settle(cluster, outcome.self_ended)
+    except Exception as err:  # noqa: BLE001 - reported; the next target checks its slots
+        outcome.unfinished.append(f"clean-up after the abort: {type(err).__name__}: {err}"[:800])
+
+
 def finish(
     cluster: StandaloneCluster, job: str, name: str, timeout: float, outcome: Outcome
 ) -> bool:
@@ -531,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as err:  # noqa: BLE001 - reported, and the next target runs
                     outcome.unfinished.append(f"{type(err).__name__}: {str(err)[:500]}")
                     print(f"  {outcome.label} aborted: {err!r}"[:800], flush=True)
+                    # An abort skips the run's own clean-up: a job it left running would hold
+                    # the next target's slots and fail its restores at a higher parallelism.
+                    cancel_leftovers(cluster, outcome)
             # The JobManager's and TaskManagers' logs are the evidence of a failed run (a
             # restored job that never ran, a TaskManager that would not start): keep them.
             if any(o.problems() for o in outcomes):
