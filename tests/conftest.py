@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -55,6 +56,33 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         bridge_build.build()
     except ConfigurationError as err:
         warnings.warn(f"the tests run without a current Java bridge jar: {err}", stacklevel=1)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Starts building the null backend (bench/nullbackend, Go) in the background when a
+    collected test module needs it (``USES_NULL_BACKEND = True``).
+
+    On a clean machine the build downloads its modules and compiles for up to a minute or two;
+    begun here it overlaps the tests before that module. The module's own call to ``build()``
+    waits on the build's lock and finds the binary ready; should this build fail, that call
+    builds again and raises the error where it belongs.
+    """
+    if not any(
+        getattr(getattr(item, "module", None), "USES_NULL_BACKEND", False) for item in items
+    ):
+        return
+
+    def build() -> None:
+        from bench._nullbackend import build as build_null_backend
+
+        try:
+            build_null_backend()
+        except Exception:  # noqa: BLE001 - the test's own build reports it
+            pass
+
+    threading.Thread(target=build, name="null-backend-build", daemon=True).start()
 
 
 @pytest.fixture(scope="session")

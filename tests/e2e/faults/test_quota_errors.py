@@ -58,6 +58,9 @@ from tests.support.jobs import Paced, make_env, record_stream
 
 pytestmark = pytest.mark.e2e
 
+#: Tells tests/conftest.py to start building the null backend when this module is collected.
+USES_NULL_BACKEND = True
+
 SERVICES = ("pubsub", "bigquery", "bigtable", "cloudtasks", "spanner")
 #: Records per job, over this many destinations.
 RECORDS = 7_200

@@ -260,8 +260,8 @@ def test_batches_over_100k_cells_are_split(instance: str, proxy: BigtableProxy) 
         .build()
     )
     writer = open_writer(sink)
-    # 201,000 cells, all inside one 500-entry batch: two requests at the limit and the rest.
-    rows, width = 201, 1_000
+    # 101,000 cells, all inside one 500-entry batch: one request at the limit and the rest.
+    rows, width = 101, 1_000
     for i in range(rows):
         writer.write(
             {
@@ -277,7 +277,7 @@ def test_batches_over_100k_cells_are_split(instance: str, proxy: BigtableProxy) 
     assert proxy.rejected == 0
     assert max(m for _, m in proxy.requests) == 100_000
     assert sum(m for _, m in proxy.requests) == rows * width
-    assert stats.requests == 3 and stats.max_request_mutations == 100_000
+    assert stats.requests == 2 and stats.max_request_mutations == 100_000
     got = read_table(instance, "wide")
     assert len(got) == rows
     assert all(len(cells) == width for cells in got.values())
