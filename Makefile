@@ -17,8 +17,12 @@ demo: setup
 # Every example on a standalone cluster (tests/cluster/test_examples.py) takes minutes, so it
 # runs in `make cluster-test` only; `make test` keeps the cluster's TaskManager-kill test.
 # --durations lists the 30 slowest tests, so a run shows where its wall time goes.
+# TEST_WORKERS pytest processes (pytest-xdist) share the test files, each with its own
+# emulators and PyFlink gateway: one process leaves a third of two cores idle while its jobs
+# start JVMs and wait for checkpoints. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest tests --ignore=tests/packaging --ignore=tests/cluster/test_examples.py --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest tests --ignore=tests/packaging --ignore=tests/cluster/test_examples.py --durations=30 -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	$(PY) -m pytest tests/packaging $(PYTEST_ARGS) || test $$? -eq 5
 
 cluster-test: setup

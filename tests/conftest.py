@@ -105,7 +105,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[EmulatorStack]:
                     os.environ[name] = value
             emulators.keep_logs = request.session.testsfailed > 0
             if emulators.keep_logs:
-                print(f"\nemulator logs kept in {emulators.log_dir}")
+                _notes.append(f"emulator logs kept in {emulators.log_dir}")
 
 
 @pytest.fixture(scope="session")
@@ -121,34 +121,51 @@ def receiver(stack: EmulatorStack) -> Receiver:
     return stack.receiver
 
 
-#: The first test after which the session's gateway was found ended, with how it ended.
-_gateway_end: list[str] = []
+#: Lines for the end of the run's summary: where kept logs are, and when the gateway ended.
+#: Under pytest-xdist each worker collects its own and hands them to the controlling process
+#: (``workeroutput``), which prints them: a worker's own output never reaches the terminal.
+_notes: list[str] = []
+_gateway_noted: list[bool] = []
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
     """Notes the test after which the Java gateway was first found ended: every later test
     that uses PyFlink then fails with "... does not exist in the JVM", and the exit status
     (a signal, or the JVM's own exit code) is the clue to why."""
-    if not _gateway_end:
+    report: pytest.TestReport = yield
+    if report.when == "teardown" and not _gateway_noted:
         ended = ended_gateways()
         if ended:
-            _gateway_end.append(f"after {item.nodeid}: {'; '.join(ended)}")
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _gateway_end:
-        terminalreporter.write_line(
-            f"the Java gateway ended during the run, found {_gateway_end[0]}"
-        )
+            _gateway_noted.append(True)
+            _notes.append(
+                f"the Java gateway ended during the run, found after {item.nodeid}: "
+                + "; ".join(ended)
+            )
+    return report
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Last resort: no emulator may outlive the run, whatever happened to the fixtures. The
-    gateway's standard error is kept (its file is printed) only when a test failed."""
+    gateway's standard error is kept (its file is named in the summary) only when a test
+    failed."""
     stop_all_stacks()
     if os.path.exists(GATEWAY_STDERR):
         if session.testsfailed and os.path.getsize(GATEWAY_STDERR):
-            print(f"\nthe Java gateway's standard error is in {GATEWAY_STDERR}")
+            _notes.append(f"the Java gateway's standard error is in {GATEWAY_STDERR}")
         else:
             os.remove(GATEWAY_STDERR)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["pyflink_gcp_notes"] = list(_notes)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """Takes a pytest-xdist worker's notes into the controlling process's summary."""
+    _notes.extend(getattr(node, "workeroutput", {}).get("pyflink_gcp_notes", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _notes:
+        terminalreporter.write_line(line)
