@@ -65,8 +65,8 @@ class TableBatcher(DestinationWriter[TableDestination]):
         start: Starts a request's operation on the subtask's event loop.
         options: The batch and in-flight limits.
         check: The table's existence check, still running (None: known to exist); the first
-            requests are chained to it on the loop, so neither the processing thread nor the
-            loop waits for it.
+            requests go out alongside it and report their outcome once it answered, so
+            neither the processing thread nor the loop waits for it.
     """
 
     def __init__(
@@ -221,18 +221,30 @@ async def _run_checked(
     run: Callable[[MutateRowsBatch], Awaitable[list[FailedRecord]]],
     batch: MutateRowsBatch,
 ) -> list[FailedRecord]:
-    """A request sent before its table's check finished, chained to it on the loop: it goes
-    out once the check's first attempt found the table. If that attempt failed, the full check
-    (retries, an error naming a missing table, raised on the processing thread when the batcher
-    collects the outcome) blocks, so it runs on a helper thread of the loop, never on the loop's
-    own; it is the rare path, once per table."""
-    if not check.succeeded():
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[bool] = loop.create_future()
-        check.then(partial(_answer, loop, answered, True), partial(_answer, loop, answered, False))
-        if not await answered:
-            await loop.run_in_executor(None, check.wait)
-    return await run(batch)
+    """A request sent before its table's check finished: it goes out at once, alongside the
+    check, and its outcome is reported once the check has answered too.
+
+    So a new table's first flush costs one round trip (the check's GetTable, started when the
+    batcher was built, is answered meanwhile) instead of the check's and then the write's. A
+    request to a table that does not exist is refused (NOT_FOUND) and writes nothing; the
+    check's error, which names the table and what to do, is raised in preference to the
+    request's. If the check's first attempt failed, the full check (retries, that error)
+    blocks, so it runs on a helper thread of the loop, never on the loop's own; it is the rare
+    path, once per table."""
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[bool] = loop.create_future()
+    check.then(partial(_answer, loop, answered, True), partial(_answer, loop, answered, False))
+    error: Exception | None = None
+    failures: list[FailedRecord] = []
+    try:
+        failures = await run(batch)
+    except Exception as exc:  # noqa: BLE001 - raised below, after the check's own error
+        error = exc
+    if not await answered:
+        await loop.run_in_executor(None, check.wait)
+    if error is not None:
+        raise error
+    return failures
 
 
 def _answer(loop: asyncio.AbstractEventLoop, answered: asyncio.Future[bool], found: bool) -> None:

@@ -1,4 +1,4 @@
-"""Table existence and creation: checked once per table and subtask, before its first request.
+"""Table existence and creation: checked once per table and subtask, when a batcher is built.
 
 A missing table must fail the job with an error naming it, and under
 ``CreateDisposition.CREATE_IF_NEEDED`` be created with the declared column families, at most
@@ -8,12 +8,16 @@ reacting to a NOT_FOUND of MutateRows) keeps the hot path free of admin calls an
 error a table name.
 
 Without creation the check does not block the processing thread (:meth:`BigtableTables.start`):
-its first GetTable is a gRPC future (:class:`~pyflink_gcp.core.checked.PendingCheck`) to which
-the table's first MutateRows are chained on the event loop, without any thread waiting on it;
-at thousands of tables a blocking check per new table would cost the processing thread a
-round trip each. Only if that first attempt fails does the full check (retries, the error
-naming the table) run, on a helper thread. Under creation the check and
-the creation stay on the processing thread, so the creation bound is met in record order.
+its first GetTable is a gRPC future (:class:`~pyflink_gcp.core.checked.PendingCheck`) that no
+thread waits on; at thousands of tables a blocking check per new table would cost the
+processing thread a round trip each. The table's first MutateRows go out alongside it, and
+report their outcome on the event loop once it has answered: a table's first flush then waits
+one round trip, not the check's and then the write's, and a request to a missing table writes
+nothing (NOT_FOUND) while the check's error, naming the table, is the one raised. Only if that
+first attempt fails does the full check (retries, the error naming the table) run, on a helper
+thread. Under creation the check and the creation stay on the processing thread, before the
+table's first request, so the creation bound is met in record order and no request reaches a
+table before it is created.
 """
 
 from __future__ import annotations
@@ -105,9 +109,9 @@ class BigtableTables:
 
         Returns:
             None when the table is known to exist (or was checked, and created if needed,
-            here, under creation); else its pending check, to which the table's first
-            requests are chained (its :meth:`PendingCheck.wait` raises what :meth:`ensure`
-            raises).
+            here, under creation); else its pending check, which the table's first requests
+            go out alongside and whose answer they report after (its
+            :meth:`PendingCheck.wait` raises what :meth:`ensure` raises).
         """
         name = destination._name
         if name in self._known:

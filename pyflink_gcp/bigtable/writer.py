@@ -54,7 +54,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
     batcher's requests run from one queue; the lazy admin client), and the tables known to
     exist. A table is
     checked (and, with table create options, created) the first time a batcher is built for
-    it; without them, its check starts there and its first requests are chained to it
+    it; without them, its check starts there and its first requests go out alongside it
     (:meth:`BigtableTables.start`).
 
     Args:

@@ -1,6 +1,6 @@
 """The table batcher against a scripted stub on a real event loop: batching, splitting at the
-limits, flow control, rejected keys and types, errors of background sends, the chaining of
-requests to their table's check. No emulator."""
+limits, flow control, rejected keys and types, errors of background sends, the sending of first
+requests with their table's check. No emulator."""
 
 from __future__ import annotations
 
@@ -133,13 +133,15 @@ def test_close_counts_once() -> None:
     assert batcher._stats.batchers_closed == 1
 
 
-def test_the_first_requests_are_chained_to_the_table_check_on_the_loop() -> None:
+def test_the_first_requests_go_out_alongside_the_table_check_and_report_after_it() -> None:
     from concurrent.futures import Future
 
     from pyflink_gcp.core import DestinationNotFoundError
     from pyflink_gcp.core.checked import PendingCheck
 
-    def make(exists: bool) -> tuple[Any, Future[Any], FakeDataClient, list[str]]:
+    def make(
+        exists: bool, client: FakeDataClient | None = None
+    ) -> tuple[Any, Future[Any], FakeDataClient, list[str]]:
         answer: Future[Any] = Future()
         checked_on: list[str] = []
 
@@ -148,30 +150,42 @@ def test_the_first_requests_are_chained_to_the_table_check_on_the_loop() -> None
             if not exists:
                 raise DestinationNotFoundError("table 't' does not exist")
 
-        client = FakeDataClient()
+        client = client or FakeDataClient()
         batcher = make_batcher(client)
         batcher._check = PendingCheck(answer, full_check, lambda: None)
         return batcher, answer, client, checked_on
 
+    def sent(client: FakeDataClient, count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while len(client.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(client.requests) == count
+
     batcher, answer, client, _ = make(exists=True)
     batcher.write(entry(0), 0)
     batcher.start_flush()  # returns at once although the check has no answer
+    assert sent(client, 1)  # the request went out without waiting for the check
     time.sleep(0.05)
-    assert client.requests == []  # the request waits for its table's check
+    assert not batcher.is_clean  # its outcome waits for the check's answer
     answer.set_result(object())
     assert batcher.flush() == [] and len(client.requests) == 1
     batcher.write(entry(1), 1)
     batcher.flush()
-    assert batcher._check is None and len(client.requests) == 2  # known: no more waiting
+    assert batcher._check is None and len(client.requests) == 2  # known: sent plainly
 
-    batcher, answer, client, checked_on = make(exists=False)
+    # A missing table: the write is refused NOT_FOUND, and the check's error (naming the
+    # table, saying what to do) is the one raised.
+    not_found = api_exceptions.NotFound("table not found")
+    missing = FakeDataClient(raise_on=lambda call: not_found)
+    batcher, answer, client, checked_on = make(exists=False, client=missing)
     batcher.write(entry(0), 0)
+    batcher.start_flush()
+    assert sent(client, 1)
     answer.set_exception(RuntimeError("NOT_FOUND"))
-    with pytest.raises(DestinationNotFoundError, match="does not exist"):
+    with pytest.raises(DestinationNotFoundError, match="table 't' does not exist"):
         batcher.flush()
     # The full check (after a failed first attempt) blocks: neither here nor on the loop.
-    assert client.requests == [] and checked_on
-    assert checked_on[0] not in ("MainThread", LOOP_THREAD)
+    assert checked_on and checked_on[0] not in ("MainThread", LOOP_THREAD)
 
 
 def test_bytes_accepted_counts_the_encoded_entries_of_accepted_rows() -> None:
