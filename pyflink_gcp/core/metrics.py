@@ -28,6 +28,7 @@ SINK_GAUGES: dict[str, str] = {
     "activeWriters": "destination writers open now",
     "writersReleased": "destination writers released at the max_active_destinations cap",
     "lastFlushMillis": "duration of the last full flush, in milliseconds",
+    "maxFlushMillis": "duration of the longest full flush of this subtask attempt, in milliseconds",
     "checkpointMarkers": "checkpoint and end-of-input markers received from the Java bridge",
 }
 #: Sink counters, per subtask: name → meaning.

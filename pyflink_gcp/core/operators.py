@@ -120,6 +120,7 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         sink_group.gauge("recordsDropped", lambda: writer.router.dropped)
         sink_group.gauge("recordsDeadLettered", lambda: writer.router.dead_lettered)
         sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
+        sink_group.gauge("maxFlushMillis", lambda: int(writer.max_flush_s * 1000))
         sink_group.gauge("checkpointMarkers", lambda: self.markers)
         for name, read in self._config.factory.gauges().items():
             sink_group.gauge(name, read)

@@ -142,6 +142,8 @@ class SinkWriter:
         self.bytes_written = 0
         self.flushes = 0
         self.last_flush_s = 0.0
+        #: The longest full flush so far (its gauge keeps the spikes a sampled last value misses).
+        self.max_flush_s = 0.0
         #: ``time.monotonic()`` at the end of the last full flush (or at creation).
         self.flushed_at = time.monotonic()
         self._opened = False
@@ -337,6 +339,7 @@ class SinkWriter:
             self.flushes += 1
             self.flushed_at = time.monotonic()
             self.last_flush_s = self.flushed_at - start
+            self.max_flush_s = max(self.max_flush_s, self.last_flush_s)
         finally:
             self._leave()
 

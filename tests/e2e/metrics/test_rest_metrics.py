@@ -209,7 +209,12 @@ def test_sink_metrics_have_their_documented_names_and_counts(
     assert got["pyflink_gcp.recordsDeadLettered"] == 0, got
     assert got["pyflink_gcp.recordsSkipped"] > 0, got
     assert got["pyflink_gcp.activeWriters"] == 2, got
-    assert {"pyflink_gcp.lastFlushMillis", "pyflink_gcp.checkpointMarkers"} <= set(got), got
+    assert {
+        "pyflink_gcp.lastFlushMillis",
+        "pyflink_gcp.maxFlushMillis",
+        "pyflink_gcp.checkpointMarkers",
+    } <= set(got), got
+    assert got["pyflink_gcp.maxFlushMillis"] >= got["pyflink_gcp.lastFlushMillis"], got
     assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got
     errors = per_destination(got, "errors")
     assert sum(errors.values()) == max(errors.values()) == len(EMPTY), got

@@ -158,9 +158,11 @@ def check(job: Job, per_destination_records: list[float]) -> None:
     assert {
         "pyflink_gcp.writersReleased",
         "pyflink_gcp.lastFlushMillis",
+        "pyflink_gcp.maxFlushMillis",
         "pyflink_gcp.checkpointMarkers",
     } <= set(got), got
     assert got["pyflink_gcp.checkpointMarkers"] > 0, got
+    assert got["pyflink_gcp.maxFlushMillis"] >= got["pyflink_gcp.lastFlushMillis"], got
     ids = {metric_identifier(d) for d in job.destinations}
     records = per_destination(got, "records")
     assert set(records) == ids, got

@@ -158,6 +158,27 @@ def test_idle_writers_are_evicted_after_a_flush_and_recreated(tmp_path):
     assert writer.registry.created == 2
 
 
+def test_the_longest_flush_is_kept_when_later_ones_are_shorter(tmp_path, monkeypatch):
+    from pyflink_gcp.core import sink_writer
+
+    writer = open_writer(tmp_path, by_region)
+    now = [100.0]
+    monkeypatch.setattr(sink_writer.time, "monotonic", lambda: now[0])
+    real_flush = FileWriter.flush
+
+    for took in (0.010, 0.250, 0.020):
+
+        def slow_flush(self, took=took):
+            now[0] += took  # the flush's own time, as the clock sees it
+            return real_flush(self)
+
+        monkeypatch.setattr(FileWriter, "flush", slow_flush)
+        writer.write({"region": "a", "i": 0})
+        writer.flush()
+    assert round(writer.last_flush_s, 3) == 0.020
+    assert round(writer.max_flush_s, 3) == 0.250
+
+
 class _Counter:
     def __init__(self):
         self.value = 0
