@@ -30,6 +30,7 @@ from pyflink_gcp.bigquery import (
 from tests.integration.bigquery.support import DailyTables, ids_by_table, make_dataset
 from tests.support.jobs import FailAt, make_env, record_stream
 from tests.support.restore import Failover
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -113,13 +114,6 @@ class Gate(MapFunction):
 
 def visible(project: str, dataset: str) -> int:
     return sum(sum(ids.values()) for ids in ids_by_table(project, dataset).values())
-
-
-def wait_for(done: Any, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"{what} within {timeout_s:g} s"
-        time.sleep(0.2)
 
 
 #: How long the held job runs on before the buffered streams are read: several ends of the

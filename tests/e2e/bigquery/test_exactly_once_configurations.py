@@ -34,6 +34,7 @@ from tests.support.buffered_streams import recording as recording_buffered
 from tests.support.file_loads import commit_log, load_log, recording
 from tests.support.jobs import FailAt, make_env, record_stream
 from tests.support.restore import Failover
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -207,12 +208,6 @@ def test_at_parallelism_two_each_table_loads_every_subtasks_files_in_one_job(
     assert staged(bucket) == []
 
 
-def _wait_for(path: Any, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
 class Started(Slow):
     """``Slow`` that creates the file ``started`` at its first record."""
 
@@ -248,7 +243,7 @@ def test_a_savepoint_restored_at_another_parallelism_writes_every_row_once(
     env = make_env(parallelism=2, checkpoint_ms=3_600_000)
     record_stream(env, count, make_event).map(Started(str(started))).sink_to(make_sink())
     client = env.execute_async("before the savepoint")
-    _wait_for(started)
+    wait_for(started.exists, "the job's first record")
     time.sleep(2.0)
     path = savepoint(client, f"file://{tmp_path / 'savepoints'}", stop=stop)
     if not stop:

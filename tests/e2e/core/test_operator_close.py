@@ -25,6 +25,7 @@ from pyflink_gcp.core.sink_writer import SinkConfig
 from tests.support.committing import StagingCommitter, StagingFactory
 from tests.support.fakes import FileDestination
 from tests.support.jobs import Paced, make_env, record_stream
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("stack")]
 
@@ -58,14 +59,6 @@ class SlowCommitFactory(StagingFactory):
 
 def record(i: int) -> dict:
     return {"i": i}
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def ended(client: Any) -> bool:
@@ -102,10 +95,10 @@ def test_a_cancel_during_a_commit_lets_the_commit_end_before_the_committer_close
     record_stream(env, 1_000_000, record).map(Paced(every=1, seconds=0.01)).sink_to(sink)
     client = env.execute_async("cancel during a commit")
     started = tmp_path / "commit-started"
-    wait_for(started.exists, 120, "the first commit")
+    wait_for(started.exists, "the first commit", timeout_s=120, interval_s=0.1)
 
     client.cancel().result()
-    wait_for(lambda: ended(client), 60, "the job's cancel")
+    wait_for(lambda: ended(client), "the job's cancel", interval_s=0.1)
     # Every task closed before the job counts as cancelled: had the committer closed the
     # Python environment while its commit ran, the worker would have been killed before the
     # commit's end (no wait here can change that: the process is gone).

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover, checkpoint_completed
 from tests.support.tables import make_table_env, planning_error
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -351,16 +351,6 @@ def _python_workers() -> dict[int, str]:
     }
 
 
-def _wait_for(check, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
-
-
 def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     project: str, tmp_path: Path
 ) -> None:
@@ -399,12 +389,14 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     assert early, "no checkpoint flushed rows"
     # Flushed in the checkpoint's snapshot, which completes a little later: the kill waits for
     # it, or the restart would legitimately start from scratch.
-    _wait_for(lambda: checkpoint_completed(failover.checkpoints))
-    workers = _wait_for(lambda: set(_python_workers()) - earlier)
+    wait_for(lambda: checkpoint_completed(failover.checkpoints), "a completed checkpoint")
+    workers = wait_for(lambda: set(_python_workers()) - earlier, "the job's Python worker")
     assert len(workers) == 1, workers
     (victim,) = workers
     os.kill(victim, signal.SIGKILL)
-    replacement = _wait_for(lambda: sorted(set(_python_workers()) - earlier - {victim}))
+    replacement = wait_for(
+        lambda: sorted(set(_python_workers()) - earlier - {victim}), "a replacement worker"
+    )
     assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
     result.wait()
     failover.assert_restored()

@@ -21,6 +21,7 @@ from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlot
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
 from tests.support.loops import LOOPS, close_loops  # noqa: F401 - close_loops: the fixture
+from tests.support.waiting import wait_for
 
 
 def _closed_port() -> int:
@@ -243,10 +244,7 @@ class Operations:
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+    wait_for(predicate, "the operations' state", timeout_s=timeout, interval_s=0.005)
 
 
 @pytest.mark.usefixtures("close_loops")
