@@ -11,7 +11,9 @@ scopes), through :mod:`~pyflink_gcp.core.channels`.
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 from typing import Any
 
 import grpc
@@ -40,16 +42,25 @@ _DATA_HOST = "bigtable.googleapis.com"
 _ADMIN_HOST = "bigtableadmin.googleapis.com"
 
 
+@functools.cache
+def _client_info_header() -> tuple[str, str]:
+    """The client-identification header, the same for every table: built once, shared by the
+    headers of thousands of tables."""
+    from google.cloud.bigtable_v2.services.bigtable.transports.base import DEFAULT_CLIENT_INFO
+
+    key, value = DEFAULT_CLIENT_INFO.to_grpc_metadata()
+    return (sys.intern(key), value)
+
+
 def request_metadata(table_name: str, app_profile_id: str | None) -> tuple[tuple[str, str], ...]:
     """The headers the generated client would send: client identification and the routing
     parameters Bigtable uses to route the request to the table's backends."""
     from google.api_core.gapic_v1 import routing_header
-    from google.cloud.bigtable_v2.services.bigtable.transports.base import DEFAULT_CLIENT_INFO
 
     params = {"table_name": table_name}
     if app_profile_id:
         params["app_profile_id"] = app_profile_id
-    return (DEFAULT_CLIENT_INFO.to_grpc_metadata(), routing_header.to_grpc_metadata(params))
+    return (_client_info_header(), routing_header.to_grpc_metadata(params))
 
 
 def data_endpoint(explicit: str | None) -> Endpoint:

@@ -139,6 +139,10 @@ class InFlightWindow(Generic[R]):
     elements and bytes they carry. A request is always admitted into an empty window, so one
     larger than the byte bound still goes out.
 
+    A sink keeps one window per destination writer, so its size counts at thousands of
+    destinations: the fields are slots, and the condition the waits need exists only while a
+    wait does (a condition weighs about 1.2 KB, and a window waits at most at a flush).
+
     Args:
         max_requests: Requests in flight at most; None: no bound on the count.
         what: What the window bounds, for errors (``"sink 'orders': Publish requests"``).
@@ -153,6 +157,26 @@ class InFlightWindow(Generic[R]):
         on_done: Called with each request's error (None on success) after its slot is free,
             on the completing thread: how a window tells a quota window the outcomes.
     """
+
+    __slots__ = (
+        "max_requests",
+        "what",
+        "quota",
+        "max_elements",
+        "max_bytes",
+        "_collect",
+        "_fail_fast",
+        "_on_done",
+        "_lock",
+        "_cond",
+        "_waiting",
+        "_requests",
+        "_elements",
+        "_bytes",
+        "_results",
+        "_error",
+        "last",
+    )
 
     def __init__(
         self,
@@ -175,9 +199,10 @@ class InFlightWindow(Generic[R]):
         self._fail_fast = fail_fast
         self._on_done = on_done
         # The counters' lock, taken as a plain lock where nobody waits (the completions), and
-        # as a condition by the waits, which alone are woken (``_waiting``).
+        # as a condition by the waits, which alone are woken (``_waiting``). The condition
+        # over it exists only while a wait does (:meth:`_wait_until`).
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond: threading.Condition | None = None
         self._waiting = 0
         self._requests = 0
         self._elements = 0
@@ -239,7 +264,7 @@ class InFlightWindow(Generic[R]):
         if (self._error is None or not self._fail_fast) and self._has_room(elements, size):
             return  # the common case, without the lock: only completions change the counts
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        with self._lock:
             while True:
                 error = self._error
                 if error is not None and self._fail_fast:
@@ -252,7 +277,7 @@ class InFlightWindow(Generic[R]):
                 )
 
     def _wait_until(self, deadline: float | None, timeout: float | None, late: str) -> None:
-        """Wait (holding the condition) for a completion, a recheck, or ``deadline``.
+        """Wait (holding the lock) for a completion, a recheck, or ``deadline``.
 
         Raises:
             WriteError: ``deadline`` passed; ``late`` words it (``{}``: the requests in flight).
@@ -263,11 +288,18 @@ class InFlightWindow(Generic[R]):
             if left <= 0:
                 raise WriteError(f"{self.what}: {late.format(self._requests)} {timeout:g}s")
             wait = min(wait, left)
+        # Under the lock, as every use of ``_cond``: built for the waits in progress, and
+        # dropped when the last of them ends.
+        cond = self._cond
+        if cond is None:
+            cond = self._cond = threading.Condition(self._lock)
         self._waiting += 1
         try:
-            self._cond.wait(wait)
+            cond.wait(wait)
         finally:
             self._waiting -= 1
+            if not self._waiting:
+                self._cond = None
 
     def add(self, future: Any, elements: int = 0, size: int = 0) -> Any:
         """Count ``future`` (a request just started) in flight until it completes; returns it.
@@ -303,7 +335,9 @@ class InFlightWindow(Generic[R]):
                 elif self._error is None:
                     self._error = error
             if self._waiting:
-                self._cond.notify_all()
+                cond = self._cond
+                assert cond is not None  # kept while a wait is counted
+                cond.notify_all()
         if self._on_done is not None:
             self._on_done(error)
 
@@ -323,7 +357,12 @@ class InFlightWindow(Generic[R]):
             WriteError: Requests were still in flight after ``timeout``.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        if not self._requests:
+            with self._lock:  # nothing to wait for: no condition needed
+                if not self._requests:
+                    error, self._error = self._error, None
+                    return error
+        with self._lock:
             while self._requests:
                 self._wait_until(deadline, timeout, "{} requests were still in flight after")
             error, self._error = self._error, None

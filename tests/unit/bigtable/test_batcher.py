@@ -197,3 +197,34 @@ def test_bytes_accepted_counts_the_encoded_entries_of_accepted_rows() -> None:
     assert batcher.flush() != []  # the empty key is a record failure, not bytes
     sent = sum(e.ByteSize() for r in client.requests for e in r.entries)
     assert batcher.bytes_accepted == sent > 0
+
+
+class _Unencodable(SetCell):
+    """A mutation the request cannot take: its encoding raises, as a bad value would."""
+
+    def _to_dict(self) -> dict[str, Any]:
+        raise TypeError("value is not bytes")
+
+
+def test_an_entry_that_fails_to_encode_leaves_nothing_behind_in_the_request() -> None:
+    client = FakeDataClient()
+    batcher = make_batcher(client)
+    with pytest.raises(TypeError):
+        batcher.write(RowMutationEntry(b"bad", _Unencodable("cf", b"q", b"v", 1000)), "bad")
+    assert batcher.is_clean  # the request begun for it was dropped with it
+    batcher.write(entry(1), 1)
+    with pytest.raises(TypeError):
+        batcher.write(RowMutationEntry(b"bad", _Unencodable("cf", b"q", b"v", 1000)), "bad")
+    batcher.write(entry(2), 2)
+    assert batcher.flush() == []
+    assert [keys(r) for r in client.requests] == [[b"k00001", b"k00002"]]
+
+
+def test_an_idle_batcher_holds_no_request() -> None:
+    client = FakeDataClient()
+    batcher = make_batcher(client)
+    assert batcher._batch is None
+    batcher.write(entry(1), 1)
+    assert batcher._batch is not None
+    batcher.flush()
+    assert batcher._batch is None  # none is built until the next entry

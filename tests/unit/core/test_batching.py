@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pyflink_gcp.core import batching
 from pyflink_gcp.core.batching import InFlightWindow, OpenBatch, Slots, Timers
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
@@ -129,6 +130,66 @@ def test_drain_waits_for_all_then_raises_the_first_error() -> None:
         window.drain(timeout=5)
     assert window.outstanding == 0 and slow.done()
     assert window.take_results() == ["late"]
+
+
+def test_a_window_that_never_waits_builds_no_condition_and_has_no_dict() -> None:
+    # One window per destination writer: at 10,000 destinations a condition (about 1.2 KB)
+    # and an instance dict per window are tens of megabytes.
+    window: InFlightWindow[str] = InFlightWindow(2)
+    for _ in range(3):
+        window.admit()
+        window.add(done(["r"]))
+    assert window.drain() == ["r", "r", "r"]
+    assert window._cond is None
+    assert not hasattr(window, "__dict__")
+
+
+def test_settle_with_nothing_in_flight_takes_the_error_without_waiting() -> None:
+    window: InFlightWindow[str] = InFlightWindow(2)
+    window.add(done(error=ValueError("gone")))
+    error = window.settle(timeout=0)
+    assert isinstance(error, ValueError) and window.settle(timeout=0) is None
+    assert window._cond is None
+
+
+def test_waits_are_woken_by_completions_and_leave_no_condition_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(batching, "_RECHECK_S", 30.0)  # only a notify wakes a wait in time
+    window: InFlightWindow[str] = InFlightWindow(1)
+    for _ in range(2):
+        pending: Future[list[str]] = Future()
+        window.add(pending)
+        timer = threading.Timer(0.05, pending.set_result, ([],))
+        timer.start()
+        start = time.monotonic()
+        window.admit(timeout=5)
+        assert time.monotonic() - start < 10  # woken by the completion, not by a recheck
+        timer.join()
+    assert window._cond is None and window.outstanding == 0
+
+
+def test_two_threads_waiting_at_once_are_both_woken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batching, "_RECHECK_S", 30.0)
+    window: InFlightWindow[str] = InFlightWindow(1)
+    pending: Future[list[str]] = Future()
+    window.add(pending)
+    woken: list[float] = []
+
+    def settle() -> None:
+        window.settle(timeout=5)
+        woken.append(time.monotonic())
+
+    waiters = [threading.Thread(target=settle) for _ in range(2)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.05)
+    completed = time.monotonic()
+    pending.set_result([])
+    for waiter in waiters:
+        waiter.join()
+    assert len(woken) == 2 and max(woken) - completed < 10
+    assert window._cond is None
 
 
 def test_settle_gives_up_after_its_timeout() -> None:
