@@ -26,12 +26,19 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from pyflink_gcp.bigtable.destinations import TableDestination
 from pyflink_gcp.bigtable.options import TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
+from pyflink_gcp.core.checked import (
+    CHECKED_NAMES_LIMIT,
+    CHECKS_IN_FLIGHT,
+    CheckCalls,
+    CheckedNames,
+    PendingCheck,
+)
 from pyflink_gcp.core.creation import DEFAULT_WINDOW, CreationBudget
 from pyflink_gcp.core.errors import (
     DestinationNotFoundError,
@@ -98,6 +105,9 @@ class BigtableTables:
         self._subtask = subtask_index
         self._stats = stats if stats is not None else BigtableWriterStats()
         self._get_table_future = get_table_future
+        #: The first GetTable attempts, a bounded number in flight (thousands of new tables
+        #: at once would hold thousands of calls).
+        self.checks = CheckCalls(CHECKS_IN_FLIGHT, f"sink '{sink_name}'")
         # Tables found to exist, so re-created batchers do not ask again; bounded, so a job
         # naming ever new tables does not grow it without end.
         self._known = CheckedNames(CHECKED_NAMES_LIMIT)
@@ -119,8 +129,12 @@ class BigtableTables:
         if self._create_options is not None or self._get_table_future is None:
             self.ensure(destination)
             return None
-        call = self._get_table_future(str(destination), self._timeout_s)
+        call = self.checks.start(partial(self._get_table_future, str(destination), self._timeout_s))
         return PendingCheck(call, lambda: self.ensure(destination), lambda: self._known.add(name))
+
+    def close(self) -> None:
+        """Start no more checks (queued ones end with an error, so nothing waits for them)."""
+        self.checks.close()
 
     def ensure(self, destination: TableDestination) -> None:
         """Return once ``destination`` exists (creating it if allowed).

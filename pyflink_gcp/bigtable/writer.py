@@ -167,11 +167,13 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         return queue.submit(work, *args)
 
     def close(self) -> None:
+        if self.tables is not None:
+            self.tables.close()
+            self.tables = None
         if self.client is not None:
             self.client.close()  # ends the queued operations CANCELLED
             self.client = None
         self.queue = None
-        self.tables = None
         _LOG.info("%s: Bigtable writer stats %s", self.sink_name, self.stats)
 
     def _admin(self) -> Any:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import grpc
@@ -37,7 +38,13 @@ from pyflink_gcp.cloudtasks.client import (
     open_admin_channel,
 )
 from pyflink_gcp.cloudtasks.destinations import QueueDestination
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
+from pyflink_gcp.core.checked import (
+    CHECKED_NAMES_LIMIT,
+    CHECKS_IN_FLIGHT,
+    CheckCalls,
+    CheckedNames,
+    PendingCheck,
+)
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.errors import DestinationNotFoundError, SinkError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy, status_name
@@ -78,6 +85,9 @@ class QueueCheck:
         )
         # Bounded: a job naming ever new queues would otherwise grow it without end.
         self._verified = CheckedNames(CHECKED_NAMES_LIMIT)
+        # The first GetQueue attempts, a bounded number in flight (thousands of new queues at
+        # once would hold thousands of calls).
+        self._checks = CheckCalls(CHECKS_IN_FLIGHT, f"sink '{sink_name}'")
 
     def start(self, destination: QueueDestination) -> PendingCheck | None:
         """Start checking ``destination`` without waiting for the answer.
@@ -91,10 +101,13 @@ class QueueCheck:
         if name in self._verified:
             return None
         stub = self._stub if self._stub is not None else self._open()
-        call = stub.future(
-            get_queue_request(name),
-            timeout=self._timeout,
-            metadata=get_queue_metadata(name, self._header),
+        call = self._checks.start(
+            partial(
+                stub.future,
+                get_queue_request(name),
+                timeout=self._timeout,
+                metadata=get_queue_metadata(name, self._header),
+            )
         )
         check = PendingCheck(
             call,
@@ -185,6 +198,8 @@ class QueueCheck:
         """Close the channel and the pool; the queues checked are forgotten."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        self._checks.close()  # those not started yet end at once
+        self._checks = CheckCalls(CHECKS_IN_FLIGHT, f"sink '{self._sink}'")
         if self._channel is not None:
             self._channel.close()  # cancels first attempts still in flight
         self._pool = None

@@ -357,15 +357,12 @@ class InFlightWindow(Generic[R]):
             WriteError: Requests were still in flight after ``timeout``.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._requests:
-            with self._lock:  # nothing to wait for: no condition needed
-                if not self._requests:
-                    error, self._error = self._error, None
-                    return error
         with self._lock:
             while self._requests:
                 self._wait_until(deadline, timeout, "{} requests were still in flight after")
             error, self._error = self._error, None
+            if error is None:
+                self.last = None  # done and succeeded: nothing to chain after, nor to keep
         return error
 
     def drain(self, timeout: float | None = None) -> list[R]:

@@ -8,18 +8,28 @@ forgotten and checked again on its next use (one more lookup, never a wrong answ
 write calls still fail for a destination deleted meanwhile).
 
 A destination's first check need not block the processing thread either: :class:`PendingCheck`
-starts its first attempt as a gRPC future, and only its first write waits for it.
+starts its first attempt as a gRPC future, and only its first write waits for it. Those first
+attempts go through :class:`CheckCalls`, which keeps at most :data:`CHECKS_IN_FLIGHT` of a
+subtask's in flight and queues the rest: a job meeting 10,000 new destinations in its first
+second would otherwise hold 10,000 gRPC calls at once, about 6 KB each, and the memory they
+fragment stays with the worker after they end.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from pyflink_gcp.core.errors import WriteError
+
 #: How many checked destination names a subtask remembers (about 130 bytes each: a few MB).
 CHECKED_NAMES_LIMIT = 50_000
+
+#: First check attempts in flight at most per subtask (:class:`CheckCalls`): at a 20 ms round
+#: trip still about 3,000 checks a second, and a few hundred KB of calls.
+CHECKS_IN_FLIGHT = 64
 
 
 class CheckedNames:
@@ -157,3 +167,168 @@ class PendingCheck:
                     self._settled = True
             if self._error is not None:
                 raise self._error
+
+
+class QueuedCall:
+    """A call of :class:`CheckCalls`, read like a ``grpc.Future`` whether it started yet or not.
+
+    ``done`` never blocks; ``exception`` and ``result`` wait for the call to start and then to
+    end; ``add_done_callback`` callbacks get this object, once the call ended.
+    """
+
+    __slots__ = ("_calls", "_begin", "_inner", "_callbacks")
+
+    def __init__(self, calls: CheckCalls, begin: Callable[[], Any]) -> None:
+        self._calls = calls
+        self._begin: Callable[[], Any] | None = begin
+        self._inner: Any = None
+        self._callbacks: list[Callable[[QueuedCall], None]] | None = None
+
+    def done(self) -> bool:
+        inner = self._inner
+        return inner is not None and bool(inner.done())
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._calls.started(self, timeout).exception(timeout)  # type: ignore[no-any-return]
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._calls.started(self, timeout).result(timeout)
+
+    def add_done_callback(self, fn: Callable[[QueuedCall], None]) -> None:
+        with self._calls._lock:
+            if self._inner is None:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        self._inner.add_done_callback(lambda _: fn(self))
+
+
+class _Failed:
+    """A call that could not start: done at once, with the error its start raised."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+
+    def done(self) -> bool:
+        return True
+
+    def exception(self, timeout: float | None = None) -> BaseException:
+        return self._error
+
+    def result(self, timeout: float | None = None) -> Any:
+        raise self._error
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
+
+
+class CheckCalls:
+    """Starts a subtask's first check attempts, at most ``limit`` in flight, in order.
+
+    A call that finds the limit reached waits in a queue and is started by the completion that
+    frees a slot (on gRPC's thread, which only starts it: starting a future call does not
+    block). Thread-safe.
+
+    Args:
+        limit: Calls in flight at most.
+        what: Names the sink in the error of calls never started (:meth:`close`).
+    """
+
+    def __init__(self, limit: int = CHECKS_IN_FLIGHT, what: str = "sink") -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self._what = what
+        self._lock = threading.Lock()
+        self._started = threading.Condition(self._lock)
+        self._queue: deque[QueuedCall] = deque()
+        self._running = 0
+        self._pumping = False
+        self._closed = False
+        #: The most calls that waited in the queue at once.
+        self.max_queued = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._running
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def start(self, begin: Callable[[], Any]) -> QueuedCall:
+        """Start ``begin()`` (which starts a call and returns its future) now if a slot is
+        free, else once one is; returns the call at once."""
+        call = QueuedCall(self, begin)
+        with self._lock:
+            self._queue.append(call)
+            self.max_queued = max(self.max_queued, len(self._queue))
+            if self._pumping:
+                return call  # the thread starting calls now takes this one too
+            self._pumping = True
+        self._pump()
+        return call
+
+    def started(self, call: QueuedCall, timeout: float | None = None) -> Any:
+        """Wait until ``call`` has started; its future.
+
+        Raises:
+            TimeoutError: It had not started within ``timeout`` seconds.
+        """
+        inner = call._inner
+        if inner is not None:
+            return inner
+        with self._started:
+            if not self._started.wait_for(lambda: call._inner is not None, timeout):
+                raise TimeoutError(f"{self._what}: a check was not started in {timeout}s")
+            return call._inner
+
+    def close(self) -> None:
+        """Start no more calls: the queued ones end at once with an error, so nothing waits
+        for them."""
+        with self._lock:
+            self._closed = True
+            queued = list(self._queue)
+            self._queue.clear()
+        for call in queued:
+            self._settle(call, _Failed(WriteError(f"{self._what}: closed before the check ran")))
+
+    def _pump(self) -> None:
+        """Start queued calls while slots are free; the caller set ``_pumping``. One thread
+        pumps at a time, so a call that completes at once (its callback frees a slot on this
+        thread) does not recurse."""
+        while True:
+            with self._lock:
+                if not self._queue or self._running >= self.limit or self._closed:
+                    self._pumping = False
+                    return
+                call = self._queue.popleft()
+                self._running += 1
+            begin = call._begin
+            assert begin is not None
+            try:
+                inner = begin()
+            except Exception as exc:  # noqa: BLE001 - the call's outcome, read by its owner
+                inner = _Failed(exc)
+            inner.add_done_callback(self._finished)
+            self._settle(call, inner)
+
+    def _settle(self, call: QueuedCall, inner: Any) -> None:
+        with self._lock:
+            call._inner = inner
+            call._begin = None
+            callbacks, call._callbacks = call._callbacks, None
+            self._started.notify_all()
+        for fn in callbacks or ():
+            inner.add_done_callback(lambda _, fn=fn: fn(call))
+
+    def _finished(self, _inner: Any) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._pumping or not self._queue:
+                return
+            self._pumping = True
+        self._pump()

@@ -234,6 +234,35 @@ def test_without_creation_a_new_table_is_checked_without_blocking() -> None:
     assert known.start(TABLE) is None and len(futures.started) == 1  # known now
 
 
+def test_new_tables_have_a_bounded_number_of_checks_in_flight() -> None:
+    futures = GetTableFutures()
+    known = tables(FakeAdmin(None), None, get_table_future=futures)
+    limit = known.checks.limit
+    destinations = [TableDestination.of("p", "inst", f"t{i}") for i in range(limit + 10)]
+    checks = [known.start(d) for d in destinations]
+    assert len(futures.started) == limit  # the rest wait for a slot
+    futures.futures[0].set_result(object())
+    assert len(futures.started) == limit + 1
+    assert futures.started[-1][0] == str(destinations[limit])  # in order
+    while len(futures.started) < len(destinations) or not all(f.done() for f in futures.futures):
+        next(f for f in futures.futures if not f.done()).set_result(object())
+    for check in checks:
+        assert check is not None
+        check.wait()
+        assert check.succeeded()
+    known.close()
+
+
+def test_closing_ends_the_checks_still_queued() -> None:
+    futures = GetTableFutures()
+    known = tables(FakeAdmin(None), None, get_table_future=futures)
+    checks = [known.start(TableDestination.of("p", "inst", f"t{i}")) for i in range(70)]
+    known.close()
+    queued = checks[-1]
+    assert queued is not None and not queued.succeeded()
+    assert len(futures.started) == known.checks.limit  # none started after the close
+
+
 def test_a_failed_first_attempt_hands_over_to_the_full_check_naming_the_table() -> None:
     admin = FakeAdmin(api_exceptions.NotFound("no table"))
     futures = GetTableFutures()

@@ -245,3 +245,18 @@ def test_a_started_check_without_permission_warns_and_skips(
     assert "skipping the existence check" in caplog.text
     assert check.start(QUEUE) is None
     check.close()
+
+
+def test_new_queues_have_a_bounded_number_of_checks_in_flight() -> None:
+    check, admin = _check(tasks_v2.Queue.State.RUNNING, hold=True)
+    limit = check._checks.limit
+    queues = [QueueDestination.of("p", "us-central1", f"q{i}") for i in range(limit + 5)]
+    pending = [check.start(q) for q in queues]
+    assert len(admin.calls) == limit  # the rest wait for a slot
+    while len(admin.held) < len(queues) or not all(f.done() for f in admin.held):
+        admin.answer()  # each answer frees a slot and starts a queued check
+    assert [name for name, _, _ in admin.calls] == [q.resource_name for q in queues]
+    for each in pending:
+        assert each is not None
+        each.wait()
+        assert each.succeeded()

@@ -146,10 +146,18 @@ def test_a_window_that_never_waits_builds_no_condition_and_has_no_dict() -> None
 
 def test_settle_with_nothing_in_flight_takes_the_error_without_waiting() -> None:
     window: InFlightWindow[str] = InFlightWindow(2)
-    window.add(done(error=ValueError("gone")))
+    failed = window.add(done(error=ValueError("gone")))
     error = window.settle(timeout=0)
-    assert isinstance(error, ValueError) and window.settle(timeout=0) is None
-    assert window._cond is None
+    assert isinstance(error, ValueError) and window._cond is None
+    assert window.last is failed  # kept: an ordered writer must not chain past a failure
+    assert window.settle(timeout=0) is None
+
+
+def test_a_settled_window_lets_go_of_its_last_request() -> None:
+    window: InFlightWindow[str] = InFlightWindow(2)
+    window.add(done(["r"]))
+    assert window.last is not None
+    assert window.drain() == ["r"] and window.last is None
 
 
 def test_waits_are_woken_by_completions_and_leave_no_condition_behind(

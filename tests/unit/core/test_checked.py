@@ -11,7 +11,13 @@ from concurrent.futures import Future
 
 import pytest
 
-from pyflink_gcp.core.checked import CHECKED_NAMES_LIMIT, CheckedNames, PendingCheck
+from pyflink_gcp.core.checked import (
+    CHECKED_NAMES_LIMIT,
+    CheckCalls,
+    CheckedNames,
+    PendingCheck,
+)
+from pyflink_gcp.core.errors import WriteError
 
 
 def test_the_least_recently_used_name_is_forgotten_past_the_limit():
@@ -150,3 +156,111 @@ def test_a_cancelled_first_attempt_counts_as_failed_without_raising():
     events: list = []
     check.then(record(events, "found"), record(events, "otherwise"))
     assert [what for what, _ in events] == ["otherwise"]
+
+
+# -- CheckCalls: a bounded number of first attempts in flight ---------------------------------
+
+
+def test_at_most_the_limit_of_calls_are_in_flight_and_the_rest_start_in_order():
+    calls = CheckCalls(limit=2)
+    started: list[Future[str]] = []
+
+    def begin(i: int) -> Future[str]:
+        future: Future[str] = Future()
+        future.i = i  # type: ignore[attr-defined]
+        started.append(future)
+        return future
+
+    queued = [calls.start(lambda i=i: begin(i)) for i in range(5)]
+    assert [f.i for f in started] == [0, 1]  # type: ignore[attr-defined]
+    assert calls.in_flight == 2 and calls.queued == 3 and calls.max_queued == 3
+    assert not queued[2].done()
+    started[1].set_result("b")  # a completion frees a slot and starts the next queued call
+    assert [f.i for f in started] == [0, 1, 2]  # type: ignore[attr-defined]
+    assert queued[1].done() and queued[1].result() == "b"
+    while any(not f.done() for f in started):  # each completion starts the next
+        next(f for f in started if not f.done()).set_result("x")
+    assert len(started) == 5 and all(c.done() for c in queued)
+    assert calls.in_flight == 0 and calls.queued == 0
+
+
+def test_calls_that_end_at_once_start_thousands_without_recursion():
+    calls = CheckCalls(limit=1)
+
+    def answered() -> Future[int]:
+        future: Future[int] = Future()
+        future.set_result(1)
+        return future
+
+    queued = [calls.start(answered) for _ in range(5000)]
+    assert all(c.done() and c.result() == 1 for c in queued)
+    assert calls.in_flight == 0
+
+
+def test_a_call_that_cannot_start_ends_with_the_error_and_frees_its_slot():
+    calls = CheckCalls(limit=1)
+
+    def broken() -> Future[int]:
+        raise RuntimeError("channel closed")
+
+    failed = calls.start(broken)
+    assert failed.done() and isinstance(failed.exception(), RuntimeError)
+    with pytest.raises(RuntimeError, match="channel closed"):
+        failed.result()
+    ok: Future[int] = Future()
+    assert calls.start(lambda: ok) is not None and calls.in_flight == 1
+
+
+def test_callbacks_added_before_the_start_run_once_the_call_ends_with_the_queued_call():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    second: Future[int] = Future()
+    calls.start(lambda: first)
+    queued = calls.start(lambda: second)
+    seen: list[object] = []
+    queued.add_done_callback(seen.append)
+    first.set_result(0)  # starts the queued call
+    assert seen == []
+    second.set_result(2)
+    assert seen == [queued]
+
+
+def test_a_waiter_blocks_until_its_queued_call_started_and_answered():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    second: Future[int] = Future()
+    calls.start(lambda: first)
+    queued = calls.start(lambda: second)
+    with pytest.raises(TimeoutError):
+        queued.exception(timeout=0.05)  # not started yet
+    threading.Timer(0.05, first.set_result, (0,)).start()
+    threading.Timer(0.1, second.set_result, (2,)).start()
+    assert queued.result(timeout=5) == 2
+
+
+def test_close_ends_the_queued_calls_so_no_one_waits_for_them():
+    calls = CheckCalls(limit=1, what="sink 's'")
+    running: Future[int] = Future()
+    calls.start(lambda: running)
+    queued = calls.start(lambda: Future())
+    calls.close()
+    assert queued.done()
+    error = queued.exception(timeout=1)
+    assert isinstance(error, WriteError) and "sink 's'" in str(error)
+    running.set_result(1)  # its completion starts nothing more
+    assert calls.in_flight == 0
+
+
+def test_a_pending_check_reads_a_queued_call_like_a_started_one():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    second: Future[int] = Future()
+    calls.start(lambda: first)
+    found: list[str] = []
+    check = PendingCheck(calls.start(lambda: second), lambda: None, lambda: found.append("x"))
+    outcomes: list[str] = []
+    check.then(lambda: outcomes.append("found"), lambda: outcomes.append("otherwise"))
+    assert not check.succeeded()
+    first.set_result(0)
+    second.set_result(1)
+    assert outcomes == ["found"] and found == ["x"] and check.succeeded()
