@@ -46,6 +46,11 @@ _LOG = logging.getLogger("pyflink_gcp.bigtable")
 #: busy while some back off.
 WORKERS_PER_CALL = 2
 
+#: MutateRows requests waiting for a worker at most per subtask. A checkpoint at 10,000 tables
+#: hands the loop 10,000 requests; more than this many queued and the processing thread waits
+#: (backpressure) instead of keeping the requests of the next checkpoints queued too.
+MAX_QUEUED_REQUESTS = 1_000
+
 
 class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination]):
     """Configuration of a subtask's Bigtable writing; after :meth:`open`, its shared state.
@@ -114,7 +119,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.client = BigtableClient(self.sink_name, self.endpoint, self.admin_endpoint)
         self.slots = LoopSlots(lambda: self.quota.limit)  # fresh for the new loop
         workers = WORKERS_PER_CALL * self.options.max_in_flight_requests
-        self.queue = WorkQueue(self.client.data.start, lambda: workers)
+        self.queue = WorkQueue(self.client.data.start, lambda: workers, MAX_QUEUED_REQUESTS)
         self.tables = self._tables(info.subtask_index)
         _LOG.info(
             "%s: subtask %d writes to Bigtable at %s",

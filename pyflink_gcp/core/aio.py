@@ -336,6 +336,11 @@ class AsyncChannel:
             self._loop.close()
 
 
+#: The longest a submit waiting for room sleeps before it looks again (a worker's take
+#: normally wakes it at once).
+_ROOM_RECHECK_S = 0.5
+
+
 class WorkQueue:
     """Operations run in order by at most ``workers`` coroutines on one event loop.
 
@@ -354,17 +359,36 @@ class WorkQueue:
     handles are completed on the loop thread (or, for operations a closing loop never ran, on
     the thread that closes it).
 
+    The queue itself is bounded by ``max_queued``: a subtask whose loop cannot send as fast as
+    its flushes hand it requests (10,000 tables at 1-s checkpoints) would otherwise keep the
+    requests of several checkpoints queued, each with its entries and records. Past the bound
+    :meth:`submit` waits for a worker to take one, which is Flink backpressure.
+
     Args:
         start: Starts a coroutine function on the loop: ``start(work, *args) -> CallHandle``.
         workers: Operations running at once at most (at least 1), read at every submit.
+        max_queued: Operations waiting for a worker at most; None: no bound.
     """
 
-    def __init__(self, start: Callable[..., CallHandle], workers: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        start: Callable[..., CallHandle],
+        workers: Callable[[], int],
+        max_queued: int | None = None,
+    ) -> None:
         self._start = start
         self._limit = workers
-        self._done = threading.Condition(threading.Lock())
+        self._max_queued = max_queued
+        lock = threading.Lock()
+        self._done = threading.Condition(lock)
+        #: Woken when a worker takes an operation (or the queue is failed), for submits that
+        #: wait for room.
+        self._room = threading.Condition(lock)
+        self._waiting_for_room = 0
         self._pending: deque[tuple[CallHandle, Work, tuple[Any, ...]]] = deque()
         self._workers = 0
+        #: How often a submit waited for room.
+        self.waits = 0
 
     @property
     def queued(self) -> int:
@@ -377,9 +401,13 @@ class WorkQueue:
         return self._workers
 
     def submit(self, work: Work, *args: Any) -> CallHandle:
-        """Queue ``await work(*args)`` and start a worker if fewer than the limit run; never
-        blocks. Returns the operation's handle."""
+        """Queue ``await work(*args)`` and start a worker if fewer than the limit run. Blocks
+        only while ``max_queued`` operations wait (never on the loop's own thread). Returns the
+        operation's handle."""
         handle = CallHandle(self)
+        max_queued = self._max_queued
+        if max_queued is not None and len(self._pending) >= max_queued:
+            self._wait_for_room(max_queued)
         self._pending.append((handle, work, args))
         with self._done:
             if self._workers >= self._limit():
@@ -394,6 +422,26 @@ class WorkQueue:
         worker.add_done_callback(self._worker_ended)
         return handle
 
+    def _wait_for_room(self, max_queued: int) -> None:
+        """Wait while ``max_queued`` operations wait and a worker runs to take them (a queue
+        without a worker gets one from the submit itself)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            return  # on the loop: waiting here would stop the workers that make room
+        with self._room:
+            if len(self._pending) < max_queued or not self._workers:
+                return
+            self.waits += 1
+            self._waiting_for_room += 1
+            try:
+                while len(self._pending) >= max_queued and self._workers:
+                    self._room.wait(_ROOM_RECHECK_S)
+            finally:
+                self._waiting_for_room -= 1
+
     async def _work(self) -> None:
         """One worker: run the queued operations in order until none is left."""
         pending = self._pending
@@ -401,8 +449,12 @@ class WorkQueue:
             with self._done:
                 if not pending:
                     self._workers -= 1
+                    if self._waiting_for_room:
+                        self._room.notify_all()  # no worker left: a waiting submit starts one
                     return
                 handle, work, args = pending.popleft()
+                if self._waiting_for_room:
+                    self._room.notify()
             try:
                 handle._result = await work(*args)
             except asyncio.CancelledError:
@@ -423,6 +475,7 @@ class WorkQueue:
             self._workers -= 1
             left = list(self._pending)
             self._pending.clear()
+            self._room.notify_all()
         for handle, _work, _args in left:
             self._finish(handle, error)
 

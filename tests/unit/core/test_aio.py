@@ -17,6 +17,7 @@ from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
     PublisherGrpcAsyncIOTransport,
 )
 
+from pyflink_gcp.core import aio
 from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots, WorkQueue
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
@@ -346,3 +347,47 @@ def test_exception_waits_for_the_end_within_its_timeout() -> None:
     assert time.monotonic() - started >= 0.05
     threading.Timer(0.05, ops.gate.set).start()
     assert outcome.result(timeout=5) == [1] and outcome.done()
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_a_full_queue_makes_submit_wait_until_a_worker_takes_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(aio, "_ROOM_RECHECK_S", 30.0)  # only a worker's take wakes it in time
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 1, max_queued=3)
+    ops = Operations()
+    ops.gate.clear()
+    outcomes = [queue.submit(ops.op, 0)]
+    wait_until(lambda: ops.running == 1)
+    outcomes += [queue.submit(ops.op, i) for i in range(1, 4)]  # three queued behind it
+    assert queue.queued == 3 and queue.waits == 0
+    submitted = threading.Event()
+
+    def fifth() -> None:
+        outcomes.append(queue.submit(ops.op, 4))
+        submitted.set()
+
+    threading.Thread(target=fifth).start()
+    assert not submitted.wait(0.2)  # the queue is full: the submit waits
+    assert queue.queued == 3
+    started = time.monotonic()
+    ops.gate.set()  # the worker takes the next operation, which makes room
+    assert submitted.wait(10) and time.monotonic() - started < 10
+    assert [o.result(timeout=5) for o in outcomes] == [[i] for i in range(5)]
+    assert queue.waits == 1
+
+
+@pytest.mark.usefixtures("close_loops")
+def test_a_full_queue_whose_loop_closed_does_not_hold_a_submit() -> None:
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 1, max_queued=2)
+    ops = Operations()
+    ops.gate.clear()
+    outcomes = [queue.submit(ops.op, i) for i in range(3)]
+    wait_until(lambda: ops.running == 1)
+    loop.close()  # fails the running and the queued operations
+    for outcome in outcomes:
+        assert outcome.exception(timeout=5) is not None
+    late = queue.submit(ops.op, 3)  # no worker to wait for: it returns at once
+    assert late.exception(timeout=5) is not None
