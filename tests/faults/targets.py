@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyflink_gcp.tools.emulators import EmulatorStack, fetch_received
+from pyflink_gcp.tools.emulators import EmulatorStack
+from pyflink_gcp.tools.emulators.receiver import ReceivedCursor
 from tests.support.pubsub import make_topics, pull_all
 
 PARITIES = ("even", "odd")
@@ -369,19 +370,31 @@ def staged_left(target: Target, project: str, name: str) -> list[str] | None:
         gcs.close()
 
 
-def _dispatched(stack: EmulatorStack, path: str, count: int, timeout: float = 180.0) -> list[int]:
+def _dispatched(
+    stack: EmulatorStack, path: str, count: int, stall_timeout: float = 60.0
+) -> list[int]:
     """The ids of the webhook calls under ``path``, once ``count`` distinct ones arrived and
-    then nothing for 3 s (dispatch runs behind the sink, at the queues' rate)."""
-    deadline = time.monotonic() + timeout
-    seen, quiet_since = -1, time.monotonic()
+    then nothing for 3 s, or once none arrived for ``stall_timeout`` seconds.
+
+    Dispatch runs behind the sink, at the queues' rate (500 a second each), so a run that
+    handed 200,000 records takes minutes to read back: the wait is bounded by a stall, not by
+    a fixed time that a long run outlasts (and reports as loss). The receiver is read in
+    installments (:class:`ReceivedCursor`): reading every call on every poll grew with the
+    calls and slowed the receiver that records them."""
+    cursor = ReceivedCursor(stack.receiver_url, path_prefix=path)
+    ids: list[int] = []
+    distinct: set[int] = set()
+    last_new = time.monotonic()
     while True:
-        calls = [r for r in fetch_received(stack.receiver_url) if r["path"].startswith(path)]
-        ids = [json.loads(r["body"])["id"] for r in calls]
-        if len(ids) != seen:
-            seen, quiet_since = len(ids), time.monotonic()
-        elif len(set(ids)) >= count and time.monotonic() - quiet_since >= 3:
+        fresh = [json.loads(r["body"])["id"] for r in cursor.fetch_new()]
+        now = time.monotonic()
+        if fresh:
+            ids.extend(fresh)
+            distinct.update(fresh)
+            last_new = now
+        elif len(distinct) >= count and now - last_new >= 3:
             return ids
-        if time.monotonic() > deadline:
+        if now - last_new > stall_timeout:
             return ids
         time.sleep(0.5)
 
