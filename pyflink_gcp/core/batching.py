@@ -35,6 +35,7 @@ import math
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError
 from functools import partial
@@ -443,9 +444,15 @@ class Slots:
     that freed it; :meth:`cancel` withdraws a waiter; :meth:`release` gives a slot back. A key
     waits once however often it asks. ``limit`` None: no bound, every acquire succeeds.
     Why: a writer whose requests complete by callback must sometimes wait for a scarce thing (a
-    connection of the subtask) before it can send; a thread blocked on it would be the thread
-    the design removes. ``on_grant`` must not block; it runs outside the slots' lock, and a
-    grant to a holder that no longer wants it is given back with :meth:`release`.
+    connection of the subtask, a check call) before it can send; a thread blocked on it would be
+    the thread the design removes. ``on_grant`` must not block; it runs outside the slots' lock,
+    and a grant to a holder that no longer wants it is given back with :meth:`release`.
+
+    Grants never nest: a holder whose work ends at once (a call on a closed channel) releases
+    inside its own ``on_grant``, and thousands of such waiters would otherwise grant each other
+    thousands of frames deep. A release made while a thread is granting queues its grant for
+    that thread, which runs them one after another. :meth:`cancel_all` withdraws every waiter
+    at once, for an owner that closes.
     """
 
     def __init__(self, limit: int | None) -> None:
@@ -453,6 +460,8 @@ class Slots:
         self._lock = threading.Lock()
         self._held = 0
         self._waiting: dict[object, Callable[[], None]] = {}  # in arrival order
+        self._grants: deque[Callable[[], None]] = deque()
+        self._granting = False
 
     @property
     def held(self) -> int:
@@ -479,15 +488,44 @@ class Slots:
         with self._lock:
             return self._waiting.pop(key, None) is not None
 
+    def cancel_all(self) -> list[object]:
+        """Withdraw every waiter; their keys, oldest first. A grant already made still runs."""
+        with self._lock:
+            keys = list(self._waiting)
+            self._waiting.clear()
+        return keys
+
     def release(self) -> None:
-        """Give a slot back: to the oldest waiter (its ``on_grant`` runs here), else free."""
+        """Give a slot back: to the oldest waiter (its ``on_grant`` runs on this thread, or on
+        the thread granting now), else free."""
         with self._lock:
             if not self._waiting:
                 self._held -= 1
                 return
             key = next(iter(self._waiting))
-            on_grant = self._waiting.pop(key)
-        on_grant()
+            self._grants.append(self._waiting.pop(key))
+            if self._granting:
+                return
+            self._granting = True
+        self._grant()
+
+    def _grant(self) -> None:
+        """Run the queued grants until none is left; the caller set ``_granting``. A grant that
+        raises does not stop the others: the first error is raised once they ran."""
+        error: BaseException | None = None
+        while True:
+            with self._lock:
+                if not self._grants:
+                    self._granting = False
+                    break
+                on_grant = self._grants.popleft()
+            try:
+                on_grant()
+            except BaseException as exc:  # noqa: BLE001 - raised again below
+                if error is None:
+                    error = exc
+        if error is not None:
+            raise error
 
     def __repr__(self) -> str:
         return f"Slots({self._held} held of {self.limit}, {len(self._waiting)} waiting)"

@@ -18,10 +18,11 @@ fragment stays with the worker after they end.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from pyflink_gcp.core.batching import Slots
 from pyflink_gcp.core.errors import WriteError
 
 #: How many checked destination names a subtask remembers (about 130 bytes each: a few MB).
@@ -228,9 +229,11 @@ class _Failed:
 class CheckCalls:
     """Starts a subtask's first check attempts, at most ``limit`` in flight, in order.
 
-    A call that finds the limit reached waits in a queue and is started by the completion that
-    frees a slot (on gRPC's thread, which only starts it: starting a future call does not
-    block). Thread-safe.
+    The bound is a :class:`~pyflink_gcp.core.batching.Slots`: a call that finds every slot
+    taken waits there and is started by the completion that frees one (on gRPC's thread, which
+    only starts it: starting a future call does not block). What this class adds is the call
+    a caller can hold before it started (:class:`QueuedCall`) and the end of the queued calls
+    at :meth:`close`. Thread-safe.
 
     Args:
         limit: Calls in flight at most.
@@ -242,34 +245,32 @@ class CheckCalls:
             raise ValueError("limit must be at least 1")
         self.limit = limit
         self._what = what
+        self._slots = Slots(limit)
         self._lock = threading.Lock()
         self._started = threading.Condition(self._lock)
-        self._queue: deque[QueuedCall] = deque()
-        self._running = 0
-        self._pumping = False
         self._closed = False
-        #: The most calls that waited in the queue at once.
+        #: The most calls that waited for a slot at once.
         self.max_queued = 0
 
     @property
     def in_flight(self) -> int:
-        return self._running
+        return self._slots.held
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        return self._slots.waiting
 
     def start(self, begin: Callable[[], Any]) -> QueuedCall:
         """Start ``begin()`` (which starts a call and returns its future) now if a slot is
-        free, else once one is; returns the call at once."""
+        free, else once one is; returns the call at once. After :meth:`close` the call ends at
+        once with an error."""
         call = QueuedCall(self, begin)
-        with self._lock:
-            self._queue.append(call)
-            self.max_queued = max(self.max_queued, len(self._queue))
-            if self._pumping:
-                return call  # the thread starting calls now takes this one too
-            self._pumping = True
-        self._pump()
+        if self._closed:
+            self._settle(call, _Failed(self._closed_error()))
+        elif self._slots.acquire(call, lambda: self._begin(call)):
+            self._begin(call)
+        else:
+            self.max_queued = max(self.max_queued, self._slots.waiting)
         return call
 
     def started(self, call: QueuedCall, timeout: float | None = None) -> Any:
@@ -291,30 +292,27 @@ class CheckCalls:
         for them."""
         with self._lock:
             self._closed = True
-            queued = list(self._queue)
-            self._queue.clear()
-        for call in queued:
-            self._settle(call, _Failed(WriteError(f"{self._what}: closed before the check ran")))
+        for call in self._slots.cancel_all():
+            assert isinstance(call, QueuedCall)
+            self._settle(call, _Failed(self._closed_error()))
 
-    def _pump(self) -> None:
-        """Start queued calls while slots are free; the caller set ``_pumping``. One thread
-        pumps at a time, so a call that completes at once (its callback frees a slot on this
-        thread) does not recurse."""
-        while True:
-            with self._lock:
-                if not self._queue or self._running >= self.limit or self._closed:
-                    self._pumping = False
-                    return
-                call = self._queue.popleft()
-                self._running += 1
-            begin = call._begin
-            assert begin is not None
+    def _closed_error(self) -> WriteError:
+        return WriteError(f"{self._what}: closed before the check ran")
+
+    def _begin(self, call: QueuedCall) -> None:
+        """Start ``call`` in the slot taken for it; the slot is given back when it ends."""
+        begin = call._begin
+        assert begin is not None
+        inner: Any
+        if self._closed:  # granted after close: ends like the queued ones
+            inner = _Failed(self._closed_error())
+        else:
             try:
                 inner = begin()
             except Exception as exc:  # noqa: BLE001 - the call's outcome, read by its owner
                 inner = _Failed(exc)
-            inner.add_done_callback(self._finished)
-            self._settle(call, inner)
+        inner.add_done_callback(self._finished)
+        self._settle(call, inner)
 
     def _settle(self, call: QueuedCall, inner: Any) -> None:
         with self._lock:
@@ -326,9 +324,4 @@ class CheckCalls:
             inner.add_done_callback(lambda _, fn=fn: fn(call))
 
     def _finished(self, _inner: Any) -> None:
-        with self._lock:
-            self._running -= 1
-            if self._pumping or not self._queue:
-                return
-            self._pumping = True
-        self._pump()
+        self._slots.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 import time
@@ -297,6 +298,52 @@ def test_slots_grant_waiters_in_arrival_order_on_the_releasing_thread() -> None:
     assert not slots.acquire("b", grant("b"))
     slots.release()
     assert not slots.acquire("e", grant("e")) and granted[-1][0] == "b"
+
+
+def test_slots_grants_that_release_at_once_run_one_after_another_not_nested() -> None:
+    slots = Slots(1)
+    depths: list[int] = []
+
+    def grant() -> None:
+        depths.append(len(inspect.stack(0)))
+        slots.release()  # a holder whose work ended at once
+
+    assert slots.acquire("first", lambda: None)
+    for n in range(3_000):
+        assert not slots.acquire(n, grant)
+    slots.release()  # without the queue of grants: 3,000 grants deep, past the recursion limit
+    assert len(depths) == 3_000 and max(depths) - min(depths) == 0
+    assert (slots.held, slots.waiting) == (0, 0)
+
+
+def test_slots_a_grant_that_raises_does_not_keep_the_others_from_running() -> None:
+    slots = Slots(1)
+    ran: list[str] = []
+
+    def broken() -> None:
+        ran.append("broken")
+        slots.release()
+        raise RuntimeError("on_grant failed")
+
+    assert slots.acquire("first", lambda: None)
+    assert not slots.acquire("broken", broken)
+    assert not slots.acquire("next", lambda: ran.append("next"))
+    with pytest.raises(RuntimeError, match="on_grant failed"):
+        slots.release()
+    assert ran == ["broken", "next"] and slots.held == 1
+    slots.release()  # the slot "next" holds
+    assert slots.held == 0 and slots.acquire("later", lambda: None)
+
+
+def test_slots_cancel_all_withdraws_every_waiter_in_arrival_order() -> None:
+    slots = Slots(1)
+    granted: list[str] = []
+    assert slots.acquire("a", lambda: None)
+    for key in "bcd":
+        assert not slots.acquire(key, lambda key=key: granted.append(key))
+    assert slots.cancel_all() == ["b", "c", "d"] and slots.waiting == 0
+    slots.release()
+    assert granted == [] and slots.held == 0
 
 
 def test_slots_without_a_limit_grant_everything() -> None:

@@ -197,6 +197,32 @@ def test_calls_that_end_at_once_start_thousands_without_recursion():
     assert calls.in_flight == 0
 
 
+def test_queued_calls_that_end_at_once_start_one_after_another_when_a_slot_frees():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    calls.start(lambda: first)
+
+    def answered() -> Future[int]:
+        future: Future[int] = Future()
+        future.set_result(1)
+        return future
+
+    queued = [calls.start(answered) for _ in range(5000)]
+    assert calls.queued == 5000 and calls.max_queued == 5000
+    first.set_result(0)  # each queued call frees its slot as it starts: 5,000 grants in a row
+    assert all(c.done() and c.result() == 1 for c in queued)
+    assert (calls.in_flight, calls.queued) == (0, 0)
+
+
+def test_a_call_started_after_close_ends_at_once():
+    calls = CheckCalls(limit=4, what="sink 's'")
+    calls.close()
+    began: list[int] = []
+    call = calls.start(lambda: began.append(1))
+    assert call.done() and began == [] and calls.in_flight == 0
+    assert isinstance(call.exception(timeout=0), WriteError)
+
+
 def test_a_call_that_cannot_start_ends_with_the_error_and_frees_its_slot():
     calls = CheckCalls(limit=1)
 
