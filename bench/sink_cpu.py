@@ -5,6 +5,7 @@
                              [--flush-every 50000] [--latency-ms 0]
                              [--repeats 3] [--max-buffer-time-ms MS]
                              [--max-buffered-records N] [--cloudtasks-sync-channels]
+                             [--bigquery-rest-lookups]
 
 ``bench/scale.py`` measures whole jobs, whose rates on a shared 2-core machine move with
 whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this process,
@@ -100,6 +101,13 @@ def use_sync_channels() -> None:
     CloudTasksWriterFactory._open_channels = open_sync  # type: ignore[method-assign]
 
 
+def use_rest_lookups() -> None:
+    """Look BigQuery tables up over REST only (bench only: the comparison above)."""
+    from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
+
+    BigQueryWriterFactory.looks_up_streams = False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sinks", default="pubsub")
@@ -111,9 +119,12 @@ def main() -> None:
     parser.add_argument("--max-buffer-time-ms", type=int, default=None)
     parser.add_argument("--max-buffered-records", type=int, default=None)
     parser.add_argument("--cloudtasks-sync-channels", action="store_true")
+    parser.add_argument("--bigquery-rest-lookups", action="store_true")
     args = parser.parse_args()
     if args.cloudtasks_sync_channels:
         use_sync_channels()
+    if args.bigquery_rest_lookups:
+        use_rest_lookups()
     services = [s for s in args.sinks.split(",") if s]
     if set(services) - set(SERVICES):
         parser.error(f"choose sinks from {SERVICES}")

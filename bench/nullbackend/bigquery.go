@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"strconv"
@@ -18,7 +19,8 @@ import (
 // default stream (a bidirectional stream, answered in order, each answer due its latency
 // after its request, so requests pipeline as they do against the service), and the BUFFERED
 // stream calls of WriteMethod.BUFFERED_STREAM: CreateWriteStream, AppendRows with offsets,
-// FlushRows, FinalizeWriteStream. The REST table lookups are in http.go.
+// FlushRows, FinalizeWriteStream; GetWriteStream on a default stream, the sink's table lookup
+// (the REST table lookups are in http.go).
 //
 // Default-stream rows count when their request is answered; a BUFFERED stream's rows count
 // when FlushRows makes them visible, as in BigQuery.
@@ -27,7 +29,8 @@ import (
 // ProtoData{writer_schema=1, rows=2}, ProtoRows{serialized_rows=1}, ArrowData{writer_schema=1,
 // rows=2}, ArrowRecordBatch{serialized_record_batch=1}, AppendRowsResponse{append_result=1,
 // error=2, row_errors=4, write_stream=5}, AppendResult{offset=1}, RowError{index=1, code=2,
-// message=3}, CreateWriteStreamRequest{parent=1, write_stream=2}, WriteStream{name=1, type=2},
+// message=3}, CreateWriteStreamRequest{parent=1, write_stream=2}, WriteStream{name=1, type=2,
+// table_schema=5, location=8}, GetWriteStreamRequest{name=1, view=3},
 // FlushRowsRequest{write_stream=1, offset=2}, FlushRowsResponse{offset=1},
 // FinalizeWriteStreamRequest{name=1}, FinalizeWriteStreamResponse{row_count=1}.
 const bqService = "/google.cloud.bigquery.storage.v1.BigQueryWrite/"
@@ -35,6 +38,7 @@ const bqService = "/google.cloud.bigquery.storage.v1.BigQueryWrite/"
 func registerBigQuery(h map[string]handler) {
 	h[bqService+"AppendRows"] = appendRows
 	h[bqService+"CreateWriteStream"] = unary(bqService+"CreateWriteStream", createWriteStream)
+	h[bqService+"GetWriteStream"] = unary(bqService+"GetWriteStream", getWriteStream)
 	h[bqService+"FlushRows"] = unary(bqService+"FlushRows", flushRows)
 	h[bqService+"FinalizeWriteStream"] = unary(bqService+"FinalizeWriteStream", finalizeWriteStream)
 }
@@ -253,6 +257,61 @@ func createWriteStream(s *server, _ *config, req []byte) ([]byte, error) {
 	s.streams.m[name] = &bufferedStream{table: parent}
 	s.streams.mu.Unlock()
 	return appendVarint(appendString(nil, 1, name), 2, typ), nil
+}
+
+// storageTypes maps the REST type names of bigquery_schema to TableFieldSchema.Type.
+var storageTypes = map[string]uint64{
+	"STRING": 1, "INTEGER": 2, "INT64": 2, "FLOAT": 3, "FLOAT64": 3, "RECORD": 4, "STRUCT": 4,
+	"BYTES": 5, "BOOLEAN": 6, "BOOL": 6, "TIMESTAMP": 7, "DATE": 8, "TIME": 9, "DATETIME": 10,
+	"GEOGRAPHY": 11, "NUMERIC": 12, "BIGNUMERIC": 13, "INTERVAL": 14, "JSON": 15,
+}
+
+// storageModes maps REST modes to TableFieldSchema.Mode.
+var storageModes = map[string]uint64{"NULLABLE": 1, "REQUIRED": 2, "REPEATED": 3}
+
+// tableFieldSchemas encodes REST schema fields as TableFieldSchema messages
+// {name=1, type=2, mode=3, fields=4}, each as field num of the enclosing message.
+func tableFieldSchemas(b []byte, num protowire.Number, fields []map[string]any) []byte {
+	for _, f := range fields {
+		name, _ := f["name"].(string)
+		typ, _ := f["type"].(string)
+		mode, _ := f["mode"].(string)
+		if mode == "" {
+			mode = "NULLABLE"
+		}
+		var m []byte
+		m = appendString(m, 1, name)
+		m = appendVarint(m, 2, storageTypes[strings.ToUpper(typ)])
+		m = appendVarint(m, 3, storageModes[strings.ToUpper(mode)])
+		if sub, ok := f["fields"].([]any); ok {
+			var nested []map[string]any
+			for _, n := range sub {
+				if nm, ok := n.(map[string]any); ok {
+					nested = append(nested, nm)
+				}
+			}
+			m = tableFieldSchemas(m, 4, nested)
+		}
+		b = appendBytes(b, num, m)
+	}
+	return b
+}
+
+// getWriteStream answers GetWriteStreamRequest{name=1, view=3} on a table's default stream
+// (every table exists) with WriteStream{name=1, type=2 (COMMITTED), table_schema=5, location=8},
+// the schema being bigquery_schema, as the REST lookup's.
+func getWriteStream(_ *server, cfg *config, req []byte) ([]byte, error) {
+	name, err := stringField(req, 1)
+	if err != nil || !strings.HasSuffix(name, "/streams/_default") {
+		return nil, status.Error(codes.NotFound, "null backend: GetWriteStream serves default streams only")
+	}
+	var fields []map[string]any
+	if err := json.Unmarshal(cfg.BigQuery, &fields); err != nil {
+		return nil, status.Errorf(codes.Internal, "null backend: bigquery_schema: %v", err)
+	}
+	resp := appendVarint(appendString(nil, 1, name), 2, 1)
+	resp = appendBytes(resp, 5, tableFieldSchemas(nil, 1, fields))
+	return appendString(resp, 8, "US"), nil
 }
 
 // flushRows makes a BUFFERED stream's rows up to and including offset visible: they count.

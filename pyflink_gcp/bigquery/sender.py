@@ -208,13 +208,19 @@ class TableSender(ResponseHandling):
         if layout is None:
             source = self._layout_source
             layout = source if isinstance(source, TableLayout) else source.result()
-            self._plain_schema, self._cdc_schema = layout.writer_schemas
-            overhead = self._cdc_schema.ByteSize() + self._stream_length + 64
-            if layout.arrow is not None:
-                overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
-            self.max_bytes = self._max_request_bytes - overhead
-            self._layout = self._layout_source = layout  # not the lookup's future, for life
+            self.use_layout(layout)
         return layout
+
+    def use_layout(self, layout: TableLayout) -> None:
+        """Encode with ``layout`` from now on: the lookup's, or one of the same columns that
+        knows more (the table's primary key, asked for by its first change-data-capture row).
+        """
+        self._plain_schema, self._cdc_schema = layout.writer_schemas
+        overhead = self._cdc_schema.ByteSize() + self._stream_length + 64
+        if layout.arrow is not None:
+            overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
+        self.max_bytes = self._max_request_bytes - overhead
+        self._layout = self._layout_source = layout  # not the lookup's future, for life
 
     def stream_name(self) -> str:
         """The stream appended to, waiting for a BUFFERED stream's creation if it still runs.

@@ -68,7 +68,7 @@ class TableLayout:
     every table of the schema (:meth:`with_location`).
     """
 
-    __slots__ = ("encoder", "arrow", "fields", "location", "writer_schemas")
+    __slots__ = ("encoder", "arrow", "fields", "location", "writer_schemas", "table_key_known")
 
     def __init__(
         self,
@@ -81,6 +81,10 @@ class TableLayout:
         self.arrow = arrow
         self.fields = fields
         self.location: str | None = None
+        #: Whether the table's own primary key was asked for (its REST metadata). A layout
+        #: from the table's write stream knows only the serializer's key: a change-data-capture
+        #: row then asks for the table's (:meth:`TableCatalog.layout`).
+        self.table_key_known = True
         if writer_schemas is None:
             writer_schemas = (
                 ProtoSchema(proto_descriptor=encoder.descriptor),
@@ -93,6 +97,7 @@ class TableLayout:
         writer schemas."""
         layout = TableLayout(self.encoder, self.arrow, self.fields, self.writer_schemas)
         layout.location = location
+        layout.table_key_known = self.table_key_known
         return layout
 
     @staticmethod
@@ -266,18 +271,29 @@ class TableCatalog:
                 schema = self.serializer_schema(destination)
             if schema is not None:
                 primary_key = schema.primary_key
+        location = getattr(table, "location", None)
+        return self.layout_of(destination, table.schema, primary_key, location)
+
+    def layout_of(
+        self,
+        destination: TableDestination,
+        fields: Sequence[Any],
+        primary_key: tuple[str, ...],
+        location: Any,
+    ) -> TableLayout:
+        """The layout of a table with these columns, key and location, its encoders shared
+        with the tables of the same schema."""
         try:
             layout = self.encoders.layout(
-                table.schema,
+                fields,
                 primary_key,
                 row_format=self.options.row_format,
                 ignore_unknown_values=self.options.unknown_fields is UnknownFields.IGNORE,
             )
         except SchemaNotSupportedError as exc:
             raise ConfigurationError(
-                f"sink '{self.sink_name}': table {destination.table_id}: {exc}"
+                f"sink '{self.sink_name}': table {destination.base.table_id}: {exc}"
             ) from exc
-        location = getattr(table, "location", None)
         layout.location = location if isinstance(location, str) and location else None
         return layout
 

@@ -13,10 +13,12 @@ Change-data-capture rows are the exception: they are encoded on arrival, because
 end before a row whose primary key it already holds (compared by value), and the key needs the
 table's schema.
 
-The table's schema is fetched (or the table created) by the
-:class:`~pyflink_gcp.bigquery.tables.TableCatalog` on a metadata thread as soon as the writer is
-created, so a subtask meeting many new tables keeps processing records meanwhile; the sender
-sends the table's first request when the lookup ends.
+The table's schema is looked up as soon as the writer is created, so a subtask meeting many new
+tables keeps processing records meanwhile; the sender sends the table's first request when the
+lookup ends. On the default stream the lookup is a ``GetWriteStream`` call that no thread waits
+on (:mod:`~pyflink_gcp.bigquery.stream_lookup`); what it cannot answer (a missing table to
+create, a schema to update, a BUFFERED stream's table) is asked of the table's REST metadata
+by the :class:`~pyflink_gcp.bigquery.tables.TableCatalog` on a metadata thread.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, ClassVar
 
 from pyflink_gcp.bigquery.batch import ROW_OVERHEAD, Batch
@@ -42,8 +45,10 @@ from pyflink_gcp.bigquery.client import (
 from pyflink_gcp.bigquery.connections import ConnectionPool, Lease
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.options import BigQueryWriterOptions, OrderingMode
+from pyflink_gcp.bigquery.schema_update import SchemaUpdate
 from pyflink_gcp.bigquery.sender import TableSender
 from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
+from pyflink_gcp.bigquery.stream_lookup import StreamLookups
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
 from pyflink_gcp.core.batching import OpenBatch, Slots, Timers
@@ -58,6 +63,8 @@ from pyflink_gcp.core.runtime_info import SubtaskInfo
 from pyflink_gcp.core.writer import DestinationWriter, PicklesConfiguration, WriterFactory
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
+#: Timeout of one GetWriteStream attempt (a new table's layout), capped by the retry deadline.
+_LOOKUP_TIMEOUT_S = 30.0
 #: The checkpoint id of the last ``prepare_commit``, at the end of input (see core.commit).
 _END_OF_INPUT = -1
 
@@ -72,6 +79,8 @@ class TableWriter(DestinationWriter[TableDestination]):
         sink_name: For errors.
         max_rows: A request holds at most this many rows (``max_request_rows``).
         on_close: Told when the writer closes (a BUFFERED stream's commit is prepared then).
+        table_layout: Looks the table up over REST (blocking), for its primary key when the
+            layout came from the table's stream and its first change-data-capture row comes.
     """
 
     def __init__(
@@ -82,11 +91,13 @@ class TableWriter(DestinationWriter[TableDestination]):
         sink_name: str,
         max_rows: int,
         on_close: Callable[[TableWriter], None] | None = None,
+        table_layout: Callable[[], TableLayout] | None = None,
     ) -> None:
         super().__init__(destination)
         self.sender = sender
         self._sink = sink_name
         self._on_close = on_close
+        self._table_layout = table_layout
         # The open request: its rows (their bytes counted once encoded) and its age. Until the
         # table's first change-data-capture row, rows stay pending (encoded by the sender);
         # after it, they are encoded on arrival, into ``_rows``.
@@ -147,7 +158,16 @@ class TableWriter(DestinationWriter[TableDestination]):
                 )
             self._cut()
             self._encoding = True
+            self._learn_key()
         self._write_encoded(element, record)
+
+    def _learn_key(self) -> None:
+        """Before the first change-data-capture row: a layout from the table's stream knows
+        only the serializer's key, so the table's own is asked for (once, over REST)."""
+        layout = self.sender.layout()
+        if layout.table_key_known or layout.encoder.primary_key or self._table_layout is None:
+            return
+        self.sender.use_layout(self._table_layout())
 
     def _write_encoded(self, element: Any, record: Any) -> None:
         sender = self.sender
@@ -290,6 +310,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
 
     #: Whether the tables share a pool of AppendRows connections (the default stream only).
     shares_connections = True
+    #: Whether a new table's layout is asked of its default stream first (:mod:`.stream_lookup`).
+    looks_up_streams = True
 
     def _init_runtime(self) -> None:
         self.storage_endpoint_name = DEFAULT_STORAGE_HOST
@@ -304,6 +326,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.slots: Slots | None = None
         self.metadata_executor: Any = None
         self.catalog: TableCatalog | None = None
+        #: New tables' layouts from their default streams (None: REST lookups only).
+        self.stream_lookups: StreamLookups | None = None
         #: Each table's requests in flight: max_in_flight_requests, less after quota errors.
         self.quota = QuotaWindow(
             self.options.max_in_flight_requests, f"sink '{self.sink_name}': AppendRows per table"
@@ -337,8 +361,19 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             self.slots = Slots(count)
         self.timers = Timers(f"{self.sink_name}-{info.subtask_index}-timers")
         self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
+        if self.looks_up_streams and self.options.schema_update is SchemaUpdate.NONE:
+            self.stream_lookups = StreamLookups(
+                self._channel,
+                self.catalog,
+                self._rest_layout,
+                timeout_s=self.retry.attempt_timeout(_LOOKUP_TIMEOUT_S),
+                interceptors=self.interceptors,
+            )
 
     def close(self) -> None:
+        if self.stream_lookups is not None:
+            self.stream_lookups.close()
+            self.stream_lookups = None
         if self.metadata_executor is not None:
             self.metadata_executor.shutdown(wait=False, cancel_futures=True)
         self.metadata_executor = None
@@ -367,8 +402,25 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 "partition itself: route to the table, or use WriteMethod.FILE_LOADS, which "
                 "loads into a partition"
             )
-        layout = self.metadata_executor.submit(self.catalog.layout, destination)
+        layout: Future[TableLayout]
+        if self.stream_lookups is not None:
+            layout = self.stream_lookups.layout(destination)
+        else:
+            layout = self.metadata_executor.submit(self.catalog.layout, destination)
         return self.writer_for(destination, layout)
+
+    def _rest_layout(self, destination: TableDestination) -> Future[TableLayout]:
+        """The table's REST lookup on a metadata thread. Raises RuntimeError once closed."""
+        executor, catalog = self.metadata_executor, self.catalog
+        if executor is None or catalog is None:
+            raise RuntimeError("the writer factory is closed")
+        return executor.submit(catalog.layout, destination)  # type: ignore[no-any-return]
+
+    def _table_layout(self, destination: TableDestination) -> TableLayout:
+        """The table's REST lookup, on the calling thread."""
+        if self.catalog is None:
+            raise WriteError(f"sink '{self.sink_name}': the writer factory is not open")
+        return self.catalog.layout(destination)
 
     def writer_for(
         self, destination: TableDestination, layout: TableLayout | Future[TableLayout]
@@ -401,6 +453,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             sink_name=self.sink_name,
             max_rows=options.max_request_rows,
             on_close=self.writer_closed,
+            table_layout=partial(self._table_layout, destination),
         )
 
     def stream_for(
@@ -426,6 +479,7 @@ class BufferedBigQueryWriterFactory(BigQueryWriterFactory, CommittingWriterFacto
     checkpoint (:mod:`pyflink_gcp.bigquery.buffered`)."""
 
     shares_connections = False
+    looks_up_streams = False
 
     def _init_runtime(self) -> None:
         super()._init_runtime()

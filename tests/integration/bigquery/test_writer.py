@@ -163,6 +163,38 @@ def test_a_bad_value_is_isolated_and_good_rows_land(project: str) -> None:
     writer.close()
 
 
+def test_an_existing_table_is_looked_up_on_its_stream_a_missing_one_created_over_rest(
+    project: str,
+) -> None:
+    dataset = make_dataset(project)
+    # Another column order and a REPEATED column: the layout must be the table's, not EVENTS.
+    make_table(
+        project,
+        dataset,
+        "known",
+        [
+            SchemaField("tags", "STRING", mode="REPEATED"),
+            SchemaField("name", "STRING"),
+            SchemaField("id", "INT64", mode="REQUIRED"),
+        ],
+    )
+    writer = open_writer(_sink(project, dataset))
+    for i in range(10):
+        table = "known" if i % 2 else "missing"
+        writer.write({"table": table, "id": i, "name": f"n{i}", "tags": ["a", str(i)]})
+    writer.flush()
+    lookups = writer._factory.stream_lookups  # type: ignore[attr-defined]
+    answered, handed_over = lookups.answered, lookups.handed_over
+    writer.close()
+
+    assert (answered, handed_over) == (1, 1)  # known: GetWriteStream; missing: created
+    assert table_names(project, dataset) == ["known", "missing"]
+    for table, ids in (("known", [1, 3, 5, 7, 9]), ("missing", [0, 2, 4, 6, 8])):
+        rows = query(project, f"SELECT id, name, tags FROM `{project}.{dataset}.{table}`")
+        assert sorted(r["id"] for r in rows) == ids
+        assert all(list(r["tags"]) == ["a", str(r["id"])] for r in rows)
+
+
 def test_rejected_rows_fail_the_job_by_default(project: str) -> None:
     dataset = make_dataset(project)
     writer = open_writer(_sink(project, dataset))

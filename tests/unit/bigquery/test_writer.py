@@ -116,6 +116,38 @@ def test_change_rows_are_encoded_on_arrival_and_a_request_never_holds_a_key_twic
     assert service.requests == [[1], [1, 2], [1, 3]]
 
 
+def test_a_layout_from_the_stream_asks_the_table_for_its_key_at_the_first_change_row() -> None:
+    service = FakeService()
+    w = writer(service, OrderingMode.PER_TABLE)
+    from_stream = TableLayout.of(CDC)  # a stream's schema says nothing of the table's key
+    from_stream.table_key_known = False
+    w.sender._layout_source = from_stream
+    asked: list[str] = []
+
+    def table_layout() -> TableLayout:
+        asked.append("rest")
+        return TableLayout.of(CDC, ("id",))
+
+    w._table_layout = table_layout
+    w.write({"id": 1}, "plain")  # plain rows need no key
+    assert asked == []
+    for key in (1, 2, 1, 3):
+        w.write({"id": key, "_CHANGE_TYPE": "UPSERT"}, key)
+    assert w.flush() == []
+    assert asked == ["rest"]  # once, at the first change row
+    assert service.requests == [[1], [1, 2], [1, 3]]
+
+
+def test_a_layout_that_knows_a_key_or_asked_the_table_asks_nothing_more() -> None:
+    for layout in (TableLayout.of(CDC), TableLayout.of(CDC, ("id",))):
+        layout.table_key_known = layout.encoder.primary_key == ()
+        w = writer(FakeService(), OrderingMode.PER_TABLE)
+        w.sender._layout_source = layout
+        w._table_layout = lambda: pytest.fail("asked the table")  # type: ignore[assignment]
+        w.write({"id": 1, "_CHANGE_TYPE": "UPSERT"}, 1)
+        assert w.flush() == []
+
+
 def test_a_change_row_on_a_buffered_stream_ends_the_job_naming_the_default_stream() -> None:
     from concurrent.futures import Future
 

@@ -1,0 +1,215 @@
+"""A table's schema and location from its default write stream: one gRPC call, no thread.
+
+A table writer needs the table's columns before it can encode a row. The REST lookup
+(``tables.get``, :class:`~pyflink_gcp.bigquery.tables.TableCatalog`) costs about 740 µs of a
+subtask's CPU per table, mostly the ``requests`` stack, and runs on a metadata thread, one
+table after another: a subtask meeting 10,000 new tables in its first checkpoints spends seconds
+on them, and a checkpoint waits for every lookup of the tables it writes.
+
+The Storage Write API answers the same question for the table's default stream:
+``GetWriteStream`` with the ``FULL`` view returns the stream's table schema and location (Google's
+Java client asks it this way before writing to a default stream). Here that call is started as a
+gRPC future on the subtask's Storage Write channel, at most
+:data:`~pyflink_gcp.core.checked.CHECKS_IN_FLIGHT` at a time (:class:`~pyflink_gcp.core.checked.
+CheckCalls`), and its answer builds the layout on gRPC's thread: no thread waits on it.
+
+What the stream does not say is left to the REST lookup, which also keeps its retries, its
+creation of a missing table and its errors naming the table:
+
+- any failed first attempt (the table is missing, the call failed, a column type this module
+  does not know) hands the table over to :meth:`TableCatalog.layout` on a metadata thread;
+- the table's primary key is not in a stream's schema. The layout takes the serializer's
+  declared key, if any, and says it did not ask the table (``table_key_known``): the table's
+  first change-data-capture row asks for its REST metadata before it is encoded;
+- a sink that updates table schemas (``schema_update``), or writes BUFFERED streams, looks
+  tables up over REST only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from google.cloud.bigquery_storage_v1 import types as storage_types
+
+from pyflink_gcp.bigquery.destinations import TableDestination
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
+from pyflink_gcp.core.checked import CHECKS_IN_FLIGHT, CheckCalls
+from pyflink_gcp.core.errors import WriteError
+
+_LOG = logging.getLogger("pyflink_gcp.bigquery")
+
+_GET_WRITE_STREAM = "/google.cloud.bigquery.storage.v1.BigQueryWrite/GetWriteStream"
+_GetWriteStreamRequest = storage_types.GetWriteStreamRequest.pb()
+_WriteStream = storage_types.WriteStream.pb()
+_FULL_VIEW = int(storage_types.WriteStreamView.FULL)
+
+#: ``TableFieldSchema.Type`` → the type name of the table's REST metadata (its legacy names, so
+#: that a table looked up either way shares the encoders of its schema).
+_TYPES: dict[int, str] = {
+    1: "STRING",
+    2: "INTEGER",
+    3: "FLOAT",
+    4: "RECORD",
+    5: "BYTES",
+    6: "BOOLEAN",
+    7: "TIMESTAMP",
+    8: "DATE",
+    9: "TIME",
+    10: "DATETIME",
+    11: "GEOGRAPHY",
+    12: "NUMERIC",
+    13: "BIGNUMERIC",
+    14: "INTERVAL",
+    15: "JSON",
+    16: "RANGE",
+}
+#: ``TableFieldSchema.Mode`` → the REST mode (0, unspecified, reads as NULLABLE).
+_MODES: dict[int, str] = {0: "NULLABLE", 1: "NULLABLE", 2: "REQUIRED", 3: "REPEATED"}
+
+
+class UnknownColumnType(ValueError):
+    """A stream's schema has a column type this module cannot name: the REST lookup decides."""
+
+
+def storage_fields(fields: Sequence[Any]) -> list[Any]:
+    """The ``SchemaField`` s of a Storage Write ``TableSchema`` 's fields, nested ones included.
+
+    Raises:
+        UnknownColumnType: A type or mode this module does not know.
+    """
+    from google.cloud.bigquery import SchemaField
+
+    out = []
+    for field in fields:
+        kind = _TYPES.get(field.type_)
+        mode = _MODES.get(field.mode)
+        if kind is None or mode is None:
+            raise UnknownColumnType(
+                f"column {field.name!r}: type {field.type_}, mode {field.mode} of the stream's "
+                "schema"
+            )
+        extra: dict[str, Any] = {}
+        if kind == "RANGE":
+            element = _TYPES.get(field.range_element_type.type_)
+            if element is None:
+                raise UnknownColumnType(f"column {field.name!r}: range element type unknown")
+            extra["range_element_type"] = element
+        out.append(
+            SchemaField(field.name, kind, mode=mode, fields=storage_fields(field.fields), **extra)
+        )
+    return out
+
+
+class StreamLookups:
+    """Starts the layout lookups of a subtask's new tables on their default streams.
+
+    Args:
+        channel: The subtask's Storage Write channel.
+        catalog: Builds layouts (shared encoders) and runs the REST lookup a stream's answer
+            leaves to it.
+        rest_lookups: Runs ``catalog.layout`` for a table (the metadata threads); raises
+            RuntimeError once closed.
+        timeout_s: One GetWriteStream attempt at most.
+        interceptors: The channel's client interceptors (tests, observability).
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        catalog: TableCatalog,
+        rest_lookups: Callable[[TableDestination], Future[TableLayout]],
+        timeout_s: float,
+        interceptors: Sequence[Any] = (),
+    ) -> None:
+        if interceptors:
+            channel = grpc.intercept_channel(channel, *interceptors)
+        self._get = channel.unary_unary(
+            _GET_WRITE_STREAM,
+            request_serializer=_GetWriteStreamRequest.SerializeToString,
+            response_deserializer=_WriteStream.FromString,
+        )
+        self._catalog = catalog
+        self._rest_lookups = rest_lookups
+        self._timeout_s = timeout_s
+        self._calls = CheckCalls(CHECKS_IN_FLIGHT, f"sink '{catalog.sink_name}'")
+        #: Tables whose layout came from their stream, and those handed to the REST lookup.
+        self.answered = 0
+        self.handed_over = 0
+
+    def layout(self, destination: TableDestination) -> Future[TableLayout]:
+        """The table's layout, being looked up: never blocks."""
+        result: Future[TableLayout] = Future()
+        stream = f"{destination}/streams/_default"
+        request = _GetWriteStreamRequest(name=stream, view=_FULL_VIEW)
+        metadata = (("x-goog-request-params", f"name={stream}"),)
+        call = self._calls.start(
+            lambda: self._get.future(request, timeout=self._timeout_s, metadata=metadata)
+        )
+        call.add_done_callback(lambda done: self._answered(destination, done, result))
+        return result
+
+    def close(self) -> None:
+        """Start no more calls; tables still queued hand over to the REST lookup, which refuses
+        them once closed."""
+        self._calls.close()
+
+    def _answered(
+        self, destination: TableDestination, call: Any, result: Future[TableLayout]
+    ) -> None:
+        try:
+            error = call.exception()
+        except Exception as exc:  # noqa: BLE001 - cancelled (the channel closed)
+            error = exc
+        if error is None:
+            try:
+                stream = call.result()
+                layout = self._catalog.layout_of(
+                    destination,
+                    storage_fields(stream.table_schema.fields),
+                    self._declared_key(destination),
+                    stream.location,
+                )
+            except Exception as exc:  # noqa: BLE001 - the REST lookup decides, with its errors
+                error = exc
+            else:
+                layout.table_key_known = False
+                self.answered += 1
+                result.set_result(layout)
+                return
+        _LOG.debug(
+            "%s: table %s: no layout from its default stream (%s), asking its metadata",
+            self._catalog.sink_name,
+            destination.table_id,
+            error,
+        )
+        self.handed_over += 1
+        try:
+            rest = self._rest_lookups(destination)
+        except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
+            result.set_exception(
+                WriteError(
+                    f"sink '{self._catalog.sink_name}': table {destination.table_id}: the "
+                    f"writer closed before its lookup ended ({exc})"
+                )
+            )
+            return
+        rest.add_done_callback(lambda done: _copy(done, result))
+
+    def _declared_key(self, destination: TableDestination) -> tuple[str, ...]:
+        schema = self._catalog.serializer_schema(destination)
+        return () if schema is None else tuple(schema.primary_key)
+
+
+def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:
+    if source.cancelled():
+        target.set_exception(WriteError("the table's lookup was cancelled: the writer closed"))
+        return
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())

@@ -1,0 +1,195 @@
+"""A new table's layout from its default stream, and the hand-over to the REST lookup (the
+call itself runs against the emulator in the integration tests)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+import pytest
+from google.cloud.bigquery import SchemaField
+from google.cloud.bigquery_storage_v1 import types as storage_types
+
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQueryWriterOptions,
+    TableDestination,
+    TableSchema,
+)
+from pyflink_gcp.bigquery.stream_lookup import (
+    StreamLookups,
+    UnknownColumnType,
+    storage_fields,
+)
+from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, schema_key
+from pyflink_gcp.core import WriteError
+from pyflink_gcp.core.options import CreateDisposition
+from pyflink_gcp.core.retry import RetryPolicy
+
+DEST = TableDestination.of("p", "d", "t")
+WriteStream = storage_types.WriteStream.pb()
+
+
+def stream(fields: list[tuple[str, int, int]], location: str = "europe-west3") -> Any:
+    """A GetWriteStream answer with these (name, type, mode) columns."""
+    answer = WriteStream(name=DEST.default_stream, location=location)
+    for name, kind, mode in fields:
+        answer.table_schema.fields.add(name=name, type_=kind, mode=mode)
+    return answer
+
+
+def test_storage_fields_read_as_the_rest_schema_of_the_same_table() -> None:
+    answer = WriteStream()
+    answer.table_schema.fields.add(name="id", type_=2, mode=2)  # INT64 REQUIRED
+    answer.table_schema.fields.add(name="tags", type_=1, mode=3)  # STRING REPEATED
+    customer = answer.table_schema.fields.add(name="customer", type_=4, mode=1)  # STRUCT
+    customer.fields.add(name="name", type_=1)  # mode unspecified: NULLABLE
+    answer.table_schema.fields.add(name="at", type_=7)
+    during = answer.table_schema.fields.add(name="during", type_=16)  # RANGE<DATE>
+    during.range_element_type.type_ = 8
+    rest = [
+        SchemaField("id", "INTEGER", mode="REQUIRED"),
+        SchemaField("tags", "STRING", mode="REPEATED"),
+        SchemaField("customer", "RECORD", fields=[SchemaField("name", "STRING")]),
+        SchemaField("at", "TIMESTAMP"),
+        SchemaField("during", "RANGE", range_element_type="DATE"),
+    ]
+    fields = storage_fields(answer.table_schema.fields)
+    # The same schema key: a table looked up either way shares its schema's encoders.
+    assert schema_key(fields) == schema_key(rest)
+    assert fields[4].range_element_type.element_type == "DATE"
+
+
+def test_a_column_type_not_known_here_is_left_to_the_rest_lookup() -> None:
+    answer = WriteStream()
+    answer.table_schema.fields.add(name="future", type_=99)
+    with pytest.raises(UnknownColumnType, match="future"):
+        storage_fields(answer.table_schema.fields)
+
+
+class Keyed(BigQuerySerializer):
+    def serialize(self, record: Any, context: Any) -> Any:
+        return record
+
+    def schema(self, destination: TableDestination) -> Any:
+        return TableSchema.of(
+            [SchemaField("id", "INT64", mode="REQUIRED"), SchemaField("name", "STRING")],
+            primary_key=["id"],
+        )
+
+
+class Plain(BigQuerySerializer):
+    def serialize(self, record: Any, context: Any) -> Any:
+        return record
+
+
+class Calls:
+    """A channel whose GetWriteStream calls wait for the test to answer them."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[Any, Future[Any], Any]] = []
+
+    def unary_unary(self, method: str, **_: Any) -> Any:
+        assert method.endswith("/GetWriteStream")
+        calls = self
+
+        class Stub:
+            def future(self, request: Any, timeout: float, metadata: Any) -> Future[Any]:
+                call: Future[Any] = Future()
+                calls.started.append((request, call, metadata))
+                return call
+
+        return Stub()
+
+
+class RestLookups:
+    """The metadata threads' side: what was handed over, answered by the test."""
+
+    def __init__(self, closed: bool = False) -> None:
+        self.asked: list[tuple[TableDestination, Future[TableLayout]]] = []
+        self.closed = closed
+
+    def __call__(self, destination: TableDestination) -> Future[TableLayout]:
+        if self.closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: Future[TableLayout] = Future()
+        self.asked.append((destination, future))
+        return future
+
+
+def lookups(serializer: Any, rest: RestLookups | None = None) -> tuple[StreamLookups, Calls]:
+    catalog = TableCatalog(
+        sink_name="s",
+        resolver_name="Resolver",
+        serializer=serializer,
+        options=BigQueryWriterOptions(),
+        create_disposition=CreateDisposition.CREATE_IF_NEEDED,
+        rest_endpoint="http://127.0.0.1:1",
+        retry=RetryPolicy(deadline_s=0),
+    )
+    calls = Calls()
+    return StreamLookups(calls, catalog, rest or RestLookups(), timeout_s=5), calls  # type: ignore[arg-type]
+
+
+def test_an_answered_stream_gives_the_layout_its_columns_location_and_declared_key() -> None:
+    streams, calls = lookups(Keyed())
+    layout = streams.layout(DEST)
+    request, call, metadata = calls.started[0]
+    assert request.name == "projects/p/datasets/d/tables/t/streams/_default"
+    assert request.view == storage_types.WriteStreamView.FULL
+    assert metadata == (("x-goog-request-params", f"name={request.name}"),)
+    assert not layout.done()  # no thread waits: the answer completes it
+    call.set_result(stream([("id", 2, 2), ("name", 1, 1)]))
+    got = layout.result(timeout=0)
+    assert [f.name for f in got.fields] == ["id", "name"]
+    assert got.location == "europe-west3"
+    assert got.encoder.primary_key == ("id",)
+    assert not got.table_key_known  # the table's own key was not asked for
+    assert (streams.answered, streams.handed_over) == (1, 0)
+
+
+def test_a_failed_call_hands_the_table_to_the_rest_lookup_with_its_outcome() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Plain(), rest)
+    missing = streams.layout(DEST)
+    calls.started[0][1].set_exception(grpc.RpcError("NOT_FOUND"))
+    assert [d for d, _ in rest.asked] == [DEST] and not missing.done()
+    created = TableLayout.of([SchemaField("id", "INT64")])
+    rest.asked[0][1].set_result(created)
+    assert missing.result(timeout=0) is created
+    # The REST lookup's error (a table it may not create, say) is the table's error.
+    refused = streams.layout(DEST)
+    calls.started[1][1].set_exception(grpc.RpcError("UNAVAILABLE"))
+    rest.asked[1][1].set_exception(WriteError("table t does not exist and ..."))
+    with pytest.raises(WriteError, match="does not exist"):
+        refused.result(timeout=0)
+    assert (streams.answered, streams.handed_over) == (0, 2)
+
+
+def test_an_answer_the_layout_cannot_be_built_from_goes_to_the_rest_lookup() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Plain(), rest)
+    streams.layout(DEST)
+    calls.started[0][1].set_result(stream([("future", 99, 1)]))
+    assert [d for d, _ in rest.asked] == [DEST]
+
+
+def test_a_lookup_that_ends_after_close_fails_the_table_instead_of_hanging() -> None:
+    streams, calls = lookups(Plain(), RestLookups(closed=True))
+    layout = streams.layout(DEST)
+    calls.started[0][1].set_exception(grpc.RpcError("CANCELLED"))
+    with pytest.raises(WriteError, match="closed before its lookup ended"):
+        layout.result(timeout=0)
+
+
+def test_at_most_the_check_bound_of_calls_are_in_flight() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Plain(), rest)
+    layouts = [streams.layout(TableDestination.of("p", "d", f"t{i}")) for i in range(100)]
+    assert len(calls.started) == 64
+    calls.started[0][1].set_result(stream([("id", 2, 1)]))
+    assert len(calls.started) == 65 and layouts[0].done()
+    streams.close()  # the 35 still queued hand over to the REST lookup
+    assert len(calls.started) == 65 and len(rest.asked) == 35
+    assert sum(f.done() for f in layouts) == 1
