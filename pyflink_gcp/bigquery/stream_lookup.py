@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import grpc
@@ -160,6 +160,8 @@ class StreamLookups:
     def _answered(
         self, destination: TableDestination, call: Any, result: Future[TableLayout]
     ) -> None:
+        if result.cancelled():  # the writer closed meanwhile: nothing waits for the layout
+            return
         try:
             error = call.exception()
         except Exception as exc:  # noqa: BLE001 - cancelled (the channel closed)
@@ -178,7 +180,7 @@ class StreamLookups:
             else:
                 layout.table_key_known = False
                 self.answered += 1
-                result.set_result(layout)
+                _settle(result, layout, None)
                 return
         _LOG.debug(
             "%s: table %s: no layout from its default stream (%s), asking its metadata",
@@ -190,12 +192,11 @@ class StreamLookups:
         try:
             rest = self._rest_lookups(destination)
         except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
-            result.set_exception(
-                WriteError(
-                    f"sink '{self._catalog.sink_name}': table {destination.table_id}: the "
-                    f"writer closed before its lookup ended ({exc})"
-                )
+            error = WriteError(
+                f"sink '{self._catalog.sink_name}': table {destination.table_id}: the writer "
+                f"closed before its lookup ended ({exc})"
             )
+            _settle(result, None, error)
             return
         rest.add_done_callback(lambda done: _copy(done, result))
 
@@ -206,10 +207,20 @@ class StreamLookups:
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:
     if source.cancelled():
-        target.set_exception(WriteError("the table's lookup was cancelled: the writer closed"))
-        return
-    error = source.exception()
-    if error is not None:
-        target.set_exception(error)
+        _settle(target, None, WriteError("the table's lookup was cancelled: the writer closed"))
     else:
-        target.set_result(source.result())
+        error = source.exception()
+        _settle(target, None if error is not None else source.result(), error)
+
+
+def _settle(
+    result: Future[TableLayout], layout: TableLayout | None, error: BaseException | None
+) -> None:
+    """Complete ``result`` unless its writer cancelled it (it closed before the lookup ended)."""
+    try:
+        if error is not None:
+            result.set_exception(error)
+        else:
+            result.set_result(layout)  # type: ignore[arg-type]
+    except InvalidStateError:
+        pass

@@ -193,3 +193,18 @@ def test_at_most_the_check_bound_of_calls_are_in_flight() -> None:
     streams.close()  # the 35 still queued hand over to the REST lookup
     assert len(calls.started) == 65 and len(rest.asked) == 35
     assert sum(f.done() for f in layouts) == 1
+
+
+def test_a_lookup_its_writer_cancelled_ends_quietly_and_asks_nothing_more() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Plain(), rest)
+    answered, failed = streams.layout(DEST), streams.layout(DEST)
+    assert answered.cancel() and failed.cancel()  # both writers closed before the answers
+    calls.started[0][1].set_result(stream([("id", 2, 1)]))  # raises nothing on gRPC's thread
+    calls.started[1][1].set_exception(grpc.RpcError("UNAVAILABLE"))
+    assert rest.asked == [] and streams.handed_over == 0
+    # A REST lookup whose writer went away meanwhile ends quietly too.
+    pending = streams.layout(DEST)
+    calls.started[2][1].set_exception(grpc.RpcError("NOT_FOUND"))
+    assert pending.cancel()
+    rest.asked[0][1].set_result(TableLayout.of([SchemaField("id", "INT64")]))
