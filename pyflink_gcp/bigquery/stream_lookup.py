@@ -17,7 +17,8 @@ What the stream does not say is left to the REST lookup, which also keeps its re
 creation of a missing table and its errors naming the table:
 
 - any failed first attempt (the table is missing, the call failed, a column type this module
-  does not know) hands the table over to :meth:`TableCatalog.layout` on a metadata thread;
+  does not know) hands the table over to :meth:`TableCatalog.layout` on a metadata thread; an
+  endpoint that answers ``UNIMPLEMENTED`` (an emulator without the call) is not asked again;
 - the table's primary key is not in a stream's schema. The layout takes the serializer's
   declared key, if any, and says it did not ask the table (``table_key_known``): the table's
   first change-data-capture row asks for its REST metadata before it is encoded;
@@ -139,9 +140,14 @@ class StreamLookups:
         #: Tables whose layout came from their stream, and those handed to the REST lookup.
         self.answered = 0
         self.handed_over = 0
+        #: False once the endpoint answered that it does not serve GetWriteStream: every later
+        #: table goes straight to the REST lookup.
+        self.enabled = True
 
     def layout(self, destination: TableDestination) -> Future[TableLayout]:
         """The table's layout, being looked up: never blocks."""
+        if not self.enabled:
+            return self._rest_lookups(destination)
         result: Future[TableLayout] = Future()
         stream = f"{destination}/streams/_default"
         request = _GetWriteStreamRequest(name=stream, view=_FULL_VIEW)
@@ -182,6 +188,14 @@ class StreamLookups:
                 self.answered += 1
                 _settle(result, layout, None)
                 return
+        if _unimplemented(error) and self.enabled:
+            self.enabled = False
+            _LOG.warning(
+                "%s: the Storage Write endpoint does not serve GetWriteStream (%s): tables are "
+                "looked up over REST from now on",
+                self._catalog.sink_name,
+                error,
+            )
         _LOG.debug(
             "%s: table %s: no layout from its default stream (%s), asking its metadata",
             self._catalog.sink_name,
@@ -203,6 +217,11 @@ class StreamLookups:
     def _declared_key(self, destination: TableDestination) -> tuple[str, ...]:
         schema = self._catalog.serializer_schema(destination)
         return () if schema is None else tuple(schema.primary_key)
+
+
+def _unimplemented(error: BaseException) -> bool:
+    code = getattr(error, "code", None)
+    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:

@@ -208,3 +208,19 @@ def test_a_lookup_its_writer_cancelled_ends_quietly_and_asks_nothing_more() -> N
     calls.started[2][1].set_exception(grpc.RpcError("NOT_FOUND"))
     assert pending.cancel()
     rest.asked[0][1].set_result(TableLayout.of([SchemaField("id", "INT64")]))
+
+
+class Unimplemented(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_an_endpoint_without_get_write_stream_is_not_asked_again() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Plain(), rest)
+    streams.layout(DEST)
+    calls.started[0][1].set_exception(Unimplemented())
+    assert not streams.enabled and len(rest.asked) == 1
+    later = streams.layout(TableDestination.of("p", "d", "later"))
+    assert len(calls.started) == 1  # no second call: straight to the REST lookup
+    assert rest.asked[1] == (TableDestination.of("p", "d", "later"), later)
