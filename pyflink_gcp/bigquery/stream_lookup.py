@@ -40,6 +40,7 @@ from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout
 from pyflink_gcp.core.checked import CHECKS_IN_FLIGHT, CheckCalls
 from pyflink_gcp.core.errors import WriteError
+from pyflink_gcp.core.retry import status_name
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
@@ -188,7 +189,7 @@ class StreamLookups:
                 self.answered += 1
                 _settle(result, layout, None)
                 return
-        if _unimplemented(error) and self.enabled:
+        if self.enabled and status_name(error) == "UNIMPLEMENTED":
             self.enabled = False
             _LOG.warning(
                 "%s: the Storage Write endpoint does not serve GetWriteStream (%s): tables are "
@@ -217,11 +218,6 @@ class StreamLookups:
     def _declared_key(self, destination: TableDestination) -> tuple[str, ...]:
         schema = self._catalog.serializer_schema(destination)
         return () if schema is None else tuple(schema.primary_key)
-
-
-def _unimplemented(error: BaseException) -> bool:
-    code = getattr(error, "code", None)
-    return callable(code) and code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:

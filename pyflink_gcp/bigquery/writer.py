@@ -402,11 +402,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 "partition itself: route to the table, or use WriteMethod.FILE_LOADS, which "
                 "loads into a partition"
             )
-        layout: Future[TableLayout]
-        if self.stream_lookups is not None:
-            layout = self.stream_lookups.layout(destination)
-        else:
-            layout = self.metadata_executor.submit(self.catalog.layout, destination)
+        lookups = self.stream_lookups
+        layout = (self._rest_layout if lookups is None else lookups.layout)(destination)
         return self.writer_for(destination, layout)
 
     def _rest_layout(self, destination: TableDestination) -> Future[TableLayout]:
