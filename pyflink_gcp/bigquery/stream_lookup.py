@@ -179,7 +179,7 @@ class StreamLookups:
                 layout = self._catalog.layout_of(
                     destination,
                     storage_fields(stream.table_schema.fields),
-                    self._declared_key(destination),
+                    self._catalog.declared_key(destination),
                     stream.location,
                 )
             except Exception as exc:  # noqa: BLE001 - the REST lookup decides, with its errors
@@ -214,10 +214,6 @@ class StreamLookups:
             _settle(result, None, error)
             return
         rest.add_done_callback(lambda done: _copy(done, result))
-
-    def _declared_key(self, destination: TableDestination) -> tuple[str, ...]:
-        schema = self._catalog.serializer_schema(destination)
-        return () if schema is None else tuple(schema.primary_key)
 
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:

@@ -267,10 +267,7 @@ class TableCatalog:
         if not primary_key:
             # The table's metadata may not carry the key (an emulator drops it): fall back on
             # the key the serializer declares for the table.
-            if not evolving:
-                schema = self.serializer_schema(destination)
-            if schema is not None:
-                primary_key = schema.primary_key
+            primary_key = self.declared_key(destination, schema)
         location = getattr(table, "location", None)
         return self.layout_of(destination, table.schema, primary_key, location)
 
@@ -334,6 +331,16 @@ class TableCatalog:
                 "; ".join(changes),
             )
         return table
+
+    def declared_key(
+        self, destination: TableDestination, schema: TableSchema | None = None
+    ) -> tuple[str, ...]:
+        """The primary key the serializer declares for the table, from ``schema`` if it was
+        asked for already; () without one. What a table's metadata (an emulator's, a stream's
+        schema) does not carry."""
+        if schema is None:
+            schema = self.serializer_schema(destination)
+        return () if schema is None else tuple(schema.primary_key)
 
     def serializer_schema(self, destination: TableDestination) -> TableSchema | None:
         """The schema the serializer gives the table (a TableSchema, or SchemaFields converted
