@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from functools import partial
 from typing import Any
 
 import grpc
@@ -150,14 +151,19 @@ class StreamLookups:
         if not self.enabled:
             return self._rest_lookups(destination)
         result: Future[TableLayout] = Future()
-        stream = f"{destination}/streams/_default"
-        request = _GetWriteStreamRequest(name=stream, view=_FULL_VIEW)
-        metadata = (("x-goog-request-params", f"name={stream}"),)
-        call = self._calls.start(
-            lambda: self._get.future(request, timeout=self._timeout_s, metadata=metadata)
-        )
-        call.add_done_callback(lambda done: self._answered(destination, done, result))
+        call = self._calls.start(self._call, destination)
+        call.add_done_callback(partial(self._answered, destination, result))
         return result
+
+    def _call(self, destination: TableDestination) -> Any:
+        """Start the table's GetWriteStream (its request built only now: a queued lookup holds
+        nothing but the table and its future)."""
+        stream = f"{destination}/streams/_default"
+        return self._get.future(
+            _GetWriteStreamRequest(name=stream, view=_FULL_VIEW),
+            timeout=self._timeout_s,
+            metadata=(("x-goog-request-params", f"name={stream}"),),
+        )
 
     def close(self) -> None:
         """Start no more calls; tables still queued hand over to the REST lookup, which refuses
@@ -165,7 +171,7 @@ class StreamLookups:
         self._calls.close()
 
     def _answered(
-        self, destination: TableDestination, call: Any, result: Future[TableLayout]
+        self, destination: TableDestination, result: Future[TableLayout], call: Any
     ) -> None:
         if result.cancelled():  # the writer closed meanwhile: nothing waits for the layout
             return

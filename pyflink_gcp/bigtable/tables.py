@@ -26,7 +26,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 from pyflink_gcp.bigtable.destinations import TableDestination
@@ -129,7 +128,7 @@ class BigtableTables:
         if self._create_options is not None or self._get_table_future is None:
             self.ensure(destination)
             return None
-        call = self.checks.start(partial(self._get_table_future, str(destination), self._timeout_s))
+        call = self.checks.start(self._get_table_future, str(destination), self._timeout_s)
         return PendingCheck(call, lambda: self.ensure(destination), lambda: self._known.add(name))
 
     def close(self) -> None:

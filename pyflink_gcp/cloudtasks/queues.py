@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 import grpc
@@ -101,14 +100,7 @@ class QueueCheck:
         if name in self._verified:
             return None
         stub = self._stub if self._stub is not None else self._open()
-        call = self._checks.start(
-            partial(
-                stub.future,
-                get_queue_request(name),
-                timeout=self._timeout,
-                metadata=get_queue_metadata(name, self._header),
-            )
-        )
+        call = self._checks.start(self._get_queue, stub, name)
         check = PendingCheck(
             call,
             lambda: self.verify(destination),
@@ -116,6 +108,15 @@ class QueueCheck:
         )
         check.then(_found, lambda: self._settle_on_pool(check))
         return check
+
+    def _get_queue(self, stub: Any, name: str) -> Any:
+        """Start the queue's GetQueue (its request built only now: a queued check holds nothing
+        but the queue's name)."""
+        return stub.future(
+            get_queue_request(name),
+            timeout=self._timeout,
+            metadata=get_queue_metadata(name, self._header),
+        )
 
     def _settle_on_pool(self, check: PendingCheck) -> None:
         """The first attempt failed: run the full check off the processing thread (on gRPC's

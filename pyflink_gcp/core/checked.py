@@ -175,15 +175,22 @@ class QueuedCall:
 
     ``done`` never blocks; ``exception`` and ``result`` wait for the call to start and then to
     end; ``add_done_callback`` callbacks get this object, once the call ended.
+
+    Small on purpose: a subtask meeting 10,000 new destinations at once queues 10,000 of them,
+    allocated between the writers that outlive them, and what they leave behind when freed
+    stays with the worker (fragmented). So a queued call holds its ``begin`` and its callbacks
+    (one callable, or a list of them) and nothing built for the call itself: the request is
+    built by ``begin``, when the call starts.
     """
 
-    __slots__ = ("_calls", "_begin", "_inner", "_callbacks")
+    __slots__ = ("_calls", "_begin", "_args", "_inner", "_callbacks")
 
-    def __init__(self, calls: CheckCalls, begin: Callable[[], Any]) -> None:
+    def __init__(self, calls: CheckCalls, begin: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._calls = calls
-        self._begin: Callable[[], Any] | None = begin
+        self._begin: Callable[..., Any] | None = begin
+        self._args = args
         self._inner: Any = None
-        self._callbacks: list[Callable[[QueuedCall], None]] | None = None
+        self._callbacks: Any = None  # None, one callable, a list, or _ENDED
 
     def done(self) -> bool:
         inner = self._inner
@@ -197,12 +204,49 @@ class QueuedCall:
 
     def add_done_callback(self, fn: Callable[[QueuedCall], None]) -> None:
         with self._calls._lock:
-            if self._inner is None:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(fn)
+            callbacks = self._callbacks
+            if callbacks is not _ENDED:
+                if callbacks is None:
+                    self._callbacks = fn
+                elif isinstance(callbacks, list):
+                    callbacks.append(fn)
+                else:
+                    self._callbacks = [callbacks, fn]
                 return
-        self._inner.add_done_callback(lambda _: fn(self))
+        fn(self)
+
+    def __call__(self) -> None:
+        """Its slot was granted: start it. The call is its own grant in the slots' queue, so a
+        queued call costs this one object."""
+        self._calls._begin(self)
+
+    def _ended(self, _inner: Any) -> None:
+        """The started call ended: give its slot back, then run its callbacks."""
+        try:
+            self._calls._slots.release()
+        finally:
+            self._ran()
+
+    def _ran(self, _inner: Any = None) -> None:
+        """Run the callbacks of the call, which ended (without a slot, when it never started)."""
+        with self._calls._lock:
+            callbacks, self._callbacks = self._callbacks, _ENDED
+        if not isinstance(callbacks, list):
+            if callbacks is not None:
+                callbacks(self)
+            return
+        error: BaseException | None = None
+        for fn in callbacks:  # one that raises does not keep the others from running
+            try:
+                fn(self)
+            except BaseException as exc:  # noqa: BLE001 - raised again below
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+#: A :class:`QueuedCall` 's callbacks once it ended: later ones run at once.
+_ENDED: Any = object()
 
 
 class _Failed:
@@ -260,14 +304,15 @@ class CheckCalls:
     def queued(self) -> int:
         return self._slots.waiting
 
-    def start(self, begin: Callable[[], Any]) -> QueuedCall:
-        """Start ``begin()`` (which starts a call and returns its future) now if a slot is
+    def start(self, begin: Callable[..., Any], *args: Any) -> QueuedCall:
+        """Start ``begin(*args)`` (which starts a call and returns its future) now if a slot is
         free, else once one is; returns the call at once. After :meth:`close` the call ends at
-        once with an error."""
-        call = QueuedCall(self, begin)
+        once with an error. ``begin`` should build the call's request itself: a queued call
+        holds nothing else until it starts (:class:`QueuedCall`)."""
+        call = QueuedCall(self, begin, args)
         if self._closed:
-            self._settle(call, _Failed(self._closed_error()))
-        elif self._slots.acquire(call, lambda: self._begin(call)):
+            self._settle(call, _Failed(self._closed_error()), holds_slot=False)
+        elif self._slots.acquire(call, call):
             self._begin(call)
         else:
             self.max_queued = max(self.max_queued, self._slots.waiting)
@@ -294,7 +339,7 @@ class CheckCalls:
             self._closed = True
         for call in self._slots.cancel_all():
             assert isinstance(call, QueuedCall)
-            self._settle(call, _Failed(self._closed_error()))
+            self._settle(call, _Failed(self._closed_error()), holds_slot=False)
 
     def _closed_error(self) -> WriteError:
         return WriteError(f"{self._what}: closed before the check ran")
@@ -308,20 +353,15 @@ class CheckCalls:
             inner = _Failed(self._closed_error())
         else:
             try:
-                inner = begin()
+                inner = begin(*call._args)
             except Exception as exc:  # noqa: BLE001 - the call's outcome, read by its owner
                 inner = _Failed(exc)
-        inner.add_done_callback(self._finished)
-        self._settle(call, inner)
+        self._settle(call, inner, holds_slot=True)
 
-    def _settle(self, call: QueuedCall, inner: Any) -> None:
+    def _settle(self, call: QueuedCall, inner: Any, holds_slot: bool) -> None:
         with self._lock:
             call._inner = inner
             call._begin = None
-            callbacks, call._callbacks = call._callbacks, None
+            call._args = ()
             self._started.notify_all()
-        for fn in callbacks or ():
-            inner.add_done_callback(lambda _, fn=fn: fn(call))
-
-    def _finished(self, _inner: Any) -> None:
-        self._slots.release()
+        inner.add_done_callback(call._ended if holds_slot else call._ran)

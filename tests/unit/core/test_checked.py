@@ -290,3 +290,43 @@ def test_a_pending_check_reads_a_queued_call_like_a_started_one():
     first.set_result(0)
     second.set_result(1)
     assert outcomes == ["found"] and found == ["x"] and check.succeeded()
+
+
+def test_a_queued_call_begins_with_its_arguments_only_when_it_starts():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    calls.start(lambda: first)
+    begun: list[tuple[str, float]] = []
+
+    def begin(name: str, timeout: float) -> Future[int]:
+        begun.append((name, timeout))  # where a sink builds the call's request
+        future: Future[int] = Future()
+        future.set_result(len(name))
+        return future
+
+    queued = calls.start(begin, "orders", 5.0)
+    assert begun == []  # queued: nothing built for it yet
+    first.set_result(0)
+    assert begun == [("orders", 5.0)] and queued.result(timeout=0) == 6
+
+
+def test_a_callback_that_raises_does_not_keep_the_others_from_running():
+    calls = CheckCalls(limit=1)
+    first: Future[int] = Future()
+    calls.start(lambda: first)
+    second: Future[int] = Future()
+    queued = calls.start(lambda: second)
+    seen: list[str] = []
+
+    def broken(_call: object) -> None:
+        seen.append("broken")
+        raise RuntimeError("callback failed")
+
+    queued.add_done_callback(broken)
+    queued.add_done_callback(lambda _call: seen.append("next"))
+    first.set_result(0)
+    second.set_result(2)  # concurrent.futures logs the callback's error, as gRPC would
+    assert seen == ["broken", "next"]
+    late: list[object] = []
+    queued.add_done_callback(late.append)  # added after the end: runs at once
+    assert late == [queued] and calls.in_flight == 0
