@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from typing import Any
 
 import grpc
@@ -84,7 +83,7 @@ class ResponseHandling:
     rows_appended: int
     arrow_rejections: int
     _cond: threading.Condition
-    _queue: deque[Batch]
+    _queue: list[Batch]
     _failed: list[FailedRecord]
     _quota: QuotaWindow
     _retry: RetryPolicy
@@ -124,7 +123,7 @@ class ResponseHandling:
                 # Refused because an earlier request was: sent again, at a new offset.
                 batch.offset = None
                 with self._cond:
-                    self._queue.appendleft(batch)
+                    self._queue.insert(0, batch)
                 return backoff
             if code in (0, _ALREADY_EXISTS):
                 # ALREADY_EXISTS: re-sent after a lost connection, and appended the first time.
@@ -148,7 +147,7 @@ class ResponseHandling:
             with self._cond:
                 self._failed.extend(failed)
                 if rest:
-                    self._queue.appendleft(batch.subset(rest))
+                    self._queue.insert(0, batch.subset(rest))
             return backoff
         if code == 0:
             self.rows_appended += len(batch.elements)
@@ -162,7 +161,7 @@ class ResponseHandling:
                 self._note_arrow_rejected(str(error))
                 retry = self._encode_proto(batch)
                 with self._cond:
-                    self._queue.extendleft(reversed(retry))
+                    self._queue[:0] = retry
                 return backoff
             # Rejected whole for its content: isolate the bad rows by halving the request.
             with self._cond:
@@ -172,11 +171,10 @@ class ResponseHandling:
                     )
                 else:
                     left, right = batch.halves()
-                    self._queue.appendleft(right)
-                    self._queue.appendleft(left)
+                    self._queue[:0] = (left, right)
             return backoff
         with self._cond:
-            self._queue.appendleft(batch)
+            self._queue.insert(0, batch)
         return self._retry_or_raise(error, backoff)
 
     def _stream_refused(
@@ -197,7 +195,7 @@ class ResponseHandling:
                 )
             )
         with self._cond:
-            self._queue.appendleft(batch)
+            self._queue.insert(0, batch)
         if cause == "TABLE_NOT_FOUND" or (cause == "STREAM_NOT_FOUND" and self.offsets is None):
             error = StatusError(grpc.StatusCode.NOT_FOUND, f"{cause}: {status.message}")
             return self._retry_or_raise(error, backoff)
