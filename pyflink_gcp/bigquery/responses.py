@@ -37,7 +37,6 @@ Failures (a row that cannot be encoded never gets this far: the sender rejects i
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import grpc
@@ -51,6 +50,7 @@ from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import BackoffSequence, RetryPolicy, status_name
 from pyflink_gcp.core.status import StatusError, is_record_fault, status_from_code
+from pyflink_gcp.core.waits import LazyCondition
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
@@ -82,7 +82,7 @@ class ResponseHandling:
     offsets: StreamOffsets | None
     rows_appended: int
     arrow_rejections: int
-    _cond: threading.Condition
+    _cond: LazyCondition
     _queue: list[Batch]
     _failed: list[FailedRecord]
     _quota: QuotaWindow

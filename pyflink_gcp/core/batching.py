@@ -43,6 +43,7 @@ from typing import Any, Generic, TypeVar
 
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
+from pyflink_gcp.core.waits import LazyCondition
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -169,8 +170,7 @@ class InFlightWindow(Generic[R]):
         "_fail_fast",
         "_on_done",
         "_lock",
-        "_cond",
-        "_waiting",
+        "_waits",
         "_requests",
         "_elements",
         "_bytes",
@@ -200,11 +200,10 @@ class InFlightWindow(Generic[R]):
         self._fail_fast = fail_fast
         self._on_done = on_done
         # The counters' lock, taken as a plain lock where nobody waits (the completions), and
-        # as a condition by the waits, which alone are woken (``_waiting``). The condition
-        # over it exists only while a wait does (:meth:`_wait_until`).
+        # as a condition by the waits, which alone are woken. The condition over it exists
+        # only while a wait does.
         self._lock = threading.Lock()
-        self._cond: threading.Condition | None = None
-        self._waiting = 0
+        self._waits = LazyCondition(self._lock)
         self._requests = 0
         self._elements = 0
         self._bytes = 0
@@ -289,18 +288,7 @@ class InFlightWindow(Generic[R]):
             if left <= 0:
                 raise WriteError(f"{self.what}: {late.format(self._requests)} {timeout:g}s")
             wait = min(wait, left)
-        # Under the lock, as every use of ``_cond``: built for the waits in progress, and
-        # dropped when the last of them ends.
-        cond = self._cond
-        if cond is None:
-            cond = self._cond = threading.Condition(self._lock)
-        self._waiting += 1
-        try:
-            cond.wait(wait)
-        finally:
-            self._waiting -= 1
-            if not self._waiting:
-                self._cond = None
+        self._waits.wait(wait)
 
     def add(self, future: Any, elements: int = 0, size: int = 0) -> Any:
         """Count ``future`` (a request just started) in flight until it completes; returns it.
@@ -335,10 +323,7 @@ class InFlightWindow(Generic[R]):
                     self._results.extend(results)
                 elif self._error is None:
                     self._error = error
-            if self._waiting:
-                cond = self._cond
-                assert cond is not None  # kept while a wait is counted
-                cond.notify_all()
+            self._waits.notify_all()
         if self._on_done is not None:
             self._on_done(error)
 

@@ -141,7 +141,7 @@ def test_a_window_that_never_waits_builds_no_condition_and_has_no_dict() -> None
         window.admit()
         window.add(done(["r"]))
     assert window.drain() == ["r", "r", "r"]
-    assert window._cond is None
+    assert window._waits._cond is None
     assert not hasattr(window, "__dict__")
 
 
@@ -149,7 +149,7 @@ def test_settle_with_nothing_in_flight_takes_the_error_without_waiting() -> None
     window: InFlightWindow[str] = InFlightWindow(2)
     failed = window.add(done(error=ValueError("gone")))
     error = window.settle(timeout=0)
-    assert isinstance(error, ValueError) and window._cond is None
+    assert isinstance(error, ValueError) and window._waits._cond is None
     assert window.last is failed  # kept: an ordered writer must not chain past a failure
     assert window.settle(timeout=0) is None
 
@@ -175,7 +175,7 @@ def test_waits_are_woken_by_completions_and_leave_no_condition_behind(
         window.admit(timeout=5)
         assert time.monotonic() - start < 10  # woken by the completion, not by a recheck
         timer.join()
-    assert window._cond is None and window.outstanding == 0
+    assert window._waits._cond is None and window.outstanding == 0
 
 
 def test_two_threads_waiting_at_once_are_both_woken(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,7 +198,7 @@ def test_two_threads_waiting_at_once_are_both_woken(monkeypatch: pytest.MonkeyPa
     for waiter in waiters:
         waiter.join()
     assert len(woken) == 2 and max(woken) - completed < 10
-    assert window._cond is None
+    assert window._waits._cond is None
 
 
 def test_settle_gives_up_after_its_timeout() -> None:
