@@ -67,6 +67,8 @@ _LOG = logging.getLogger("pyflink_gcp.bigquery")
 _LOOKUP_TIMEOUT_S = 30.0
 #: The checkpoint id of the last ``prepare_commit``, at the end of input (see core.commit).
 _END_OF_INPUT = -1
+#: A table writer's change-data-capture keys while its open request holds none.
+_NO_KEYS: frozenset[tuple[Any, ...]] = frozenset()
 
 
 class TableWriter(DestinationWriter[TableDestination]):
@@ -106,7 +108,7 @@ class TableWriter(DestinationWriter[TableDestination]):
         self._rows: list[bytes] = []
         self._records: list[Any] = []
         self._cdc = False
-        self._keys: set[tuple[Any, ...]] = set()
+        self._keys: set[tuple[Any, ...]] | frozenset[tuple[Any, ...]] = _NO_KEYS
         self._rejected: list[FailedRecord] = []
         self._warned_no_key = False
 
@@ -203,7 +205,10 @@ class TableWriter(DestinationWriter[TableDestination]):
         if cdc:
             self._cdc = True
             if key is not None:
-                self._keys.add(key)
+                if self._keys is _NO_KEYS:  # an empty set per table writer is 216 bytes
+                    self._keys = {key}
+                else:
+                    self._keys.add(key)  # type: ignore[union-attr]
         if self.open_batch.append(element, size):
             self._cut()
 
@@ -221,7 +226,7 @@ class TableWriter(DestinationWriter[TableDestination]):
         batch = Batch(rows, self.open_batch.cut(), self._records, self._cdc)
         self._rows, self._records = [], []
         self._cdc = False
-        self._keys = set()
+        self._keys = _NO_KEYS
         self.sender.submit(batch)
 
     # -- flushing and lifetime -----------------------------------------------------------------
