@@ -1,7 +1,8 @@
 """Orders written to one BigQuery table per day, unknown tenants dead-lettered to Pub/Sub.
 
 Run against the local emulators (``pyflink-gcp emulators up`` prints the variables) or real
-BigQuery and Pub/Sub (Application Default Credentials)::
+BigQuery and Pub/Sub (Application Default Credentials), with the ``bigquery`` and ``pubsub``
+extras installed::
 
     python examples/bigquery_dynamic_tables.py --project my-project --orders 20000
 
