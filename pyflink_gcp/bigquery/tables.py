@@ -264,9 +264,10 @@ class TableCatalog:
         constraints = table.table_constraints
         if constraints is not None and constraints.primary_key is not None:
             primary_key = tuple(constraints.primary_key.columns)
-        if not primary_key:
+        if not primary_key and (schema is not None or not evolving):
             # The table's metadata may not carry the key (an emulator drops it): fall back on
-            # the key the serializer declares for the table.
+            # the key the serializer declares for the table (its schema asked for once: not
+            # again when an evolving sink's serializer gave none).
             primary_key = self.declared_key(destination, schema)
         location = getattr(table, "location", None)
         return self.layout_of(destination, table.schema, primary_key, location)

@@ -272,3 +272,30 @@ def test_the_shared_encoders_are_bounded_least_recently_used_first() -> None:
     assert (cache.built, len(cache)) == (4, 2)
     # A layout still in use keeps working after its schema fell out of the cache.
     assert first.encoder.encode({"c0": 5}) == TableLayout.of(schemas[0]).encoder.encode({"c0": 5})
+
+
+@pytest.mark.parametrize("update", ["NONE", "ADD_COLUMNS"])
+def test_the_serializers_schema_is_asked_for_once_per_table_lookup(
+    monkeypatch: pytest.MonkeyPatch, update: str
+) -> None:
+    from types import SimpleNamespace
+
+    from pyflink_gcp.bigquery import SchemaUpdate
+
+    asked: list[str] = []
+
+    class NoSchema(BigQuerySerializer):
+        def serialize(self, record: Any, context: Any) -> Any:
+            return record
+
+        def schema(self, destination: TableDestination) -> Any:
+            asked.append(destination.table)
+            return None  # none for this table: the table's own columns
+
+    tables = catalog(NoSchema(), schema_update=SchemaUpdate(update))
+    table = SimpleNamespace(schema=SCALARS, table_constraints=None, location="EU")
+    monkeypatch.setattr(tables, "_get_or_create", lambda destination: table)
+    layout = tables.layout(DEST)
+    assert asked == ["t"]  # once, whether the sink updates schemas or not
+    assert layout.encoder.primary_key == () and layout.location == "EU"
+    tables.close()
