@@ -254,6 +254,7 @@ class SinkBuilder:
             max_buffer_time_ms=max(1, int(options.max_buffer_time.total_seconds() * 1000)),
             per_destination_metrics=options.per_destination_metrics,
             retry_deadline_s=options.retry_deadline_s,
+            carry=options.carry,
             lineage=LineageSettings(
                 self._lineage_listener,
                 self._max_lineage_datasets,

@@ -37,6 +37,7 @@ from typing import Any
 
 from pyflink.datastream.functions import KeyedProcessFunction, ProcessFunction, RuntimeContext
 
+from pyflink_gcp.core.carry import CARRY_STATE_PARAMETER
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.lineage import LINEAGE_STATE_PARAMETER
 from pyflink_gcp.core.metrics import SINK_GROUP
@@ -111,6 +112,8 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         writer.open(info, sink_group)
         # The bridge's marker operator hands over what the subtask reported before a restore.
         writer.lineage.restore(runtime_context.get_job_parameter(LINEAGE_STATE_PARAMETER, None))
+        # ... and the records it carried across the checkpoint (pyflink_gcp.core.carry).
+        writer.restore_carried(runtime_context.get_job_parameter(CARRY_STATE_PARAMETER, None))
         self._writer = writer
         group.gauge(FLUSH_GAUGE, self._on_bundle_end)
         sink_group.gauge("activeWriters", lambda: len(writer.registry))
@@ -122,6 +125,10 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
         sink_group.gauge("lastFlushMillis", lambda: int(writer.last_flush_s * 1000))
         sink_group.gauge("maxFlushMillis", lambda: int(writer.max_flush_s * 1000))
         sink_group.gauge("checkpointMarkers", lambda: self.markers)
+        carried = writer.carried
+        if carried is not None:
+            sink_group.gauge("recordsCarried", lambda: carried.records)
+            sink_group.gauge("carriedChunksKept", lambda: carried.chunks_kept)
         for name, read in self._config.factory.gauges().items():
             sink_group.gauge(name, read)
 
@@ -142,22 +149,29 @@ class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):
 
         Returns:
             A committing writer's committables, the operator's output to the committer (they
-            leave before the barrier), and the lineage datasets reported since the last
-            marker, which the marker operator keeps in its state
-            (:meth:`~pyflink_gcp.core.lineage.LineageReporter.take_state`); None for none.
+            leave before the barrier), and what the marker operator keeps in its state: the
+            lineage datasets reported since the last marker
+            (:meth:`~pyflink_gcp.core.lineage.LineageReporter.take_state`) and the records
+            carried across this checkpoint (:meth:`~pyflink_gcp.core.carry.CarriedRecords.
+            take_state`); None for none.
         """
         writer = self._writer
         assert writer is not None
         self.markers += 1
         try:
+            if marker_id == END_OF_INPUT:
+                writer.hand_on_carried()
             writer.flush()
             committables = writer.prepare(marker_id) if writer.commits else None
+            carried = writer.take_carried_state()
         except NonRetriableSinkError as exc:
             mark_non_retriable(exc)
             raise
         lineage = writer.lineage.take_state()
         if lineage is not None:
             committables = [*(committables or ()), lineage]
+        if carried is not None:
+            committables = [*(committables or ()), carried]
         _LOG.debug(
             "%s: flushed for %s",
             self._config.sink_name,

@@ -7,7 +7,8 @@ service's ``<Service>WriterOptions`` derives from the base that fits it and adds
 settings of its own service (batch shapes, ordering, commit limits):
 
 - :class:`WriterOptions`: every sink. ``max_buffer_time``, ``max_buffered_records``,
-  ``retry_deadline``, ``max_in_flight_requests``, ``per_destination_metrics``.
+  ``retry_deadline``, ``max_in_flight_requests``, ``per_destination_metrics``,
+  ``max_carry_time``, ``max_carried_records``.
 - :class:`DestinationWriterOptions`: sinks that keep a writer per destination (Pub/Sub,
   BigQuery, Bigtable, Cloud Tasks) add ``idle_timeout`` and ``max_active_destinations``.
 - :class:`CreatingWriterOptions`: sinks that may create their destinations (Pub/Sub, BigQuery,
@@ -24,6 +25,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from pyflink_gcp.core.carry import DEFAULT_MAX_CARRIED_RECORDS, CarrySettings
 from pyflink_gcp.core.creation import DEFAULT_MAX_CREATED, DEFAULT_WINDOW
 from pyflink_gcp.core.errors import ConfigurationError
 
@@ -117,6 +119,15 @@ class WriterOptions:
             destination or per subtask is said by each service's options.
         per_destination_metrics: Register Flink counters per destination. Flink cannot
             unregister metrics, so this is off by default (many destinations, many metrics).
+        max_carry_time: How long a destination's records may wait across checkpoints, kept in
+            the checkpoint's state instead of sent before its barrier (None, the default: each
+            checkpoint sends everything). A destination's records are sent once 500 wait, the
+            oldest is this old, or the subtask carries ``max_carried_records``; for sinks with
+            many destinations and few records each per checkpoint, so that a call carries many
+            records (:mod:`pyflink_gcp.core.carry`). At-least-once writes on plain streams
+            only.
+        max_carried_records: Records one subtask carries at most under ``max_carry_time``;
+            beyond, the destinations carried longest are sent.
     """
 
     max_buffer_time: timedelta = timedelta(seconds=1)
@@ -124,6 +135,8 @@ class WriterOptions:
     retry_deadline: timedelta = timedelta(minutes=2)
     max_in_flight_requests: int = 4
     per_destination_metrics: bool = False
+    max_carry_time: timedelta | None = None
+    max_carried_records: int = DEFAULT_MAX_CARRIED_RECORDS
 
     def __post_init__(self) -> None:
         self._validate()
@@ -136,11 +149,20 @@ class WriterOptions:
         check_duration(owner, "retry_deadline", self.retry_deadline, allow_zero=True)
         check_int(owner, "max_in_flight_requests", self.max_in_flight_requests)
         check_bool(owner, "per_destination_metrics", self.per_destination_metrics)
+        if self.max_carry_time is not None:
+            check_duration(owner, "max_carry_time", self.max_carry_time, minimum=_ONE_MS)
+        check_int(owner, "max_carried_records", self.max_carried_records)
 
     @property
     def retry_deadline_s(self) -> float:
         """``retry_deadline`` in seconds."""
         return self.retry_deadline.total_seconds()
+
+    @property
+    def carry(self) -> CarrySettings:
+        """``max_carry_time`` and ``max_carried_records`` as the writer takes them."""
+        seconds = None if self.max_carry_time is None else self.max_carry_time.total_seconds()
+        return CarrySettings(seconds, self.max_carried_records)
 
 
 _ONE_MS = timedelta(milliseconds=1)
@@ -251,6 +273,15 @@ class OptionsBuilder(Generic[O]):
     def per_destination_metrics(self, enabled: bool = True) -> Self:
         """Register Flink counters per destination (default off)."""
         return self._set("per_destination_metrics", enabled)
+
+    def max_carry_time(self, duration: timedelta | None) -> Self:
+        """Let a destination's records wait this long across checkpoints, in checkpoint
+        state, to be sent in larger calls (default None: each checkpoint sends everything)."""
+        return self._set("max_carry_time", duration)
+
+    def max_carried_records(self, records: int) -> Self:
+        """Records a subtask carries at most under ``max_carry_time`` (default 100,000)."""
+        return self._set("max_carried_records", records)
 
     def build(self) -> O:
         """The options value; raises ConfigurationError naming the first bad setting."""

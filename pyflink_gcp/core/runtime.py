@@ -75,6 +75,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     gateway = get_gateway()
     jvm = gateway.jvm
     keyed = isinstance(ds, KeyedStream)
+    _check_carry(config, keyed)
     j_stream = ds._j_data_stream
     j_transformation = j_stream.getTransformation()
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
@@ -191,6 +192,32 @@ def _check_python_metrics(j_env_conf: Any, config: SinkConfig) -> None:
         )
 
 
+def _check_carry(config: SinkConfig, keyed: bool) -> None:
+    """Refuse ``max_carry_time`` where carried records could be lost or misplaced
+    (:mod:`pyflink_gcp.core.carry`)."""
+    if not config.carry.enabled:
+        return
+    why = None
+    if keyed:
+        why = (
+            "on a keyed stream: the carried records are operator state, which a new "
+            "parallelism hands out without regard to keys, so a key's records could change "
+            "subtask and order"
+        )
+    elif commits(config.factory):
+        why = (
+            f"with {type(config.factory).__name__}: an exactly-once write commits every "
+            "record of a checkpoint after it, so none can wait"
+        )
+    elif config.write_results:
+        why = "with write_with_results(): the results count what each checkpoint wrote"
+    if why is not None:
+        raise ConfigurationError(
+            f"sink '{config.sink_name}': max_carry_time is not available {why}; leave it "
+            "unset (None)"
+        )
+
+
 def _require_no_bridge(config: SinkConfig) -> None:
     """Refuse, when the job is built, a sink that cannot run without the bridge's operator.
 
@@ -201,6 +228,8 @@ def _require_no_bridge(config: SinkConfig) -> None:
     needs = config.requires_bridge
     if needs is None and commits(config.factory):
         needs = f"{type(config.factory).__name__} (it commits after each checkpoint)"
+    if needs is None and config.carry.enabled:
+        needs = "max_carry_time (the carried records are the operator's state)"
     if needs is None:
         return
     if not config.checkpoint_markers:

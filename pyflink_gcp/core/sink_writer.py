@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyflink_gcp.core.carry import CarriedRecords, CarrySettings, decode_restored
 from pyflink_gcp.core.commit import CommittingWriterFactory, WriterStarted, commits
 from pyflink_gcp.core.errors import ResolverError, SerializerError, SinkError
 from pyflink_gcp.core.failure import UNRESOLVED, FailedRecord, FailureHandler, FailureRouter
@@ -68,6 +69,9 @@ class SinkConfig:
             builder.
         lineage: Who hears of each destination a subtask starts writing to, and how many at
             most (``set_lineage_listener``, ``set_max_lineage_datasets``).
+        carry: Whether and how long records wait across checkpoints in the marker operator's
+            state instead of being sent at each one (``max_carry_time``,
+            :mod:`pyflink_gcp.core.carry`).
     """
 
     sink_name: str
@@ -88,6 +92,7 @@ class SinkConfig:
     uid: str | None = None
     write_results: bool = False
     lineage: LineageSettings = field(default_factory=LineageSettings)
+    carry: CarrySettings = field(default_factory=CarrySettings)
 
 
 class SinkWriter:
@@ -163,6 +168,10 @@ class SinkWriter:
         self._subtask = 0
         #: Per-destination counts for the write results (``write_with_results`` only).
         self.results = result_collector(config) if config.write_results else None
+        #: The records carried across checkpoints (``max_carry_time`` only).
+        self.carried: CarriedRecords | None = (
+            CarriedRecords(config.carry, self._write_carried) if config.carry.enabled else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -205,6 +214,14 @@ class SinkWriter:
                 "%s: closing with %d destinations not flushed (they will be replayed)",
                 self._sink,
                 pending,
+            )
+        if self.carried is not None and self.carried.records:
+            _LOG.info(
+                "%s: closing with %d records of %d destinations carried (a restore brings "
+                "back those of its checkpoint; the source replays the later ones)",
+                self._sink,
+                self.carried.records,
+                len(self.carried),
             )
         self._registry.close_all()
         try:
@@ -272,8 +289,10 @@ class SinkWriter:
             # names no valid destination.
             self._check_destination(element, record)
             return
-        writer = self._registry.get(destination)
-        writer.write(element, record)
+        if self.carried is not None:
+            self.carried.hold(destination, element, record)
+        else:
+            self._registry.get(destination).write(element, record)
         if self._per_destination:
             self._destination_metrics.written(destination, 0)
         self.records_written += 1
@@ -413,7 +432,11 @@ class SinkWriter:
             self._leave()
 
     def _send_due(self, now: float) -> int:
-        """Start the due sends (the caller holds ``_lock``); returns how many batches stay open."""
+        """Start the due sends (the caller holds ``_lock``); returns how many batches stay open,
+        carried ones included."""
+        carried = self.carried
+        if carried is not None:
+            carried.hand_on_due()
         cutoff = now - self.due_after_s
         held: list[DestinationWriter[Any]] = []
         held_records = 0
@@ -432,7 +455,7 @@ class SinkWriter:
                 writer = held.pop(0)
                 held_records -= writer.unsent_records
                 writer.start_flush()
-        return len(held)
+        return len(held) + (len(carried) if carried is not None else 0)
 
     # -- the processing thread's lock and the background sends ------------------------------
 
@@ -482,6 +505,71 @@ class SinkWriter:
             self._router.handle(failed)
 
     # -- registry and metrics ----------------------------------------------------------------
+
+    # -- carried records (max_carry_time) ---------------------------------------------------
+
+    def _write_carried(self, destination: Any, entries: list[tuple[Any, Any, int]]) -> None:
+        """Hand a carried batch to its destination's writer (:class:`CarriedRecords`)."""
+        writer = self._registry.get(destination)
+        for element, record, _ in entries:
+            writer.write(element, record)
+
+    def hand_on_carried(self) -> None:
+        """Hand every carried record to its writer: the end of input, before the last flush."""
+        if self.carried is None:
+            return
+        self._enter()
+        try:
+            self.carried.hand_on_all()
+        finally:
+            self._leave()
+
+    def take_carried_state(self) -> bytes | None:
+        """What the marker operator keeps of the carried records, after a marker's flush
+        (:meth:`CarriedRecords.take_state`); None for nothing new."""
+        if self.carried is None:
+            return None
+        self._enter()
+        try:
+            return self.carried.take_state()
+        finally:
+            self._leave()
+
+    def restore_carried(self, parameter: str | None) -> int:
+        """Take back the records a restored marker operator kept (:data:`~pyflink_gcp.core.
+        carry.CARRY_STATE_PARAMETER`): serialized again and carried, or written when this
+        sink no longer carries (a savepoint of a job that did). Returns how many."""
+        count = 0
+        self._enter()
+        try:
+            for destination, records in decode_restored(parameter):
+                for record in records:
+                    try:
+                        element = self._serialize(record, self.context)
+                    except Exception as exc:
+                        raise SerializerError(
+                            f"sink '{self._sink}': serializer "
+                            f"{describe_callable(self.config.serializer)} raised "
+                            f"{type(exc).__name__}: {exc} for restored record "
+                            f"{short_repr(record)}"
+                        ) from exc
+                    if element is None or type(element) is UnroutableRecord:
+                        continue  # it was written once: the serializer took it then
+                    if self.carried is not None:
+                        self.carried.hold(destination, element, record)
+                    else:
+                        self._registry.get(destination).write(element, record)
+                    count += 1
+        finally:
+            self._leave()
+        if count:
+            _LOG.info(
+                "%s: subtask %d took back %d carried records from the restored checkpoint",
+                self._sink,
+                self._subtask,
+                count,
+            )
+        return count
 
     def _create_writer(self, destination: Destination) -> DestinationWriter[Any]:
         return self._factory.create_writer(destination)

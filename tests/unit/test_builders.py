@@ -326,6 +326,8 @@ SHARED_VALUES: dict[str, Any] = {
     "idle_timeout": timedelta(minutes=3),
     "max_active_destinations": 5,
     "max_created_destinations": 2,
+    "max_carry_time": timedelta(seconds=30),
+    "max_carried_records": 1_000,
 }
 
 OPTIONS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {

@@ -27,6 +27,8 @@ NON_DEFAULTS: dict[str, Any] = {
     "retry_deadline": timedelta(seconds=30),
     "max_in_flight_requests": 2,
     "per_destination_metrics": True,
+    "max_carry_time": timedelta(seconds=30),
+    "max_carried_records": 1_000,
     "idle_timeout": None,
     "max_active_destinations": 50,
     "max_created_destinations": 7,

@@ -39,6 +39,8 @@ def test_every_option_has_a_builder_setter_that_reaches_the_value() -> None:
         "retry_deadline": timedelta(seconds=30),
         "max_in_flight_requests": 3,
         "per_destination_metrics": True,
+        "max_carry_time": timedelta(seconds=30),
+        "max_carried_records": 1_000,
         "idle_timeout": None,
         "max_active_destinations": 5,
         "max_created_destinations": 7,

@@ -40,6 +40,8 @@ def test_every_field_has_a_builder_setter_that_reaches_the_value() -> None:
         "retry_deadline": timedelta(seconds=5),
         "max_in_flight_requests": 64,
         "per_destination_metrics": True,
+        "max_carry_time": timedelta(seconds=30),
+        "max_carried_records": 1_000,
         "idle_timeout": None,
         "max_active_destinations": 3,
         "channel_count": 2,

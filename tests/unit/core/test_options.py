@@ -44,6 +44,8 @@ def test_the_three_bases_declare_the_shared_names_in_order():
         "retry_deadline",
         "max_in_flight_requests",
         "per_destination_metrics",
+        "max_carry_time",
+        "max_carried_records",
     ]
     assert option_names(WriterOptions) == shared
     assert option_names(DestinationWriterOptions) == [
@@ -80,6 +82,9 @@ def test_a_service_changes_a_default_and_adds_its_own_settings():
         ("idle_timeout", timedelta(seconds=-1), "idle_timeout must be >= 0"),
         ("max_active_destinations", 0, "max_active_destinations must be >= 1, got 0"),
         ("max_created_destinations", -1, "max_created_destinations must be >= 0, got -1"),
+        ("max_carry_time", timedelta(0), "max_carry_time must be positive"),
+        ("max_carry_time", 5, "max_carry_time must be a datetime.timedelta"),
+        ("max_carried_records", 0, "max_carried_records must be >= 1, got 0"),
         ("batch_size", 101, "_ServiceOptions.batch_size must be in [1, 100], got 101"),
     ],
 )
@@ -117,6 +122,17 @@ def test_optional_lifetimes_accept_none_and_zero_retry_deadline():
         .build()
     )
     assert options.idle_timeout_s is None and options.max_active_destinations is None
+
+
+def test_carrying_is_off_by_default_and_its_settings_reach_the_writer_in_seconds():
+    assert not _ServiceOptionsBuilder().build().carry.enabled
+    options = (
+        _ServiceOptionsBuilder()
+        .max_carry_time(timedelta(seconds=30))
+        .max_carried_records(7)
+        .build()
+    )
+    assert (options.carry.max_carry_time_s, options.carry.max_carried_records) == (30.0, 7)
 
 
 def test_the_base_builder_has_only_the_settings_of_every_sink():

@@ -272,6 +272,43 @@ def test_a_sink_that_needs_the_bridge_is_refused_at_sink_to_without_it(monkeypat
 
 
 @pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize("mode", WARNED)
+def test_a_carrying_sink_is_refused_at_sink_to_without_the_bridge(monkeypatch, mode):
+    from pyflink_gcp.core.carry import CarrySettings
+
+    options, jar_present, _ = WARNED[mode]
+    if not jar_present:
+        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
+    env, ds = warned_pipeline(mode)
+    with pytest.raises(ConfigurationError, match=r"sink 'file-sink': max_carry_time \(the"):
+        ds.sink_to(sink_of(carry=CarrySettings(60.0), **options))
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_carrying_sink_is_refused_on_a_keyed_stream_and_with_an_exactly_once_write():
+    from pyflink_gcp.core.carry import CarrySettings
+    from tests.support.committing import StagingSink
+
+    env, ds = pipeline(keyed=True, typed=False)
+    with pytest.raises(ConfigurationError, match="max_carry_time is not available on a keyed"):
+        ds.sink_to(sink_of(carry=CarrySettings(60.0)))
+    sink = StagingSink("/nonexistent")
+    sink._config.carry = CarrySettings(60.0)
+    env, ds = pipeline(keyed=False, typed=False)
+    with pytest.raises(ConfigurationError, match="with StagingFactory: an exactly-once"):
+        ds.sink_to(sink)
+
+
+@pytest.mark.usefixtures("jar")
+def test_a_carrying_sink_runs_as_the_marker_operator():
+    from pyflink_gcp.core.carry import CarrySettings
+
+    env, ds = pipeline(keyed=False, typed=True)
+    ds.sink_to(sink_of(carry=CarrySettings(60.0)))
+    assert writer_node(env).operator_class == bridge.MARKER_OPERATOR
+
+
+@pytest.mark.usefixtures("jar")
 def test_a_sink_that_needs_the_bridge_runs_with_it():
     env, ds = pipeline(keyed=True, typed=False)
     ds.sink_to(sink_of(requires_bridge="WriteMethod.X"))

@@ -455,3 +455,68 @@ def test_bytes_a_writer_learns_at_its_flush_reach_the_metrics_and_the_summary(
         "file-sink: subtask 0 closed: 4 records written (40 bytes counted) through 2 "
         "destination writers opened, 0 skipped by the serializer, 0 dropped, 0 dead-lettered"
     ) in caplog.text
+
+
+# -- carried records (max_carry_time) --------------------------------------------------------
+
+
+def test_carried_records_wait_across_markers_and_come_back_after_a_restore(tmp_path):
+    """A marker flushes the writers but not the carried records; those go into the operator's
+    state, and a writer restored from it carries them again; the end of input sends them."""
+    import base64
+    import struct
+
+    from pyflink_gcp.core import operators
+    from pyflink_gcp.core.carry import CarrySettings, decode_element
+
+    carry = CarrySettings(max_carry_time_s=3600.0)
+    sink = FileSink(str(tmp_path), by_region, carry=carry)
+    function = operators.MarkedWriterProcessFunction(sink._sink_config())
+    writer = function._writer = open_writer(tmp_path, by_region, carry=carry)
+    for i in range(4):
+        writer.write({"region": f"r{i % 2}", "i": i})
+    function._on_bundle_end()
+    out = function.process_element((operators.MARKER_TAG, 1), None)
+    assert lines(tmp_path, "r0") == [] and lines(tmp_path, "r1") == []  # carried, not sent
+    assert writer.carried is not None and writer.carried.records == 4
+    [element] = out
+    chunk, released, payload = decode_element(element)
+    assert (chunk, released) == (0, [])
+
+    # The operator restores the chunk into a new attempt's writer.
+    parameter = base64.b64encode(struct.pack(">q", chunk) + payload).decode()
+    function = operators.MarkedWriterProcessFunction(sink._sink_config())
+    restored = function._writer = open_writer(tmp_path, by_region, carry=carry)
+    assert restored.restore_carried(parameter) == 4
+    restored.write({"region": "r0", "i": 4})
+    function.process_element((operators.MARKER_TAG, operators.END_OF_INPUT), None)
+    assert [r["i"] for r in lines(tmp_path, "r0")] == [0, 2, 4]
+    assert [r["i"] for r in lines(tmp_path, "r1")] == [1, 3]
+
+
+def test_restored_records_are_written_when_the_sink_no_longer_carries(tmp_path):
+    """A savepoint of a carrying job, restored into one that does not carry: nothing is lost."""
+    import base64
+    import pickle
+    import struct
+
+    parameter = base64.b64encode(
+        struct.pack(">q", 7)
+        + pickle.dumps([(FileDestination.of("r0"), [{"region": "r0", "i": 9}])])
+    ).decode()
+    writer = open_writer(tmp_path, by_region)
+    assert writer.restore_carried(parameter) == 1
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "r0")] == [9]
+
+
+def test_carried_batches_go_at_a_bundle_end_once_due(tmp_path):
+    from pyflink_gcp.core.carry import CarrySettings
+
+    writer = open_writer(tmp_path, by_region, carry=CarrySettings(max_carry_time_s=0.001))
+    writer.write({"region": "a", "i": 0})
+    time.sleep(0.01)
+    writer.send_due()
+    assert writer.carried is not None and writer.carried.records == 0
+    writer.flush()
+    assert [r["i"] for r in lines(tmp_path, "a")] == [0]

@@ -39,6 +39,8 @@ def test_every_writer_setter_reaches_its_field():
         "retry_deadline": timedelta(seconds=30),
         "max_in_flight_requests": 2,
         "per_destination_metrics": True,
+        "max_carry_time": timedelta(seconds=30),
+        "max_carried_records": 1_000,
         "idle_timeout": timedelta(minutes=1),
         "max_active_destinations": 8,
         "max_created_destinations": 3,

@@ -39,6 +39,8 @@ def test_the_shared_names_and_nothing_per_destination() -> None:
         "retry_deadline",
         "max_in_flight_requests",
         "per_destination_metrics",
+        "max_carry_time",
+        "max_carried_records",
         "max_mutations_per_commit",
         "max_commit_bytes",
         "commit_timeout",

@@ -24,6 +24,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/CheckpointMarkers.class",
     "dev/pyflinkgcp/bridge/NonRetriableErrors.class",
     "dev/pyflinkgcp/bridge/BundleSettings.class",
+    "dev/pyflinkgcp/bridge/CarryState.class",
     "dev/pyflinkgcp/bridge/CommitterProcessOperator.class",
     "dev/pyflinkgcp/bridge/ForwardingOutput.class",
     "dev/pyflinkgcp/bridge/KeepingOutput.class",

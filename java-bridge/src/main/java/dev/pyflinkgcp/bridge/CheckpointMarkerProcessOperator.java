@@ -30,8 +30,9 @@ import org.apache.flink.streaming.runtime.tasks.StreamTask;
  * put it in the writer's transformation in their place ({@link WriterFusion}); markers, bundle
  * settings, error classification and the slot-worker lease are the same.
  *
- * <p>It also keeps, in its state, the lineage datasets the writer reported, and hands them back
- * to the writer after a restore ({@link LineageState}).
+ * <p>It also keeps, in its state, the lineage datasets the writer reported ({@link LineageState})
+ * and the records it carries across checkpoints ({@link CarryState}), and hands them back to the
+ * writer after a restore.
  */
 public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessOperator<Object, OUT> {
 
@@ -48,6 +49,9 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     /** The lineage datasets the writer reported ({@link LineageState}). */
     private transient LineageState lineage;
+
+    /** The records the writer carries across checkpoints ({@link CarryState}). */
+    private transient CarryState carry;
 
     /**
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
@@ -78,7 +82,10 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
         this.bundle = new BundleSettings(config);
     }
 
-    /** The writer's lineage elements stay here ({@link LineageState}); the rest passes. */
+    /**
+     * The writer's lineage and carried-records elements stay here ({@link LineageState}, {@link
+     * CarryState}); the rest passes.
+     */
     @Override
     protected void setup(
             StreamTask<?, ?> containingTask,
@@ -88,21 +95,31 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
                 containingTask,
                 config,
                 new LineageState.Capturing<>(
-                        output, value -> lineage != null && lineage.capture(value)));
+                        output,
+                        value ->
+                                (lineage != null && lineage.capture(value))
+                                        || (carry != null && carry.capture(value))));
     }
 
     @Override
     public void initializeState(StateInitializationContext context) throws Exception {
         super.initializeState(context);
         lineage = LineageState.initialize(context);
+        carry = CarryState.initialize(context);
     }
 
-    /** Python's writer learns here what it reported before a restore ({@link LineageState}). */
+    /**
+     * Python's writer learns here what it reported and carried before a restore ({@link
+     * LineageState}, {@link CarryState}).
+     */
     @Override
     public Map<String, String> getInternalParameters() {
         Map<String, String> parameters = super.getInternalParameters();
         if (lineage != null) {
             parameters.put(LineageState.PARAMETER, lineage.parameter());
+        }
+        if (carry != null) {
+            parameters.put(CarryState.PARAMETER, carry.parameter());
         }
         return parameters;
     }
@@ -115,6 +132,9 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
             super.open();
         } catch (Exception e) {
             throw errors.classify(e);
+        }
+        if (carry != null) {
+            carry.restoredTaken();
         }
         slotWorker =
                 SlotWorkerLease.take(
