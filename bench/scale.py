@@ -241,12 +241,13 @@ def build_sink(
     max_buffered_records: int | None = None,
     bigquery_channels: str | None = None,
     fused: bool = False,
+    max_carry_time_ms: int | None = None,
 ) -> Any:
     """The sink of ``service`` with its default options (but ``max_active_destinations``,
     ``max_buffer_time`` and ``max_buffered_records`` when given; the cap only for the sinks
     with a writer per destination; BigQuery's ``channel_count``, "none" or a number), fused
-    with the record map (``set_chain_with_upstream()``) when ``fused``, and the log-and-drop
-    handler (only records carrying the reject marker are ever rejected)."""
+    with the record map (``set_chain_with_upstream()``) when ``fused``, ``max_carry_time`` when
+    given, and the log-and-drop handler (only records carrying the reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
@@ -266,7 +267,13 @@ def build_sink(
         builder = builder.set_destination_resolver(Resolver(service))
     if service != "bigquery":
         bigquery_channels = None
-    given = (max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels)
+    given = (
+        max_active,
+        max_buffer_time_ms,
+        max_buffered_records,
+        bigquery_channels,
+        max_carry_time_ms,
+    )
     if any(x is not None for x in given):
         options = (SpannerWriterOptions if service == "spanner" else OPTIONS[service]).builder()
         if max_active is not None and service != "spanner":
@@ -278,6 +285,8 @@ def build_sink(
         if bigquery_channels is not None:
             count = None if bigquery_channels == "none" else int(bigquery_channels)
             options = options.channel_count(count)
+        if max_carry_time_ms is not None:
+            options = options.max_carry_time(timedelta(milliseconds=max_carry_time_ms))
         builder = builder.set_writer_options(options.build())
     # Explicit either way: fused is the default shape, ``--fused`` off keeps the earlier one.
     builder = builder.set_chain_with_upstream(fused)
@@ -427,6 +436,7 @@ def sink_job(
     max_buffered_records: int | None = None,
     bigquery_channels: str | None = None,
     fused: bool = False,
+    max_carry_time_ms: int | None = None,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -447,7 +457,13 @@ def sink_job(
     )
     spans = new_spans(workdir, f"{service}-{destinations}")
     sink = build_sink(
-        service, max_active, max_buffer_time_ms, max_buffered_records, bigquery_channels, fused
+        service,
+        max_active,
+        max_buffer_time_ms,
+        max_buffered_records,
+        bigquery_channels,
+        fused,
+        max_carry_time_ms,
     )
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
@@ -582,6 +598,12 @@ def main() -> None:
         "--max-buffered-records", type=int, default=None, help="max_buffered_records of every sink"
     )
     parser.add_argument(
+        "--max-carry-time-ms",
+        type=int,
+        default=None,
+        help="max_carry_time of every sink (records wait across checkpoints, in checkpoint state)",
+    )
+    parser.add_argument(
         "--bigquery-channels",
         default="",
         help="BigQuery channel_count values to run one after another, e.g. none,4 (none: a "
@@ -653,6 +675,7 @@ def main() -> None:
                             max_buffer_time_ms=args.max_buffer_time_ms,
                             max_buffered_records=args.max_buffered_records,
                             bigquery_channels=channel_count, fused=args.fused,
+                            max_carry_time_ms=args.max_carry_time_ms,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
@@ -667,6 +690,8 @@ def main() -> None:
         cap += f", max_buffer_time {args.max_buffer_time_ms:,} ms"
     if args.max_buffered_records is not None:
         cap += f", max_buffered_records {args.max_buffered_records:,}"
+    if args.max_carry_time_ms is not None:
+        cap += f", max_carry_time {args.max_carry_time_ms:,} ms"
     print(
         f"\n{args.records:,} records a job, parallelism {args.parallelism}{cap}, "
         f"{'the writer fused with the record map, ' if args.fused else ''}"
