@@ -468,14 +468,12 @@ def sink_job(
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
     shape = "fused" if fused else "own chain"
-    env = shaped_env(
-        shape,
-        parallelism,
-        1_000,
-        checkpoint_ms,
-        BUNDLE_SIZE[0],
-        extra={"rest.port": str(port), "metrics.fetcher.update-interval": "500"},
-    )
+    extra = {"rest.port": str(port), "metrics.fetcher.update-interval": "500"}
+    if max_carry_time_ms is not None:
+        # The carried records are checkpoint state: more than the JobManager's 5 MB in-memory
+        # checkpoints take.
+        extra["execution.checkpointing.dir"] = f"file://{workdir}/checkpoints"
+    env = shaped_env(shape, parallelism, 1_000, checkpoint_ms, BUNDLE_SIZE[0], extra=extra)
     record_stream(env, records, Records(destinations, marked_every)).sink_to(sink)
     with WorkerSampler(backend) as sampler:
         stats = run_with_checkpoint_stats(env, f"bench-scale-{service}-{destinations}", port)

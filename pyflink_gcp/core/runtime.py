@@ -81,6 +81,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
     _check_python_metrics(j_env_conf, config)
     _warn_python_executable(j_env_conf, config)
+    _warn_carry_in_jobmanager_memory(j_env_conf, config)
     j_conf = jvm.org.apache.flink.configuration.Configuration(j_env_conf)
     j_conf.setString("python.execution-mode", "process")
     j_conf.setString("python.fn-execution.bundle.size", str(config.max_buffered_records))
@@ -215,6 +216,28 @@ def _check_carry(config: SinkConfig, keyed: bool) -> None:
         raise ConfigurationError(
             f"sink '{config.sink_name}': max_carry_time is not available {why}; leave it "
             "unset (None)"
+        )
+
+
+def _warn_carry_in_jobmanager_memory(j_env_conf: Any, config: SinkConfig) -> None:
+    """Say, when the job is built, that carried records need checkpoints on a file system.
+
+    Without a checkpoint directory Flink keeps checkpoints in the JobManager's memory, which
+    refuses an operator's state over 5 MB: a subtask carrying tens of thousands of records
+    fails its checkpoints, and the job restarts from the last one that fitted.
+    """
+    if not config.carry.enabled:
+        return
+    conf = j_env_conf.toMap()
+    storage = str(conf.get("execution.checkpointing.storage") or "").lower()
+    directory = conf.get("execution.checkpointing.dir") or conf.get("state.checkpoints.dir")
+    if storage == "jobmanager" or (not directory and storage != "filesystem"):
+        _LOG.warning(
+            "sink '%s': max_carry_time keeps the carried records in checkpoint state, but the "
+            "job keeps its checkpoints in the JobManager's memory (no "
+            "execution.checkpointing.dir), which fails a checkpoint whose operator state "
+            "passes 5 MB; set execution.checkpointing.dir, or a max_carried_records that fits",
+            config.sink_name,
         )
 
 

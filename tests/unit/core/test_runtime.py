@@ -528,3 +528,22 @@ def test_a_python_executable_set_by_the_user_is_kept(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/python")
     runtime._warn_python_executable(conf, StagingSink("/nonexistent")._config)
     assert conf.toMap().get("python.executable") == "/opt/py/bin/python"
+
+
+@pytest.mark.usefixtures("jar")
+@pytest.mark.parametrize(
+    ("extra", "warned"),
+    [({}, True), ({"execution.checkpointing.dir": "file:///tmp/checkpoints"}, False)],
+    ids=["jobmanager memory", "a checkpoint directory"],
+)
+def test_a_carrying_sink_warns_when_checkpoints_stay_in_the_jobmanagers_memory(
+    caplog, extra, warned
+):
+    from pyflink_gcp.core.carry import CarrySettings
+
+    env = make_env(parallelism=2, checkpoint_ms=1000, extra=extra)
+    ds = record_stream(env, 10, lambda i: {"i": i})
+    with caplog.at_level(logging.WARNING, logger="pyflink_gcp.runtime"):
+        ds.sink_to(sink_of(carry=CarrySettings(60.0)))
+    said = [r.getMessage() for r in caplog.records if "max_carry_time keeps" in r.getMessage()]
+    assert bool(said) == warned, said
