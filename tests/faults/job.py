@@ -198,6 +198,12 @@ def skip_flush_at_checkpoints() -> None:
     sink_writer.SinkWriter._send_due = send_nothing  # type: ignore[method-assign]
 
 
+def carried(args: argparse.Namespace) -> timedelta | None:
+    """The writers' ``max_carry_time`` (``--max-carry-s``): None, unless the configuration
+    carries records across checkpoints in the writer operator's state."""
+    return None if args.max_carry_s is None else timedelta(seconds=args.max_carry_s)
+
+
 def buffered(args: argparse.Namespace) -> timedelta:
     """The writers' ``max_buffer_time``: also their operator's bundle time, i.e. how often the
     writer takes the records waiting in its operator's input. At the default (1 s, the
@@ -244,6 +250,7 @@ def pubsub_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
             PubSubWriterOptions.builder()
             .retry_deadline(deadline)
             .max_buffer_time(buffered(args))
+            .max_carry_time(carried(args))
             .build()
         )
         .build()
@@ -275,6 +282,7 @@ def bigquery_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
             BigQueryWriterOptions.builder()
             .retry_deadline(deadline)
             .max_buffer_time(buffered(args))
+            .max_carry_time(carried(args))
             .build()
         )
     )
@@ -327,6 +335,7 @@ def cloudtasks_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
             CloudTasksWriterOptions.builder()
             .retry_deadline(deadline)
             .max_buffer_time(buffered(args))
+            .max_carry_time(carried(args))
             .build()
         )
         .build()
@@ -386,6 +395,7 @@ def bigtable_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
             BigtableWriterOptions.builder()
             .retry_deadline(deadline)
             .max_buffer_time(buffered(args))
+            .max_carry_time(carried(args))
             .build()
         )
         .build()
@@ -432,6 +442,7 @@ def spanner_sink(args: argparse.Namespace, deadline: timedelta) -> Any:
             SpannerWriterOptions.builder()
             .retry_deadline(deadline)
             .max_buffer_time(buffered(args))
+            .max_carry_time(carried(args))
             .build()
         )
         .build()
@@ -459,6 +470,9 @@ def main() -> int:
     parser.add_argument("--checkpoint-ms", type=int, default=1000)
     parser.add_argument("--max-buffer-ms", type=int, default=100, help="writers' max_buffer_time")
     parser.add_argument("--retry-deadline-s", type=float, default=120.0)
+    parser.add_argument(
+        "--max-carry-s", type=float, default=None, help="writers' max_carry_time (default: none)"
+    )
     parser.add_argument("--bucket", default="", help="FILE_LOADS staging bucket")
     parser.add_argument("--target", default="", help="Cloud Tasks HTTP target")
     parser.add_argument("--instance", default="", help="Spanner instance")

@@ -86,6 +86,9 @@ class Config:
             at each of these parallelisms in turn, under load; empty: the job runs to its end
             at ``parallelism``.
         every_target: Applies to every target, not only the exactly-once BigQuery methods.
+        max_carry_s: The writers' ``max_carry_time`` in seconds: records wait across
+            checkpoints in the writer operator's state. Such a configuration applies to the
+            targets that are not exactly once (the only ones that may carry).
     """
 
     name: str
@@ -96,8 +99,11 @@ class Config:
     parallelism: int = 4
     rescale_to: tuple[int, ...] = ()
     every_target: bool = False
+    max_carry_s: float | None = None
 
     def applies(self, target: Target) -> bool:
+        if self.max_carry_s is not None:
+            return target.method not in EXACTLY_ONCE_METHODS
         return (
             self.name == "default"
             or self.every_target
@@ -110,6 +116,8 @@ class Config:
         if target.method == "FILE_LOADS":
             interval = -1.0 if self.min_load_interval_s is None else self.min_load_interval_s
             args += ["--min-load-interval-s", f"{interval:g}"]
+        if self.max_carry_s is not None:
+            args += ["--max-carry-s", f"{self.max_carry_s:g}"]
         return args
 
 
@@ -142,6 +150,20 @@ CONFIGS: dict[str, Config] = {
             parallelism=2,
             rescale_to=(4, 1),
             every_target=True,
+        ),
+        Config(
+            "carried",
+            "max_carry_time 30 s: each destination's records wait across checkpoints in the "
+            "writer operator's state until 500 or 30 s old; aligned",
+            max_carry_s=30.0,
+        ),
+        Config(
+            "carried-rescale",
+            "max_carry_time 30 s; submitted at parallelism 2, after the faults "
+            "stop-with-savepoint and restore at 4, then at 1, under load; aligned",
+            parallelism=2,
+            rescale_to=(4, 1),
+            max_carry_s=30.0,
         ),
     )
 }
