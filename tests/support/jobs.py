@@ -351,3 +351,15 @@ def savepoint(client: Any, directory: str, *, stop: bool, tries: int = 60) -> st
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
+
+
+#: The job's Python bundles before the writer: records and barriers flow in 100-ms steps, so a
+#: checkpoint completes within a failover test's input.
+SHORT_BUNDLES = {"python.fn-execution.bundle.time": "100", "python.fn-execution.bundle.size": "100"}
+
+
+def slow_number(i: int) -> int:
+    """``i``, 1 ms later: the input outlasts the wait for a checkpoint, and the records never
+    pile up before the writer, where a barrier would wait behind them."""
+    time.sleep(0.001)
+    return i

@@ -66,3 +66,18 @@ def pull_all(
         project, subscription, expect=expect, timeout_s=timeout_s, quiet_s=quiet_s
     )
     return [Pulled(m.data, dict(m.attributes), m.ordering_key) for m in messages]
+
+
+def topics_by_number(project: str, prefix: str, count: int) -> tuple[list[str], Any]:
+    """``count`` new topics (each with its subscription) named from ``prefix``, and a resolver
+    sending record ``i`` (an int) to topic ``i % count``."""
+    from pyflink_gcp.pubsub import TopicDestination
+
+    names = [unique(f"{prefix}{t}") for t in range(count)]
+    make_topics(project, names)
+    topics = [TopicDestination.of(project, name) for name in names]
+
+    def resolve(record: int, ctx: Any) -> Any:
+        return topics[record % count]
+
+    return names, resolve

@@ -11,21 +11,14 @@ Every record is read back from the emulator.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pyflink_gcp.pubsub import (
-    PubSubSerializationSchema,
-    PubSubSink,
-    PubSubWriterOptions,
-    TopicDestination,
-)
-from tests.support.jobs import FailOnce, make_env, record_stream
-from tests.support.pubsub import make_topics, pull_all, unique
+from pyflink_gcp.pubsub import PubSubSerializationSchema, PubSubSink, PubSubWriterOptions
+from tests.support.jobs import SHORT_BUNDLES, FailOnce, make_env, record_stream, slow_number
+from tests.support.pubsub import pull_all, topics_by_number
 from tests.support.restore import Failover
 
 pytestmark = pytest.mark.e2e
@@ -34,23 +27,12 @@ TOPICS = 20
 COUNT = 3_000
 
 
-def slow_number(i: int) -> int:
-    """``i``, 1 ms later: checkpoints complete while the input lasts."""
-    time.sleep(0.001)
-    return i
-
-
 def test_records_carried_at_a_checkpoint_come_back_after_a_restore(
     project: str, tmp_path: Path
 ) -> None:
-    names = [unique(f"carry{t}") for t in range(TOPICS)]
-    make_topics(project, names)
-    topics = [TopicDestination.of(project, name) for name in names]
+    names, resolve = topics_by_number(project, "carry", TOPICS)
     failover = Failover(tmp_path / "failover")
     marker = str(tmp_path / "failed")
-
-    def resolve(record: int, ctx: Any) -> TopicDestination:
-        return topics[record % TOPICS]
 
     sink = (
         PubSubSink.builder()
@@ -65,8 +47,7 @@ def test_records_carried_at_a_checkpoint_come_back_after_a_restore(
         )
         .build()
     )
-    bundles = {"python.fn-execution.bundle.time": "100", "python.fn-execution.bundle.size": "100"}
-    env = make_env(parallelism=2, checkpoint_ms=300, extra={**failover.conf(), **bundles})
+    env = make_env(parallelism=2, checkpoint_ms=300, extra={**failover.conf(), **SHORT_BUNDLES})
     (
         record_stream(env, COUNT, slow_number)
         .map(FailOnce(marker, lambda r: r >= COUNT // 3, after_checkpoint=failover.checkpoints))

@@ -38,8 +38,8 @@ from pyflink_gcp.pubsub import (
     PubSubWriterOptions,
     TopicDestination,
 )
-from tests.support.jobs import make_env, record_stream
-from tests.support.pubsub import make_topics, pull_all, unique
+from tests.support.jobs import SHORT_BUNDLES, make_env, record_stream, slow_number
+from tests.support.pubsub import pull_all, topics_by_number
 from tests.support.restore import Failover, checkpoint_completed, latest_checkpoint_started
 
 pytestmark = pytest.mark.e2e
@@ -82,12 +82,7 @@ def _events(directory: Path, sink: str, subtask: int) -> list[dict[str, Any]]:
 def test_each_subtask_reports_each_topic_once_and_stops_at_the_bound(
     project: str, tmp_path: Path
 ) -> None:
-    names = [unique(f"lineage{t}") for t in range(TOPICS)]
-    make_topics(project, names)
-    topics = [TopicDestination.of(project, name) for name in names]
-
-    def resolve(record: int, ctx: Any) -> TopicDestination:
-        return topics[record % TOPICS]
+    names, resolve = topics_by_number(project, "lineage", TOPICS)
 
     def sink(name: str, bound: int | None) -> PubSubSink:
         builder = (
@@ -186,13 +181,6 @@ class FailOnceAllReported(MapFunction):
         return value
 
 
-def slow_number(i: int) -> int:
-    """``i``, 1 ms later: the input outlasts the wait for a checkpoint, and the records never
-    pile up before the writer, where a barrier would wait behind them."""
-    time.sleep(0.001)
-    return i
-
-
 def _events_if_any(directory: Path, sink: str, subtask: int) -> list[dict[str, Any]]:
     try:
         return _events(directory, sink, subtask)
@@ -203,17 +191,12 @@ def _events_if_any(directory: Path, sink: str, subtask: int) -> list[dict[str, A
 def test_a_restored_subtask_does_not_report_its_datasets_again(
     project: str, tmp_path: Path
 ) -> None:
-    names = [unique(f"relineage{t}") for t in range(TOPICS)]
-    make_topics(project, names)
-    topics = [TopicDestination.of(project, name) for name in names]
+    names, resolve = topics_by_number(project, "relineage", TOPICS)
     count = 4_000
     reports = tmp_path / "reports"
     reports.mkdir()
     failover = Failover(tmp_path / "failover")
     marker = str(tmp_path / "failed")
-
-    def resolve(record: int, ctx: Any) -> TopicDestination:
-        return topics[record % TOPICS]
 
     sink = (
         PubSubSink.builder()
@@ -224,10 +207,9 @@ def test_a_restored_subtask_does_not_report_its_datasets_again(
         .set_lineage_listener(FileLineageListener(str(reports)))
         .build()
     )
-    # Short bundles before the writer: records and barriers flow in 100-ms steps, so a
-    # checkpoint completes within the input.
-    bundles = {"python.fn-execution.bundle.time": "100", "python.fn-execution.bundle.size": "100"}
-    env = make_env(parallelism=PARALLELISM, checkpoint_ms=300, extra={**failover.conf(), **bundles})
+    env = make_env(
+        parallelism=PARALLELISM, checkpoint_ms=300, extra={**failover.conf(), **SHORT_BUNDLES}
+    )
     (
         record_stream(env, count, slow_number)
         .shuffle()  # every subtask writes to every topic (see the test above)

@@ -21,6 +21,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.fn_execution import flink_fn_execution_pb2
 
 from pyflink_gcp.core import ConfigurationError, bridge, fusion, operators, runtime
+from pyflink_gcp.core.carry import CarrySettings
 from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import NON_RETRIABLE_MARKER
 from tests.support.fakes import FileDestination, FileSink
@@ -261,32 +262,29 @@ def test_the_marker_operator_is_told_the_non_retriable_mark(caplog):
 
 @pytest.mark.usefixtures("jar")
 @pytest.mark.parametrize("mode", WARNED)
-def test_a_sink_that_needs_the_bridge_is_refused_at_sink_to_without_it(monkeypatch, mode):
-    """The hook for exactly-once methods: refused on the client, before any record or restart."""
+@pytest.mark.parametrize(
+    ("needs", "message"),
+    [
+        ({"requires_bridge": "WriteMethod.X"}, r"WriteMethod\.X needs"),
+        ({"carry": CarrySettings(60.0)}, r"max_carry_time \(the carried records"),
+    ],
+    ids=["exactly-once method", "carried records"],
+)
+def test_a_sink_that_needs_the_bridge_is_refused_at_sink_to_without_it(
+    monkeypatch, mode, needs, message
+):
+    """The hook for exactly-once methods and carried records: refused on the client, before
+    any record or restart."""
     options, jar_present, _ = WARNED[mode]
     if not jar_present:
         monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
     env, ds = warned_pipeline(mode)
-    with pytest.raises(ConfigurationError, match=r"sink 'file-sink': WriteMethod\.X needs"):
-        ds.sink_to(sink_of(requires_bridge="WriteMethod.X", **options))
-
-
-@pytest.mark.usefixtures("jar")
-@pytest.mark.parametrize("mode", WARNED)
-def test_a_carrying_sink_is_refused_at_sink_to_without_the_bridge(monkeypatch, mode):
-    from pyflink_gcp.core.carry import CarrySettings
-
-    options, jar_present, _ = WARNED[mode]
-    if not jar_present:
-        monkeypatch.setattr(runtime, "bridge_jar", lambda: None)
-    env, ds = warned_pipeline(mode)
-    with pytest.raises(ConfigurationError, match=r"sink 'file-sink': max_carry_time \(the"):
-        ds.sink_to(sink_of(carry=CarrySettings(60.0), **options))
+    with pytest.raises(ConfigurationError, match=rf"sink 'file-sink': {message}"):
+        ds.sink_to(sink_of(**needs, **options))
 
 
 @pytest.mark.usefixtures("jar")
 def test_a_carrying_sink_is_refused_on_a_keyed_stream_and_with_an_exactly_once_write():
-    from pyflink_gcp.core.carry import CarrySettings
     from tests.support.committing import StagingSink
 
     env, ds = pipeline(keyed=True, typed=False)
@@ -301,8 +299,6 @@ def test_a_carrying_sink_is_refused_on_a_keyed_stream_and_with_an_exactly_once_w
 
 @pytest.mark.usefixtures("jar")
 def test_a_carrying_sink_runs_as_the_marker_operator():
-    from pyflink_gcp.core.carry import CarrySettings
-
     env, ds = pipeline(keyed=False, typed=True)
     ds.sink_to(sink_of(carry=CarrySettings(60.0)))
     assert writer_node(env).operator_class == bridge.MARKER_OPERATOR
@@ -539,8 +535,6 @@ def test_a_python_executable_set_by_the_user_is_kept(monkeypatch):
 def test_a_carrying_sink_warns_when_checkpoints_stay_in_the_jobmanagers_memory(
     caplog, extra, warned
 ):
-    from pyflink_gcp.core.carry import CarrySettings
-
     env = make_env(parallelism=2, checkpoint_ms=1000, extra=extra)
     ds = record_stream(env, 10, lambda i: {"i": i})
     with caplog.at_level(logging.WARNING, logger="pyflink_gcp.runtime"):
