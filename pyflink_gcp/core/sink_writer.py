@@ -504,8 +504,6 @@ class SinkWriter:
             self._destination_metrics.error(failed.destination)
             self._router.handle(failed)
 
-    # -- registry and metrics ----------------------------------------------------------------
-
     # -- carried records (max_carry_time) ---------------------------------------------------
 
     def _write_carried(self, destination: Any, entries: list[tuple[Any, Any, int]]) -> None:
@@ -570,6 +568,8 @@ class SinkWriter:
                 count,
             )
         return count
+
+    # -- registry and metrics ----------------------------------------------------------------
 
     def _create_writer(self, destination: Destination) -> DestinationWriter[Any]:
         return self._factory.create_writer(destination)
