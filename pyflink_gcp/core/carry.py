@@ -131,8 +131,6 @@ class CarriedRecords:
         self._kept: set[int] = set()
         #: Records carried now.
         self.records = 0
-        #: Records handed on (to their writers) so far.
-        self.handed_on = 0
         #: Chunks given to the operator so far, and released.
         self.chunks_kept = 0
         self.chunks_released = 0
@@ -180,7 +178,6 @@ class CarriedRecords:
         for entry in entries:
             remaining[entry[2]] -= 1
         self.records -= len(entries)
-        self.handed_on += len(entries)
         self._hand_on_entries(destination, entries)
 
     def take_state(self) -> bytes | None:

@@ -271,16 +271,11 @@ class SinkWriter:
             destination = self._fixed
         try:
             element = self._serialize(record, ctx)
-        except SinkError as exc:
-            # Schema functions raise SinkErrors without knowing the sink: name it once, here.
-            if str(exc).startswith("sink '"):
-                raise
-            raise type(exc)(f"sink '{self._sink}': {exc}") from exc
         except Exception as exc:
-            raise SerializerError(
-                f"sink '{self._sink}': serializer {describe_callable(self.config.serializer)} "
-                f"raised {type(exc).__name__}: {exc} for record {short_repr(record)}"
-            ) from exc
+            error = self._serializer_failed(exc, record)
+            if error is exc:
+                raise
+            raise error from exc
         if element is None:
             self.skipped += 1
             return
@@ -298,6 +293,22 @@ class SinkWriter:
         self.records_written += 1
         if self.results is not None:
             self.results.add(destination, ctx.timestamp)
+
+    def _serializer_failed(self, exc: Exception, record: Any, what: str = "record") -> Exception:
+        """The error to raise for ``exc``, raised by the serializer for ``record``.
+
+        Schema functions raise SinkErrors without knowing the sink: such an error keeps its type
+        and gets the sink's name once (``exc`` itself when it has it). Anything else becomes a
+        SerializerError naming the sink, the serializer and the record (``what`` it was).
+        """
+        if isinstance(exc, SinkError):
+            if str(exc).startswith("sink '"):
+                return exc
+            return type(exc)(f"sink '{self._sink}': {exc}")
+        return SerializerError(
+            f"sink '{self._sink}': serializer {describe_callable(self.config.serializer)} "
+            f"raised {type(exc).__name__}: {exc} for {what} {short_repr(record)}"
+        )
 
     def _check_destination(self, destination: Any, record: Any) -> Any:
         """Slow path of the type check: subclasses, UnroutableRecord, None and wrong types."""
@@ -545,12 +556,10 @@ class SinkWriter:
                     try:
                         element = self._serialize(record, self.context)
                     except Exception as exc:
-                        raise SerializerError(
-                            f"sink '{self._sink}': serializer "
-                            f"{describe_callable(self.config.serializer)} raised "
-                            f"{type(exc).__name__}: {exc} for restored record "
-                            f"{short_repr(record)}"
-                        ) from exc
+                        error = self._serializer_failed(exc, record, "restored record")
+                        if error is exc:
+                            raise
+                        raise error from exc
                     if element is None or type(element) is UnroutableRecord:
                         continue  # it was written once: the serializer took it then
                     if self.carried is not None:

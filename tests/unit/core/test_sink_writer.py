@@ -20,6 +20,7 @@ from pyflink_gcp.core import (
     UnroutableRecord,
     WriteError,
 )
+from pyflink_gcp.core.errors import CreationLimitExceededError
 from pyflink_gcp.core.sink_writer import SinkWriter
 from pyflink_gcp.core.writer import DestinationWriter
 from tests.support.fakes import FileDestination, FileSink, FileWriter, FileWriterFactory
@@ -520,3 +521,28 @@ def test_carried_batches_go_at_a_bundle_end_once_due(tmp_path):
     assert writer.carried is not None and writer.carried.records == 0
     writer.flush()
     assert [r["i"] for r in lines(tmp_path, "a")] == [0]
+
+
+def test_a_restored_records_serializer_errors_read_as_a_written_ones(tmp_path):
+    """The same errors for a record written and one taken back from a restored checkpoint: a
+    schema function's SinkError keeps its type and gets the sink's name; anything else is a
+    SerializerError naming the serializer and the restored record."""
+    import base64
+    import pickle
+    import struct
+
+    def parameter(record):
+        payload = pickle.dumps([(FileDestination.of("r0"), [record])])
+        return base64.b64encode(struct.pack(">q", 0) + payload).decode()
+
+    def serializer(record, ctx):
+        if record["i"] == 0:
+            raise CreationLimitExceededError("a schema function's error")
+        raise ValueError("bad row")
+
+    writer = open_writer(tmp_path, by_region, serializer)
+    with pytest.raises(CreationLimitExceededError) as err:
+        writer.restore_carried(parameter({"region": "r0", "i": 0}))
+    assert str(err.value) == "sink 'file-sink': a schema function's error"
+    with pytest.raises(SerializerError, match="raised ValueError: bad row for restored record"):
+        writer.restore_carried(parameter({"region": "r0", "i": 1}))

@@ -35,6 +35,7 @@ CLASSES = {
     "dev/pyflinkgcp/bridge/RunningFlush.class",
     "dev/pyflinkgcp/bridge/RunningFlush$Closer.class",
     "dev/pyflinkgcp/bridge/SlotWorkerLease.class",
+    "dev/pyflinkgcp/bridge/StateParameter.class",
     "dev/pyflinkgcp/bridge/WriterFusion.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSinkFactory.class",
     "dev/pyflinkgcp/bridge/table/GcpTableSink.class",

@@ -3,7 +3,6 @@ package dev.pyflinkgcp.bridge;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -71,14 +70,7 @@ final class CarryState {
 
     /** The value of {@link #PARAMETER}: the restored chunks, base64, comma-separated. */
     String parameter() {
-        StringBuilder out = new StringBuilder();
-        for (byte[] chunk : restored) {
-            if (out.length() > 0) {
-                out.append(',');
-            }
-            out.append(Base64.getEncoder().encodeToString(chunk));
-        }
-        return out.toString();
+        return StateParameter.of(restored);
     }
 
     /** Releases the restored chunks once the writer took them (it opened). */

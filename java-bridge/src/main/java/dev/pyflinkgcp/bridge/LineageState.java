@@ -2,7 +2,6 @@ package dev.pyflinkgcp.bridge;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -82,14 +81,7 @@ final class LineageState {
 
     /** The value of {@link #PARAMETER}: the restored elements, base64, comma-separated. */
     String parameter() {
-        StringBuilder out = new StringBuilder();
-        for (byte[] element : restored) {
-            if (out.length() > 0) {
-                out.append(',');
-            }
-            out.append(Base64.getEncoder().encodeToString(element));
-        }
-        return out.toString();
+        return StateParameter.of(restored);
     }
 
     /** Keeps {@code value} when it is Python's lineage element; whether it was one. */
