@@ -31,9 +31,9 @@ as lost.
 configurations users choose (``targets.CONFIGS``): ``unaligned`` checkpoints, FILE_LOADS's
 ``default-interval``, a ``regional`` dataset; and every target in ``rescale`` (submitted at
 parallelism 2, stop-with-savepoint after the faults and restored at 4, then at 1, under load).
-``carried`` and ``carried-rescale`` run every target that is not exactly once with
-``max_carry_time`` (records wait across checkpoints in the writer operator's state), the second
-rescaled as ``rescale`` is.
+``carried``, ``carried-rescale`` and ``carried-unaligned`` run every target that is not exactly
+once with ``max_carry_time`` (records wait across checkpoints in the writer operator's state),
+the second rescaled as ``rescale`` is, the third with forced unaligned checkpoints.
 
 ``--break flush`` / ``--break idempotence`` (test only) break the job's sink on purpose, to
 show the loss and duplicate checks fail (see job.py).
@@ -430,8 +430,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--config",
         default="default",
         help=f"comma-separated configurations ({', '.join(CONFIGS)}); unaligned, "
-        "default-interval and regional run BUFFERED_STREAM and FILE_LOADS only, carried and "
-        "carried-rescale the other targets",
+        "default-interval and regional run BUFFERED_STREAM and FILE_LOADS only, carried, "
+        "carried-rescale and carried-unaligned the other targets",
     )
     parser.add_argument("--full", action="store_true", help="4 runs of 5 faults per target")
     parser.add_argument("--runs", type=int, default=None, help="runs per target (quick: 1)")

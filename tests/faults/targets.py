@@ -165,6 +165,13 @@ CONFIGS: dict[str, Config] = {
             rescale_to=(4, 1),
             max_carry_s=30.0,
         ),
+        Config(
+            "carried-unaligned",
+            "max_carry_time 30 s with forced unaligned checkpoints (aligned-checkpoint-timeout "
+            "0 s): the carried chunks are taken while records are still in flight",
+            unaligned=True,
+            max_carry_s=30.0,
+        ),
     )
 }
 
