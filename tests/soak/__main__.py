@@ -2,7 +2,7 @@
 TaskManager killed every ten minutes, the processes and checkpoints sampled every minute.
 
     python -m tests.soak [--sink pubsub,bigquery,bigtable,spanner,cloudtasks] [--minutes 60]
-                         [--kill-every 10] [--rate 30] [--seed S]
+                         [--kill-every 10] [--rate 30] [--max-carry-s 0] [--seed S]
 
 Why: the fault suite (tests/faults) runs for minutes and counts records; what it cannot see
 is what an hour leaves behind: writers created and evicted thousands of times (a publisher, a
@@ -19,6 +19,10 @@ the sink's writer gauges. At the end it reads every destination back by record i
 The exit status is non-zero when a record the sink was handed is missing, when the total RSS,
 threads or sockets of the JVMs or of the workers grew more than 10% from the 10th minute to
 the end, when a TaskManager ended by itself, or when the job did not finish.
+
+``--max-carry-s`` sets the writers' ``max_carry_time``: records wait across checkpoints in the
+writer operator's state. Each window's largest checkpoint state is in the table, so a state
+that piles up over the run shows.
 
 Not part of ``make test``: ``make soak SOAK_ARGS="--sink pubsub --minutes 12 --kill-every 5"``.
 """
@@ -97,7 +101,8 @@ def soak_one(
     job_args = ["--sink", sink, "--project", PROJECT, "--name", name, "--control", str(control)]
     job_args += ["--count", str(count), "--parallelism", str(PARALLELISM)]
     job_args += ["--rate", f"{args.rate:g}", "--idle-timeout-s", f"{args.idle_timeout_s:g}"]
-    job_args += ["--max-writers", str(args.max_writers), *extra]
+    job_args += ["--max-writers", str(args.max_writers), "--max-carry-s", f"{args.max_carry_s:g}"]
+    job_args += extra
     settings = ClusterSettings(restart_attempts=1000)
     with StandaloneCluster(settings, env=stack.env) as cluster:
         submitted = cluster.submit(JOB, *job_args, parallelism=PARALLELISM, detached=True)
@@ -221,6 +226,7 @@ def keep(outcome: Outcome, args: argparse.Namespace, name: str, start_ms: int) -
         "start_ms": start_ms,
         "samples": [asdict(s) for s in outcome.samples],
         "checkpoints": sorted(outcome.checkpoints.durations.values()),
+        "state_sizes": outcome.checkpoints.sizes,
         "problems": outcome.problems,
     }
     path.write_text(json.dumps(body))
@@ -240,6 +246,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=float, default=10.0, help="checkpoint window, minutes")
     parser.add_argument("--idle-timeout-s", type=float, default=30.0)
     parser.add_argument("--max-writers", type=int, default=2, help="max_active_destinations")
+    parser.add_argument(
+        "--max-carry-s",
+        type=float,
+        default=0.0,
+        help="the writers' max_carry_time in seconds (records wait across checkpoints in the "
+        "writer operator's state); 0: not set",
+    )
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--out", default="build/soak", help="where the samples go (JSON)")
     args = parser.parse_args(argv)

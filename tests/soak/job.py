@@ -187,13 +187,20 @@ class ByIndex:
 
 
 def writer_options(builder: Any, args: argparse.Namespace) -> Any:
-    """The churn settings every sink with a writer registry gets."""
-    return (
+    """The churn settings every sink with a writer registry gets (and ``--max-carry-s``)."""
+    builder = (
         builder.idle_timeout(timedelta(seconds=args.idle_timeout_s))
         .max_active_destinations(args.max_writers)
         .retry_deadline(timedelta(seconds=args.retry_deadline_s))
-        .build()
     )
+    return carrying(builder, args).build()
+
+
+def carrying(builder: Any, args: argparse.Namespace) -> Any:
+    """``max_carry_time`` from ``--max-carry-s`` (0: not set)."""
+    if args.max_carry_s > 0:
+        builder = builder.max_carry_time(timedelta(seconds=args.max_carry_s))
+    return builder
 
 
 def pubsub_sink(args: argparse.Namespace, log: SinkLog) -> Any:
@@ -345,7 +352,7 @@ def spanner_sink(args: argparse.Namespace, log: SinkLog) -> Any:
         .set_sink_name("soak-spanner")
         .set_database(DatabaseDestination.of(args.project, args.instance, args.database))
         .set_serializer(SpannerRows(args.name, log))
-        .set_writer_options(options.build())
+        .set_writer_options(carrying(options, args).build())
         .build()
     )
 
@@ -372,6 +379,7 @@ def main() -> int:
     parser.add_argument("--idle-timeout-s", type=float, default=30.0)
     parser.add_argument("--max-writers", type=int, default=2)
     parser.add_argument("--retry-deadline-s", type=float, default=120.0)
+    parser.add_argument("--max-carry-s", type=float, default=0.0, help="max_carry_time; 0: off")
     parser.add_argument("--target", default="", help="Cloud Tasks HTTP target")
     parser.add_argument("--instance", default="", help="Spanner instance")
     parser.add_argument("--database", default="", help="Spanner database")

@@ -157,11 +157,14 @@ class Checkpoints:
 
     Attributes:
         durations: Checkpoint id -> (trigger epoch ms, end-to-end duration ms).
+        sizes: Checkpoint id -> its full state size in bytes (carried records are state:
+            a size that grows with the run is state piling up).
         failed: The job's count of failed checkpoints, last read.
         restored: Restores the job reported (``counts.restored``), last read.
     """
 
     durations: dict[int, tuple[int, int]] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
     failed: int = 0
     restored: int = 0
 
@@ -176,6 +179,7 @@ class Checkpoints:
                     int(entry["trigger_timestamp"]),
                     int(entry["end_to_end_duration"]),
                 )
+                self.sizes[int(entry["id"])] = int(entry.get("state_size") or 0)
 
 
 @dataclass

@@ -97,17 +97,21 @@ def pick_samples(samples: list[Sample], warmup_s: float) -> tuple[Sample | None,
 
 
 def windows(checkpoints: Checkpoints, start_ms: int, window_s: float) -> list[str]:
-    """Median/max checkpoint duration (ms) and count per ``window_s`` window since
-    ``start_ms``, e.g. ``0-10': 38/412 ms (590)``."""
+    """Median/max checkpoint duration (ms), count and largest state per ``window_s`` window
+    since ``start_ms``, e.g. ``0-10': 38/412 ms (590), 12 KiB``."""
     buckets: dict[int, list[int]] = {}
-    for trigger, duration in checkpoints.durations.values():
-        buckets.setdefault(int((trigger - start_ms) / 1000 // window_s), []).append(duration)
+    sizes: dict[int, int] = {}
+    for checkpoint, (trigger, duration) in checkpoints.durations.items():
+        index = int((trigger - start_ms) / 1000 // window_s)
+        buckets.setdefault(index, []).append(duration)
+        sizes[index] = max(sizes.get(index, 0), checkpoints.sizes.get(checkpoint, 0))
     out = []
     for index in sorted(buckets):
         values = buckets[index]
         lo, hi = index * window_s / 60, (index + 1) * window_s / 60
         out.append(
-            f"{lo:g}-{hi:g}': {statistics.median(values):.0f}/{max(values)} ms ({len(values)})"
+            f"{lo:g}-{hi:g}': {statistics.median(values):.0f}/{max(values)} ms ({len(values)}), "
+            f"{sizes[index] / 1024:.0f} KiB"
         )
     return out
 
@@ -134,7 +138,8 @@ def judge(outcome: Outcome) -> None:
 HEADER = (
     "| sink | length | in | out | lost | duplicates | TM kills | destinations | LRU releases / "
     "idle closes seen | JVMs: RSS MiB | JVMs: threads | JVMs: sockets | workers: RSS MiB | "
-    "workers: threads | workers: sockets | checkpoint ms, median/max (count) per window; "
+    "workers: threads | workers: sockets | checkpoint ms, median/max (count), largest state "
+    "per window; "
     "failed | "
     "result |"
 )
