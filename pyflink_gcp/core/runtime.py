@@ -75,7 +75,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     gateway = get_gateway()
     jvm = gateway.jvm
     keyed = isinstance(ds, KeyedStream)
-    _check_carry(config, keyed)
+    check_carry(config, "a keyed stream" if keyed else None)
     j_stream = ds._j_data_stream
     j_transformation = j_stream.getTransformation()
     j_env_conf = get_j_env_configuration(j_stream.getExecutionEnvironment())
@@ -193,15 +193,24 @@ def _check_python_metrics(j_env_conf: Any, config: SinkConfig) -> None:
         )
 
 
-def _check_carry(config: SinkConfig, keyed: bool) -> None:
+def check_carry(config: SinkConfig, keyed: str | None) -> None:
     """Refuse ``max_carry_time`` where carried records could be lost or misplaced
-    (:mod:`pyflink_gcp.core.carry`)."""
+    (:mod:`pyflink_gcp.core.carry`).
+
+    Args:
+        config: The sink's configuration.
+        keyed: What keys the writer's input, for the message (``"a keyed stream"``, a SQL
+            table's primary key); None: its input is not keyed.
+
+    Raises:
+        ConfigurationError: Naming the sink and why.
+    """
     if not config.carry.enabled:
         return
     why = None
-    if keyed:
+    if keyed is not None:
         why = (
-            "on a keyed stream: the carried records are operator state, which a new "
+            f"on {keyed}: the carried records are operator state, which a new "
             "parallelism hands out without regard to keys, so a key's records could change "
             "subtask and order"
         )

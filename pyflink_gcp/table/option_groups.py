@@ -98,6 +98,26 @@ def writer_options(
             minimum=1,
         ),
         TableOption(
+            "sink.max-carry-time",
+            "duration",
+            "How long a destination's rows may wait across checkpoints, kept in the writer's "
+            "checkpoint state instead of sent before its barrier; a destination's rows are sent "
+            "once 500 wait, the oldest is this old, or the subtask carries "
+            "sink.max-carried-rows (default: each checkpoint sends every row). Not with a "
+            "PRIMARY KEY or an exactly-once write method.",
+            maps_to="writer.max_carry_time",
+            minimum=1,
+        ),
+        TableOption(
+            "sink.max-carried-rows",
+            "int",
+            "Rows one subtask carries at most under sink.max-carry-time; beyond, the "
+            "destinations carried longest are sent.",
+            default="100000",
+            maps_to="writer.max_carried_records",
+            minimum=1,
+        ),
+        TableOption(
             "sink.per-destination-metrics",
             "bool",
             "Register Flink counters per destination.",

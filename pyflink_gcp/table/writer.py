@@ -17,6 +17,7 @@ from pyflink.common.types import RowKind
 from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
 from pyflink_gcp.core.operators import TypedMarkedWriterProcessFunction
+from pyflink_gcp.core.runtime import check_carry
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.table.option_model import OptionError
 from pyflink_gcp.table.options import CONNECTORS
@@ -109,10 +110,13 @@ def create_writer(
     table = TableInfo.from_json(schema)
     try:
         sink = _build(identifier, options, table)
+        config = sink._sink_config()
+        # The Java factory refused these at planning; a payload built otherwise fails here.
+        check_carry(config, "a table with a PRIMARY KEY" if table.primary_key else None)
     except NonRetriableSinkError as exc:
         return UnbuildableWriter(exc)
     return TableWriterProcessFunction(
-        sink._sink_config(), RowConverter(table.columns), changelog=bool(table.primary_key)
+        config, RowConverter(table.columns), changelog=bool(table.primary_key)
     )
 
 

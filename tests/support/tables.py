@@ -49,3 +49,32 @@ def planning_error(t_env: TableEnvironment, statement: str) -> str:
         return str(exc)
     result.get_job_client().cancel()
     raise AssertionError(f"planning {statement!r} did not fail")
+
+
+def python_workers() -> dict[int, str]:
+    """The test's PyFlink Python worker processes (pid: command line), from /proc: the
+    descendants of this process that run PyFlink's Beam worker (pyflink-udf-runner.sh starts
+    it; only ours are ever signalled)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                commands[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return {
+        p: c for p, c in commands.items() if "pyflink.fn_execution.beam.beam_boot" in c and ours(p)
+    }

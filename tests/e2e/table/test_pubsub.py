@@ -28,7 +28,7 @@ from pyflink_gcp.tools import bridge_build
 from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover, checkpoint_completed
-from tests.support.tables import make_table_env, planning_error
+from tests.support.tables import make_table_env, planning_error, python_workers
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -322,35 +322,6 @@ def test_the_writer_flushes_at_checkpoints_while_the_job_runs(project: str) -> N
     assert sorted(json.loads(m.data)["id"] for m in [*early, *rest]) == list(range(1, 401))
 
 
-def _python_workers() -> dict[int, str]:
-    """This test's PyFlink Python worker processes (pid: command line), from /proc: the
-    descendants of this process that run PyFlink's Beam worker (pyflink-udf-runner.sh starts
-    it; only ours are ever signalled)."""
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                commands[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-
-    def ours(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
-
-    return {
-        p: c for p, c in commands.items() if "pyflink.fn_execution.beam.beam_boot" in c and ours(p)
-    }
-
-
 def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     project: str, tmp_path: Path
 ) -> None:
@@ -382,7 +353,7 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
             'sink.buffer-flush.max-rows' = '1000000', 'sink.buffer-flush.interval' = '1d')"""
     )
     # Workers of an earlier job of the session may still be shutting down: not this job's.
-    earlier = set(_python_workers())
+    earlier = set(python_workers())
     result = t_env.execute_sql("INSERT INTO killed SELECT id FROM source")
     # Only a checkpoint sends rows before the input ends (thresholds out of reach).
     early = pull_all(project, topic, expect=1, timeout_s=30.0)
@@ -390,12 +361,12 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     # Flushed in the checkpoint's snapshot, which completes a little later: the kill waits for
     # it, or the restart would legitimately start from scratch.
     wait_for(lambda: checkpoint_completed(failover.checkpoints), "a completed checkpoint")
-    workers = wait_for(lambda: set(_python_workers()) - earlier, "the job's Python worker")
+    workers = wait_for(lambda: set(python_workers()) - earlier, "the job's Python worker")
     assert len(workers) == 1, workers
     (victim,) = workers
     os.kill(victim, signal.SIGKILL)
     replacement = wait_for(
-        lambda: sorted(set(_python_workers()) - earlier - {victim}), "a replacement worker"
+        lambda: sorted(set(python_workers()) - earlier - {victim}), "a replacement worker"
     )
     assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
     result.wait()

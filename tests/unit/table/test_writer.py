@@ -96,6 +96,50 @@ def test_a_table_with_a_primary_key_writes_upserts_and_deletes_and_drops_update_
     assert writer._config.factory.options is not None
 
 
+def test_carrying_options_map_onto_the_writers_carry_settings():
+    writer = create_writer(
+        "gcp-pubsub",
+        {
+            "project": "p",
+            "topic": "events",
+            "sink.max-carry-time": "30s",
+            "sink.max-carried-rows": "9",
+        },
+        SCHEMA,
+    )
+    assert isinstance(writer, TableWriterProcessFunction)
+    carry = writer._config.carry
+    assert (carry.enabled, carry.max_carry_time_s, carry.max_carried_records) == (True, 30.0, 9)
+    default = create_writer("gcp-pubsub", {"project": "p", "topic": "events"}, SCHEMA)
+    assert isinstance(default, TableWriterProcessFunction)
+    assert not default._config.carry.enabled
+
+
+@pytest.mark.parametrize(
+    ("options", "primary_key", "why"),
+    [
+        ({}, ["id"], "on a table with a PRIMARY KEY: the carried records are operator state"),
+        ({"write-method": "buffered-stream"}, [], "with BufferedBigQueryWriterFactory: an exact"),
+        (
+            {"write-method": "file-loads", "file-loads.staging-location": "gs://b/p"},
+            [],
+            "with FileLoadsWriterFactory: an exactly-once",
+        ),
+    ],
+)
+def test_carrying_is_refused_where_the_datastream_sink_refuses_it(options, primary_key, why):
+    """The Java factory refuses these at planning; a payload that got past it fails from
+    ``open()``, once, with the DataStream sink's message."""
+    schema = {**json.loads(SCHEMA), "primary_key": primary_key}
+    values = {"project": "p", "dataset": "d", "table": "t", "sink.max-carry-time": "30s"}
+    writer = create_writer("gcp-bigquery", {**values, **options}, json.dumps(schema))
+    assert isinstance(writer, UnbuildableWriter)
+    with pytest.raises(
+        ConfigurationError, match=rf"^sink 'events': max_carry_time is not available {why}"
+    ):
+        writer.open(None)
+
+
 def test_the_committer_is_built_from_the_same_options_as_the_writer():
     from pyflink_gcp.core.commit_operator import CommitterProcessFunction
     from pyflink_gcp.table import create_committer

@@ -151,7 +151,7 @@ final class GcpTableSink implements DynamicTableSink {
                     .declareManagedMemoryUseCaseAtSlotScope(ManagedMemoryUseCase.PYTHON);
         }
         SingleOutputStreamOperator<byte[]> last = writer;
-        int committers = committerParallelism(document);
+        int committers = specs.committerParallelism(options);
         if (committers >= 0) {
             last = committer(provider, writer, document, conf, pickled, payload(document, rows, "committer"),
                     committers == 0 ? writers : committers);
@@ -162,21 +162,6 @@ final class GcpTableSink implements DynamicTableSink {
                         .setParallelism(last.getParallelism());
         provider.generateUid("discard").ifPresent(sink::uid);
         return sink;
-    }
-
-    /**
-     * The committer's parallelism when the options name a write method that commits after the
-     * checkpoint (0: the writer's), else -1. The connector's list entry says which ({@code
-     * committing}).
-     */
-    private int committerParallelism(JsonNode document) {
-        JsonNode committing = document.get("connectors").get(identifier).get("committing");
-        if (committing == null || committing.isNull()) {
-            return -1;
-        }
-        String value = specs.value(options, committing.get("key").asText());
-        JsonNode parallelism = value == null ? null : committing.get("values").get(value);
-        return parallelism == null ? -1 : parallelism.asInt();
     }
 
     private byte[] payload(JsonNode document, TableRows rows, String role) {

@@ -29,6 +29,9 @@ import org.apache.flink.table.types.logical.RowType;
  */
 public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
 
+    /** The option that carries rows across checkpoints ({@link #checkCarry}). */
+    static final String MAX_CARRY_TIME = "sink.max-carry-time";
+
     private final String identifier;
 
     protected GcpTableSinkFactory(String identifier) {
@@ -75,6 +78,7 @@ public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
                                     + " only %s write updates and deletes of a table with one.",
                             name, identifier, String.join(" and ", TableOptions.upsertConnectors())));
         }
+        checkCarry(options, values, name, primaryKey);
         ReadableConfig config = context.getConfiguration();
         if (!config.get(PythonOptions.PYTHON_METRIC_ENABLED)) {
             throw new ValidationException(
@@ -85,5 +89,35 @@ public abstract class GcpTableSinkFactory implements DynamicTableSinkFactory {
                             name));
         }
         return new GcpTableSink(identifier, name, values, rowType, primaryKey, config, options);
+    }
+
+    /**
+     * Refuses {@value #MAX_CARRY_TIME} where carried rows could be misplaced or could not wait:
+     * on a table with a primary key (the carried rows are operator state, which a new
+     * parallelism hands out without regard to keys, so a key's upserts could change subtask
+     * and order), and with a write method that commits after the checkpoint (exactly once: it
+     * commits every row of a checkpoint after it). The DataStream sinks refuse the same.
+     */
+    private void checkCarry(
+            TableOptions options, Map<String, String> values, String name, List<String> primaryKey) {
+        if (options.value(values, MAX_CARRY_TIME) == null) {
+            return;
+        }
+        String why = null;
+        if (!primaryKey.isEmpty()) {
+            why = "on a table with a PRIMARY KEY: the carried rows are operator state, which a new"
+                    + " parallelism hands out without regard to keys, so a key's upserts could"
+                    + " change subtask and order";
+        } else if (options.committerParallelism(values) >= 0) {
+            why = "with an exactly-once write method: it commits every row of a checkpoint"
+                    + " after it, so none can wait";
+        }
+        if (why != null) {
+            throw new ValidationException(
+                    String.format(
+                            "sink '%s': option '%s' of connector '%s' is not available %s;"
+                                    + " leave it unset.",
+                            name, MAX_CARRY_TIME, identifier, why));
+        }
     }
 }

@@ -155,6 +155,21 @@ public final class TableOptions {
         return out;
     }
 
+    /**
+     * The committer's parallelism when the options name a write method that commits after the
+     * checkpoint (0: the writer's), else -1. The connector's list entry says which ({@code
+     * committing}).
+     */
+    public int committerParallelism(Map<String, String> options) {
+        JsonNode committing = load().get("connectors").get(identifier).get("committing");
+        if (committing == null || committing.isNull()) {
+            return -1;
+        }
+        String value = value(options, committing.get("key").asText());
+        JsonNode parallelism = value == null ? null : committing.get("values").get(value);
+        return parallelism == null ? -1 : parallelism.asInt();
+    }
+
     /** The option's value as set, else its default (null when neither). */
     public String value(Map<String, String> options, String key) {
         Spec spec = specs.get(key);
