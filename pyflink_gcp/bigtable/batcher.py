@@ -19,9 +19,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 from google.cloud.bigtable.data.mutations import RowMutationEntry
@@ -37,7 +35,6 @@ from pyflink_gcp.bigtable.mutate_rows import (
 from pyflink_gcp.bigtable.options import BigtableWriterOptions
 from pyflink_gcp.core.aio import CallHandle
 from pyflink_gcp.core.batching import InFlightWindow, OpenBatch
-from pyflink_gcp.core.checked import PendingCheck
 from pyflink_gcp.core.errors import SerializerError, SinkError, WriteError
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.functions import short_repr
@@ -64,9 +61,6 @@ class TableBatcher(DestinationWriter[TableDestination]):
         call: The table's MutateRows call (stub, policy, counters).
         start: Starts a request's operation on the subtask's event loop.
         options: The batch and in-flight limits.
-        check: The table's existence check, still running (None: known to exist); the first
-            requests go out alongside it and report their outcome once it answered, so
-            neither the processing thread nor the loop waits for it.
     """
 
     def __init__(
@@ -75,10 +69,8 @@ class TableBatcher(DestinationWriter[TableDestination]):
         call: MutateRowsCall,
         start: Start,
         options: BigtableWriterOptions,
-        check: PendingCheck | None = None,
     ) -> None:
         super().__init__(destination)
-        self._check = check
         self._call = call
         self._start = start
         self._stats = call.stats
@@ -141,9 +133,6 @@ class TableBatcher(DestinationWriter[TableDestination]):
         if self._batch is not None:
             self._send_batch()
         error = self._window.settle()
-        check = self._check
-        if check is not None and check.succeeded():
-            self._check = None  # and its answered call with it
         if isinstance(error, SinkError):
             raise error
         if error is not None:
@@ -211,13 +200,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
             raise
         except Exception as error:  # an earlier request's, raised on the processing thread
             raise self._send_error(error) from error
-        check = self._check
-        if check is not None and check.succeeded():
-            self._check = check = None
-        if check is None:
-            handle = self._start(self._call.run, batch)
-        else:
-            handle = self._start(_run_checked, check, self._call.run, batch)
+        handle = self._start(self._call.run, batch)
         self._window.add(handle, batch.entries, batch.size)
 
     def _send_error(self, error: BaseException) -> SinkError:
@@ -228,47 +211,3 @@ class TableBatcher(DestinationWriter[TableDestination]):
             f"{self._call.what}: sending a MutateRows request failed: "
             f"{type(error).__name__}: {error}"
         )
-
-
-async def _run_checked(
-    check: PendingCheck,
-    run: Callable[[MutateRowsBatch], Awaitable[list[FailedRecord]]],
-    batch: MutateRowsBatch,
-) -> list[FailedRecord]:
-    """A request sent before its table's check finished: it goes out at once, alongside the
-    check, and its outcome is reported once the check has answered too.
-
-    So a new table's first flush costs one round trip (the check's GetTable, started when the
-    batcher was built, is answered meanwhile) instead of the check's and then the write's. A
-    request to a table that does not exist is refused (NOT_FOUND) and writes nothing; the
-    check's error, which names the table and what to do, is raised in preference to the
-    request's. If the check's first attempt failed, the full check (retries, that error)
-    blocks, so it runs on a helper thread of the loop, never on the loop's own; it is the rare
-    path, once per table."""
-    loop = asyncio.get_running_loop()
-    answered: asyncio.Future[bool] = loop.create_future()
-    check.then(partial(_answer, loop, answered, True), partial(_answer, loop, answered, False))
-    error: Exception | None = None
-    failures: list[FailedRecord] = []
-    try:
-        failures = await run(batch)
-    except Exception as exc:  # noqa: BLE001 - raised below, after the check's own error
-        error = exc
-    if not await answered:
-        await loop.run_in_executor(None, check.wait)
-    if error is not None:
-        raise error
-    return failures
-
-
-def _answer(loop: asyncio.AbstractEventLoop, answered: asyncio.Future[bool], found: bool) -> None:
-    """Settle ``answered`` on its loop (called on gRPC's thread, or at once on the loop)."""
-    try:
-        loop.call_soon_threadsafe(_settle, answered, found)
-    except RuntimeError:  # the loop closed meanwhile: the operation was cancelled with it
-        pass
-
-
-def _settle(answered: asyncio.Future[bool], found: bool) -> None:
-    if not answered.done():
-        answered.set_result(found)

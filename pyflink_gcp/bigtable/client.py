@@ -35,7 +35,6 @@ MutateRowsResponsePb: Any = _bigtable_types.MutateRowsResponse.pb()
 MutateRowsEntryPb: Any = _bigtable_types.MutateRowsRequest.Entry.pb()
 
 MUTATE_ROWS_METHOD = "/google.bigtable.v2.Bigtable/MutateRows"
-GET_TABLE_METHOD = "/google.bigtable.admin.v2.BigtableTableAdmin/GetTable"
 
 #: Google's data and admin hosts, named by errors when no endpoint is given.
 _DATA_HOST = "bigtable.googleapis.com"
@@ -104,7 +103,6 @@ class BigtableClient:
         self.endpoint = data_endpoint(endpoint)
         self._admin: Any = None
         self._admin_channel: grpc.Channel | None = None
-        self._get_table: Any = None
         self._channels: list[grpc.Channel] = []
         self.data = self._open_data(BigtableGrpcAsyncIOTransport)
         self.mutate_rows: Any = self.data.unary_stream(
@@ -149,34 +147,6 @@ class BigtableClient:
             self._admin_channel = self._open("admin", endpoint, Transport, Transport.DEFAULT_HOST)
         return self._admin_channel
 
-    def get_table_future(self, name: str, timeout_s: float) -> Any:
-        """Start one GetTable attempt (the name only) without waiting: a ``grpc.Future`` whose
-        ``exception()`` is a ``grpc.RpcError`` on failure. A raw call on the admin channel:
-        the generated client's layers cost CPU on every call, and a job with
-        thousands of tables makes thousands of them."""
-        from google.api_core.gapic_v1 import routing_header
-
-        if self._get_table is None:
-            from google.cloud.bigtable_admin_v2.types import bigtable_table_admin
-            from google.cloud.bigtable_admin_v2.types import table as admin_table
-
-            request_pb = bigtable_table_admin.GetTableRequest.pb()
-            self._get_table = (
-                self._admin_channel_opened().unary_unary(
-                    GET_TABLE_METHOD,
-                    request_serializer=request_pb.SerializeToString,
-                    response_deserializer=admin_table.Table.pb().FromString,
-                ),
-                request_pb,
-                admin_table.Table.View.NAME_ONLY,
-            )
-        stub, request_pb, name_only = self._get_table
-        return stub.future(
-            request_pb(name=name, view=name_only),
-            timeout=timeout_s,
-            metadata=(routing_header.to_grpc_metadata((("name", name),)),),
-        )
-
     def close(self) -> None:
         """Close every channel and stop the data channel's loop thread (calls in flight fail,
         operations in flight end CANCELLED)."""
@@ -186,7 +156,6 @@ class BigtableClient:
             _LOG.debug("%s: closing the data channel failed", self._sink, exc_info=True)
         self._admin = None
         self._admin_channel = None
-        self._get_table = None
         for channel in self._channels:
             try:
                 channel.close()

@@ -102,6 +102,16 @@ class MutateRowsBatch:
         self.size = 0
 
 
+#: What a NOT_FOUND means once the table existed (checked, or created, at its first request).
+NO_LONGER_EXISTS = "the table or its instance no longer exists"
+#: What a NOT_FOUND means to a sink that creates no tables: nothing checked it before.
+NOT_CREATED = (
+    "the table or its instance does not exist, and the sink may not create tables. Create it, "
+    "or enable creation with set_create_disposition(CreateDisposition.CREATE_IF_NEEDED) and "
+    "set_table_create_options(TableCreateOptions(column_families={...}))."
+)
+
+
 class MutateRowsCall:
     """What every MutateRows request of one table shares: the stub, its timeout and routing
     headers, the retry policy, the names for errors, and the subtask's counters and bounds.
@@ -119,6 +129,9 @@ class MutateRowsCall:
         window: The subtask's quota window (quota errors shrink it); None: none.
         slots: The subtask's bound on MutateRows attempts in flight, on the loop (its limit
             is ``window``'s); None: no bound.
+        not_found: What a NOT_FOUND answer means, for its error: without creation nothing
+            checked the table before (:mod:`~pyflink_gcp.bigtable.tables`), so the error
+            says what to do; with it, the table existed at its first request.
     """
 
     __slots__ = (
@@ -132,6 +145,7 @@ class MutateRowsCall:
         "stats",
         "window",
         "slots",
+        "not_found",
     )
 
     def __init__(
@@ -147,8 +161,10 @@ class MutateRowsCall:
         endpoint: str = "",
         window: QuotaWindow | None = None,
         slots: LoopSlots | None = None,
+        not_found: str = NO_LONGER_EXISTS,
     ) -> None:
         self.stub = stub
+        self.not_found = not_found
         self.window = window
         self.slots = slots
         self.sink = sink_name
@@ -311,8 +327,8 @@ class MutateRowsOperation:
         status = status_name(error) or type(error).__name__
         if status == "NOT_FOUND":
             return DestinationNotFoundError(
-                f"{what}: MutateRows answered NOT_FOUND ({error_text(error)}); the table or "
-                "its instance no longer exists"
+                f"{what}: MutateRows answered NOT_FOUND ({error_text(error)}); "
+                f"{self._call.not_found}"
             )
         return WriteError(
             f"{what}: MutateRows failed with {status} (not retried): {error_text(error)}"

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from pyflink_gcp.bigtable.batcher import TableBatcher
 from pyflink_gcp.bigtable.client import BigtableClient, request_metadata
 from pyflink_gcp.bigtable.destinations import TableDestination
-from pyflink_gcp.bigtable.mutate_rows import MutateRowsCall
+from pyflink_gcp.bigtable.mutate_rows import NO_LONGER_EXISTS, NOT_CREATED, MutateRowsCall
 from pyflink_gcp.bigtable.options import BigtableWriterOptions, TableCreateOptions
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.bigtable.tables import BigtableTables
@@ -141,13 +141,12 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             subtask_index=subtask_index,
             stats=self.stats,
             endpoint=self.client.admin_endpoint_name if self.client is not None else "",
-            get_table_future=self.client.get_table_future if self.client is not None else None,
         )
 
     def create_writer(self, destination: TableDestination) -> TableBatcher:
         if self.client is None or self.tables is None:
             raise WriteError(f"sink '{self.sink_name}': the Bigtable writer is not open")
-        check = self.tables.start(destination)
+        self.tables.start(destination)
         self.stats.add(batchers_created=1)
         table_name = str(destination)
         call = MutateRowsCall(
@@ -161,8 +160,9 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             endpoint=self.client.endpoint_name,
             window=self.quota,
             slots=self.slots,
+            not_found=NOT_CREATED if self.create_options is None else NO_LONGER_EXISTS,
         )
-        return TableBatcher(destination, call, self.start, self.options, check)
+        return TableBatcher(destination, call, self.start, self.options)
 
     def start(self, work: Work, *args: Any) -> CallHandle:
         """Queue ``work(*args)`` (a MutateRows operation) for the subtask's event loop."""
@@ -172,9 +172,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         return queue.submit(work, *args)
 
     def close(self) -> None:
-        if self.tables is not None:
-            self.tables.close()
-            self.tables = None
+        self.tables = None
         if self.client is not None:
             self.client.close()  # ends the queued operations CANCELLED
             self.client = None

@@ -4,7 +4,6 @@ requests with their table's check. No emulator."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -133,59 +132,24 @@ def test_close_counts_once() -> None:
     assert batcher._stats.batchers_closed == 1
 
 
-def test_the_first_requests_go_out_alongside_the_table_check_and_report_after_it() -> None:
-    from concurrent.futures import Future
-
+def test_a_missing_tables_first_request_fails_naming_the_table_and_what_to_do() -> None:
+    """Without creation nothing checks a table before its first MutateRows: its NOT_FOUND
+    (nothing written) is the error, with what to do."""
+    from pyflink_gcp.bigtable.mutate_rows import NOT_CREATED
     from pyflink_gcp.core import DestinationNotFoundError
-    from pyflink_gcp.core.checked import PendingCheck
 
-    def make(
-        exists: bool, client: FakeDataClient | None = None
-    ) -> tuple[Any, Future[Any], FakeDataClient, list[str]]:
-        answer: Future[Any] = Future()
-        checked_on: list[str] = []
-
-        def full_check() -> None:
-            checked_on.append(threading.current_thread().name)
-            if not exists:
-                raise DestinationNotFoundError("table 't' does not exist")
-
-        client = client or FakeDataClient()
-        batcher = make_batcher(client)
-        batcher._check = PendingCheck(answer, full_check, lambda: None)
-        return batcher, answer, client, checked_on
-
-    def sent(client: FakeDataClient, count: int) -> bool:
-        deadline = time.monotonic() + 5
-        while len(client.requests) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(client.requests) == count
-
-    batcher, answer, client, _ = make(exists=True)
+    missing = FakeDataClient(raise_on=lambda call: api_exceptions.NotFound("table not found"))
+    batcher = make_batcher(missing)
+    batcher._call.not_found = NOT_CREATED
     batcher.write(entry(0), 0)
-    batcher.start_flush()  # returns at once although the check has no answer
-    assert sent(client, 1)  # the request went out without waiting for the check
-    time.sleep(0.05)
-    assert not batcher.is_clean  # its outcome waits for the check's answer
-    answer.set_result(object())
-    assert batcher.flush() == [] and len(client.requests) == 1
-    batcher.write(entry(1), 1)
-    batcher.flush()
-    assert batcher._check is None and len(client.requests) == 2  # known: sent plainly
-
-    # A missing table: the write is refused NOT_FOUND, and the check's error (naming the
-    # table, saying what to do) is the one raised.
-    not_found = api_exceptions.NotFound("table not found")
-    missing = FakeDataClient(raise_on=lambda call: not_found)
-    batcher, answer, client, checked_on = make(exists=False, client=missing)
-    batcher.write(entry(0), 0)
-    batcher.start_flush()
-    assert sent(client, 1)
-    answer.set_exception(RuntimeError("NOT_FOUND"))
-    with pytest.raises(DestinationNotFoundError, match="table 't' does not exist"):
+    with pytest.raises(DestinationNotFoundError) as err:
         batcher.flush()
-    # The full check (after a failed first attempt) blocks: neither here nor on the loop.
-    assert checked_on and checked_on[0] not in ("MainThread", LOOP_THREAD)
+    message = str(err.value)
+    assert "sink 'unit': table 'projects/p/instances/inst/tables/t'" in message
+    assert "MutateRows answered NOT_FOUND (" in message
+    assert "does not exist, and the sink may not create tables" in message
+    assert "set_table_create_options" in message
+    assert len(missing.requests) == 1  # not retried
 
 
 def test_bytes_accepted_counts_the_encoded_entries_of_accepted_rows() -> None:

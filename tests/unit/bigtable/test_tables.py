@@ -1,9 +1,7 @@
-"""Table existence checks and creation against a scripted admin client (no emulator)."""
+"""Table checks and creation against a scripted admin client (no emulator)."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -48,25 +46,10 @@ class FakeAdmin:
         return object()
 
 
-class GetTableFutures:
-    """Starts GetTable attempts as futures the test answers; records who started them."""
-
-    def __init__(self) -> None:
-        self.started: list[tuple[str, str]] = []
-        self.futures: list[Future[Any]] = []
-
-    def __call__(self, name: str, timeout_s: float) -> Future[Any]:
-        self.started.append((name, threading.current_thread().name))
-        future: Future[Any] = Future()
-        self.futures.append(future)
-        return future
-
-
 def tables(
     admin: FakeAdmin,
     create: TableCreateOptions | None,
     max_created: int = 100,
-    get_table_future: GetTableFutures | None = None,
 ) -> BigtableTables:
     return BigtableTables(
         sink_name="unit",
@@ -78,7 +61,6 @@ def tables(
         resolver_name="my.resolver",
         subtask_index=1,
         stats=BigtableWriterStats(),
-        get_table_future=get_table_future,
     )
 
 
@@ -221,62 +203,19 @@ def test_an_unreachable_admin_endpoint_fails_within_the_deadline_naming_it() -> 
     assert "UNAVAILABLE" in str(err.value)
 
 
-def test_without_creation_a_new_table_is_checked_without_blocking() -> None:
-    admin = FakeAdmin(None)
-    futures = GetTableFutures()
-    known = tables(admin, None, get_table_future=futures)
-    check = known.start(TABLE)
-    assert check is not None and not check.succeeded()  # started, not awaited
-    assert futures.started == [(str(TABLE), threading.current_thread().name)]
-    futures.futures[0].set_result(object())
-    check.wait()
-    assert check.succeeded() and admin.gets == []  # the first attempt answered: no full check
-    assert known.start(TABLE) is None and len(futures.started) == 1  # known now
-
-
-def test_new_tables_have_a_bounded_number_of_checks_in_flight() -> None:
-    futures = GetTableFutures()
-    known = tables(FakeAdmin(None), None, get_table_future=futures)
-    limit = known.checks.limit
-    destinations = [TableDestination.of("p", "inst", f"t{i}") for i in range(limit + 10)]
-    checks = [known.start(d) for d in destinations]
-    assert len(futures.started) == limit  # the rest wait for a slot
-    futures.futures[0].set_result(object())
-    assert len(futures.started) == limit + 1
-    assert futures.started[-1][0] == str(destinations[limit])  # in order
-    while len(futures.started) < len(destinations) or not all(f.done() for f in futures.futures):
-        next(f for f in futures.futures if not f.done()).set_result(object())
-    for check in checks:
-        assert check is not None
-        check.wait()
-        assert check.succeeded()
-    known.close()
-
-
-def test_closing_ends_the_checks_still_queued() -> None:
-    futures = GetTableFutures()
-    known = tables(FakeAdmin(None), None, get_table_future=futures)
-    checks = [known.start(TableDestination.of("p", "inst", f"t{i}")) for i in range(70)]
-    known.close()
-    queued = checks[-1]
-    assert queued is not None and not queued.succeeded()
-    assert len(futures.started) == known.checks.limit  # none started after the close
-
-
-def test_a_failed_first_attempt_hands_over_to_the_full_check_naming_the_table() -> None:
+def test_without_creation_nothing_is_asked_before_a_tables_first_request() -> None:
     admin = FakeAdmin(api_exceptions.NotFound("no table"))
-    futures = GetTableFutures()
-    check = tables(admin, None, get_table_future=futures).start(TABLE)
-    assert check is not None
-    futures.futures[0].set_exception(RuntimeError("NOT_FOUND"))
-    with pytest.raises(DestinationNotFoundError, match="tables/t' does not exist"):
-        check.wait()
-    assert admin.gets == [str(TABLE)]
+    known = tables(admin, None)
+    known.start(TABLE)
+    known.start(TableDestination.of("p", "inst", "other"))
+    assert admin.gets == [] and admin.created == []
 
 
 def test_with_creation_the_check_and_the_creation_stay_on_the_caller() -> None:
     admin = FakeAdmin(api_exceptions.NotFound("no table"))
-    futures = GetTableFutures()
     options = TableCreateOptions(column_families={"cf": 1})
-    assert tables(admin, options, get_table_future=futures).start(TABLE) is None
-    assert futures.started == [] and admin.gets == [str(TABLE)] and len(admin.created) == 1
+    known = tables(admin, options)
+    known.start(TABLE)
+    assert admin.gets == [str(TABLE)] and len(admin.created) == 1
+    known.start(TABLE)  # known now
+    assert admin.gets == [str(TABLE)] and len(admin.created) == 1
