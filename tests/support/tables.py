@@ -4,6 +4,7 @@ the planning error of a statement."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
 
@@ -11,6 +12,8 @@ from pyflink.table import EnvironmentSettings, TableEnvironment
 
 from pyflink_gcp.table import register
 from tests.support.jobs import REPO_ROOT
+from tests.support.restore import Failover
+from tests.support.waiting import wait_for
 
 
 def make_table_env(
@@ -78,3 +81,37 @@ def python_workers() -> dict[int, str]:
     return {
         p: c for p, c in commands.items() if "pyflink.fn_execution.beam.beam_boot" in c and ours(p)
     }
+
+
+def failover_table_env(failover: Failover, rows: int, rows_per_second: int) -> TableEnvironment:
+    """A parallelism-1 table environment checkpointing every 500 ms under ``failover``, with
+    three restarts, and a ``source`` table of the ids 1..``rows`` at ``rows_per_second``."""
+    t_env = make_table_env(
+        parallelism=1,
+        checkpoint_ms=500,
+        extra={
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "3",
+            "restart-strategy.fixed-delay.delay": "1 s",
+            **failover.conf(),
+        },
+    )
+    t_env.execute_sql(
+        f"CREATE TEMPORARY TABLE source (id BIGINT) WITH ('connector' = 'datagen', "
+        f"'rows-per-second' = '{rows_per_second}', 'number-of-rows' = '{rows}', "
+        f"'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '{rows}')"
+    )
+    return t_env
+
+
+def kill_the_python_worker(earlier: set[int]) -> tuple[int, int]:
+    """SIGKILL the job's one Python worker (those in ``earlier`` belong to earlier jobs) and
+    wait for its replacement; the two pids."""
+    workers = wait_for(lambda: set(python_workers()) - earlier, "the job's Python worker")
+    assert len(workers) == 1, workers
+    (victim,) = workers
+    os.kill(victim, signal.SIGKILL)
+    replacement = wait_for(
+        lambda: sorted(set(python_workers()) - earlier - {victim}), "a replacement worker"
+    )
+    return victim, replacement[0]

@@ -10,8 +10,6 @@ replays the rows after it). The second shows where the factory refuses the optio
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,13 @@ from pyflink.common import JobStatus
 
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover, checkpoint_completed
-from tests.support.tables import make_table_env, planning_error, python_workers
+from tests.support.tables import (
+    failover_table_env,
+    kill_the_python_worker,
+    make_table_env,
+    planning_error,
+    python_workers,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -33,21 +37,7 @@ def test_rows_carried_at_a_checkpoint_come_back_after_the_worker_is_killed(
     topic = unique("carried")
     make_topics(project, [topic])
     failover = Failover(tmp_path / "failover")
-    t_env = make_table_env(
-        parallelism=1,
-        checkpoint_ms=500,
-        extra={
-            "restart-strategy.type": "fixed-delay",
-            "restart-strategy.fixed-delay.attempts": "3",
-            "restart-strategy.fixed-delay.delay": "1 s",
-            **failover.conf(),
-        },
-    )
-    t_env.execute_sql(
-        f"CREATE TEMPORARY TABLE source (id BIGINT) WITH ('connector' = 'datagen', "
-        f"'rows-per-second' = '40', 'number-of-rows' = '{ROWS}', 'fields.id.kind' = "
-        f"'sequence', 'fields.id.start' = '1', 'fields.id.end' = '{ROWS}')"
-    )
+    t_env = failover_table_env(failover, ROWS, rows_per_second=40)
     t_env.execute_sql(
         f"""CREATE TEMPORARY TABLE carried (id BIGINT) WITH (
             'connector' = 'gcp-pubsub', 'project' = '{project}', 'topic' = '{topic}',
@@ -58,11 +48,7 @@ def test_rows_carried_at_a_checkpoint_come_back_after_the_worker_is_killed(
     wait_for(lambda: checkpoint_completed(failover.checkpoints, 2), "two completed checkpoints")
     # Without carrying, each of these checkpoints would have sent its rows.
     assert pull_all(project, topic, expect=1, timeout_s=2.0, quiet_s=1.0) == []
-    workers = wait_for(lambda: set(python_workers()) - earlier, "the job's Python worker")
-    assert len(workers) == 1, workers
-    (victim,) = workers
-    os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: set(python_workers()) - earlier - {victim}, "a replacement worker")
+    kill_the_python_worker(earlier)
     assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
     result.wait()
     failover.assert_restored()

@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -28,7 +27,13 @@ from pyflink_gcp.tools import bridge_build
 from tests.support.jobs import REPO_ROOT
 from tests.support.pubsub import make_topics, pull_all, unique
 from tests.support.restore import Failover, checkpoint_completed
-from tests.support.tables import make_table_env, planning_error, python_workers
+from tests.support.tables import (
+    failover_table_env,
+    kill_the_python_worker,
+    make_table_env,
+    planning_error,
+    python_workers,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -332,21 +337,7 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     make_topics(project, [topic])
     rows = 600
     failover = Failover(tmp_path / "failover")
-    t_env = make_table_env(
-        parallelism=1,
-        checkpoint_ms=500,
-        extra={
-            "restart-strategy.type": "fixed-delay",
-            "restart-strategy.fixed-delay.attempts": "3",
-            "restart-strategy.fixed-delay.delay": "1 s",
-            **failover.conf(),
-        },
-    )
-    t_env.execute_sql(
-        f"CREATE TEMPORARY TABLE source (id BIGINT) WITH ('connector' = 'datagen', "
-        f"'rows-per-second' = '60', 'number-of-rows' = '{rows}', 'fields.id.kind' = "
-        f"'sequence', 'fields.id.start' = '1', 'fields.id.end' = '{rows}')"
-    )
+    t_env = failover_table_env(failover, rows, rows_per_second=60)
     t_env.execute_sql(
         f"""CREATE TEMPORARY TABLE killed (id BIGINT) WITH (
             'connector' = 'gcp-pubsub', 'project' = '{project}', 'topic' = '{topic}',
@@ -361,13 +352,7 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     # Flushed in the checkpoint's snapshot, which completes a little later: the kill waits for
     # it, or the restart would legitimately start from scratch.
     wait_for(lambda: checkpoint_completed(failover.checkpoints), "a completed checkpoint")
-    workers = wait_for(lambda: set(python_workers()) - earlier, "the job's Python worker")
-    assert len(workers) == 1, workers
-    (victim,) = workers
-    os.kill(victim, signal.SIGKILL)
-    replacement = wait_for(
-        lambda: sorted(set(python_workers()) - earlier - {victim}), "a replacement worker"
-    )
+    victim, replacement = kill_the_python_worker(earlier)
     assert result.get_job_client().get_job_status().result() != JobStatus.FAILED
     result.wait()
     failover.assert_restored()
@@ -375,6 +360,4 @@ def test_a_checkpointed_job_whose_writer_worker_is_killed_loses_nothing(
     ids = [json.loads(m.data)["id"] for m in [*early, *rest]]
     lost = set(range(1, rows + 1)) - set(ids)
     assert not lost, f"lost {len(lost)}"
-    print(
-        f"worker {victim} killed, {replacement[0]} took over: 0 lost, {len(ids) - rows} duplicates"
-    )
+    print(f"worker {victim} killed, {replacement} took over: 0 lost, {len(ids) - rows} duplicates")
