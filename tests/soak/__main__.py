@@ -143,7 +143,7 @@ def soak_one(
     if unlogged:
         outcome.problems.append(f"{len(unlogged)} ids read back that no sink log names")
     outcome.destinations = len({churn.destination_index(i) for i in handed})
-    outcome.warm, outcome.end = pick_samples(outcome.samples, args.warmup * 60)
+    outcome.warm, outcome.end = pick_samples(outcome.samples, args.warmup * 60, kill_times)
     judge(outcome)
     keep(outcome, args, name, start_ms)
     shutil.rmtree(control, ignore_errors=True)

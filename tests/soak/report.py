@@ -12,6 +12,7 @@ kills are placed half a period off the sample points (5, 15, 25... minutes with 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tests.soak.probe import Checkpoints, Sample, WriterGauges
@@ -89,9 +90,21 @@ class Outcome:
         ]
 
 
-def pick_samples(samples: list[Sample], warmup_s: float) -> tuple[Sample | None, Sample | None]:
-    """The first steady sample at or after ``warmup_s`` and the last steady sample."""
-    steady = [s for s in samples if s.steady]
+#: A sample this soon after a kill is not compared: the replacement TaskManager's workers open
+#: their connections as the first records reach their writers, so its sockets and threads are
+#: still rising (a sample 30 s after a kill read 20 worker sockets where every later one read
+#: 26-28).
+SETTLE_S = 90.0
+
+
+def pick_samples(
+    samples: list[Sample], warmup_s: float, kill_times: Sequence[float] = ()
+) -> tuple[Sample | None, Sample | None]:
+    """The first settled sample at or after ``warmup_s`` and the last settled sample: steady,
+    and not within :data:`SETTLE_S` after a kill (``kill_times``, seconds as ``at_s``)."""
+    steady = [
+        s for s in samples if s.steady and not any(0 <= s.at_s - k < SETTLE_S for k in kill_times)
+    ]
     warm = next((s for s in steady if s.at_s >= warmup_s), None)
     return warm, (steady[-1] if steady and warm is not None else None)
 
