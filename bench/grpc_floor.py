@@ -1,0 +1,152 @@
+"""The client CPU of a bare gRPC call in Python, without the sinks: the floor under a sink's
+cost per destination when each destination takes a call of its own.
+
+    python bench/grpc_floor.py [--calls 10000] [--in-flight 64] [--entries 5]
+
+At thousands of destinations with a few records each, a sink's cost per destination is its
+calls: Bigtable's MutateRows (a server-streaming call on the subtask's ``grpc.aio`` channel),
+BigQuery's ``GetWriteStream`` (a unary future on a synchronous channel; the table's schema). This
+makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table of
+its own, at most ``--in-flight`` at a time, as the sinks do, with nothing of pyflink-gcp in
+between, and prints this process's CPU (all threads) per call. ``bench/sink_cpu.py`` gives the
+sinks' own cost per destination to set beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._nullbackend import running
+from bench.scale import configure
+
+_STREAM = "projects/bench-project/datasets/bench/tables/t{:05d}/streams/_default"
+_TABLE = "projects/bench-project/instances/bench/tables/t{:05d}"
+
+
+def get_write_stream(host: str, calls: int, in_flight: int) -> float:
+    """CPU seconds of ``calls`` GetWriteStream unary futures (the FULL view)."""
+    import grpc
+    from google.cloud.bigquery_storage_v1 import types
+
+    request = types.GetWriteStreamRequest.pb()
+    stream = types.WriteStream.pb()
+    full = int(types.WriteStreamView.FULL)
+    channel = grpc.insecure_channel(host)
+    get = channel.unary_unary(
+        "/google.cloud.bigquery.storage.v1.BigQueryWrite/GetWriteStream",
+        request_serializer=request.SerializeToString,
+        response_deserializer=stream.FromString,
+    )
+    get(request(name=_STREAM.format(0), view=full), timeout=10)  # the channel connected
+    slots = threading.Semaphore(in_flight)
+    done = threading.Semaphore(0)
+
+    def answered(call: grpc.Future) -> None:
+        call.result()
+        slots.release()
+        done.release()
+
+    start = time.process_time()
+    for i in range(calls):
+        slots.acquire()
+        name = _STREAM.format(i)
+        get.future(
+            request(name=name, view=full),
+            timeout=10,
+            metadata=(("x-goog-request-params", f"name={name}"),),
+        ).add_done_callback(answered)
+    for _ in range(calls):
+        done.acquire()
+    spent = time.process_time() - start
+    channel.close()
+    return spent
+
+
+def mutate_rows(host: str, calls: int, in_flight: int, entries: int) -> float:
+    """CPU seconds of ``calls`` MutateRows of ``entries`` cells each on a ``grpc.aio`` channel,
+    its event loop on a thread of its own as the sink's is."""
+    import grpc
+    from google.cloud.bigtable_v2 import types
+
+    request = types.MutateRowsRequest.pb()
+    entry = types.MutateRowsRequest.Entry.pb()
+    mutation = types.Mutation.pb()
+    response = types.MutateRowsResponse.pb()
+
+    def build(i: int) -> object:
+        made = request(table_name=_TABLE.format(i))
+        for e in range(entries):
+            cell = mutation()
+            cell.set_cell.family_name = "cf"
+            cell.set_cell.column_qualifier = b"q"
+            cell.set_cell.timestamp_micros = 1000
+            cell.set_cell.value = b"v" * 100
+            made.entries.append(entry(row_key=b"k%05d" % e, mutations=[cell]))
+        return made
+
+    async def run() -> float:
+        channel = grpc.aio.insecure_channel(host)
+        call: Callable[..., object] = channel.unary_stream(
+            "/google.bigtable.v2.Bigtable/MutateRows",
+            request_serializer=request.SerializeToString,
+            response_deserializer=response.FromString,
+        )
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one(i: int, message: object) -> None:
+            async with slots:
+                async for _ in call(message, timeout=10):  # type: ignore[attr-defined]
+                    pass
+
+        await one(0, build(0))  # the channel connected
+        messages = [build(i) for i in range(calls)]  # built before the clock: not a call's cost
+        start = time.process_time()
+        await asyncio.gather(*(one(i, m) for i, m in enumerate(messages)))
+        spent = time.process_time() - start
+        await channel.close()
+        return spent
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--entries", type=int, default=5, help="cells per MutateRows")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    with running() as backend:
+        configure(backend, args.calls, 0.0)
+        grpc_host = backend.env["BIGTABLE_EMULATOR_HOST"]
+        storage_host = backend.env["BIGQUERY_STORAGE_EMULATOR_HOST"]
+        rows = [
+            (
+                "GetWriteStream (unary future, synchronous channel)",
+                get_write_stream(storage_host, args.calls, args.in_flight),
+            ),
+            (
+                f"MutateRows of {args.entries} cells (server streaming, grpc.aio)",
+                mutate_rows(grpc_host, args.calls, args.in_flight, args.entries),
+            ),
+        ]
+    print(f"{'call':<58} {'client CPU µs/call':>20}")
+    for name, seconds in rows:
+        print(f"{name:<58} {seconds / args.calls * 1e6:>20.1f}")
+    print(
+        f"\n{args.calls:,} calls each, each to a table of its own, at most {args.in_flight} in "
+        "flight, against the null backend; CPU: this process, all threads."
+    )
+
+
+if __name__ == "__main__":
+    main()
