@@ -102,11 +102,11 @@ class BigtableTables:
             self.ensure(destination)
 
     def ensure(self, destination: TableDestination) -> None:
-        """Return once ``destination`` exists (creating it if allowed).
+        """Return once ``destination`` exists, created if it did not (the sink creates tables:
+        without creation nothing calls this, see the module docstring).
 
         Raises:
-            DestinationNotFoundError: It does not exist and may not be created (or its instance
-                does not exist).
+            DestinationNotFoundError: Its instance does not exist.
             CreationLimitExceededError: Creating it would exceed the creation bound.
             WriteError: An admin call failed otherwise.
         """
@@ -137,26 +137,10 @@ class BigtableTables:
             raise
         except Exception as exc:
             status = status_name(exc)
-            if status == "PERMISSION_DENIED" and self._create_options is None:
-                # Writing needs no admin permission; a missing table still fails the first
-                # MutateRows with NOT_FOUND, naming the table.
-                _LOG.warning(
-                    "%s: cannot check that the table exists (%s); writing without the check",
-                    what,
-                    exc,
-                )
-                return True
             if status != "NOT_FOUND":
                 raise WriteError(
                     f"{what}: checking that it exists failed with {status}: {exc}"
                 ) from exc
-        if self._create_options is None:
-            raise DestinationNotFoundError(
-                f"{what} does not exist, and the sink may not create tables. Create it, or "
-                "enable creation with set_create_disposition(CreateDisposition."
-                "CREATE_IF_NEEDED) and set_table_create_options(TableCreateOptions("
-                "column_families={...}))."
-            )
         return False
 
     def create(self, destination: TableDestination) -> None:

@@ -148,7 +148,7 @@ def test_a_missing_tables_first_request_fails_naming_the_table_and_what_to_do() 
     assert "sink 'unit': table 'projects/p/instances/inst/tables/t'" in message
     assert "MutateRows answered NOT_FOUND (" in message
     assert "does not exist, and the sink may not create tables" in message
-    assert "set_table_create_options" in message
+    assert "set_create_disposition" in message and "set_table_create_options" in message
     assert len(missing.requests) == 1  # not retried
 
 

@@ -66,19 +66,10 @@ def tables(
 
 def test_an_existing_table_is_checked_once() -> None:
     admin = FakeAdmin(None)
-    known = tables(admin, None)
+    known = tables(admin, TableCreateOptions(column_families={"cf": 1}))
     known.ensure(TABLE)
     known.ensure(TableDestination.of("p", "inst", "t"))
     assert admin.gets == [str(TABLE)]
-
-
-def test_a_missing_table_without_creation_names_both_setters() -> None:
-    admin = FakeAdmin(api_exceptions.NotFound("no table"))
-    with pytest.raises(DestinationNotFoundError) as err:
-        tables(admin, None).ensure(TABLE)
-    message = str(err.value)
-    assert "sink 'unit': table 'projects/p/instances/inst/tables/t' does not exist" in message
-    assert "set_create_disposition" in message and "set_table_create_options" in message
 
 
 def test_missing_tables_are_created_with_their_families_up_to_the_bound() -> None:
@@ -147,13 +138,11 @@ def test_a_table_created_meanwhile_is_not_an_error() -> None:
 
 
 def test_admin_failures() -> None:
-    # Writing needs no admin permission: without creation, a denied check is not fatal.
-    tables(FakeAdmin(api_exceptions.PermissionDenied("no admin")), None).ensure(TABLE)
     with_creation = TableCreateOptions(column_families={"cf": 1})
     with pytest.raises(WriteError, match="checking that it exists failed with PERMISSION_DENIED"):
         tables(FakeAdmin(api_exceptions.PermissionDenied("no admin")), with_creation).ensure(TABLE)
     with pytest.raises(WriteError, match="still failing"):
-        tables(FakeAdmin(api_exceptions.ServiceUnavailable("down")), None).ensure(TABLE)
+        tables(FakeAdmin(api_exceptions.ServiceUnavailable("down")), with_creation).ensure(TABLE)
     missing_instance = FakeAdmin(
         api_exceptions.NotFound("no table"), api_exceptions.NotFound("no instance")
     )
@@ -185,7 +174,7 @@ def test_an_unreachable_admin_endpoint_fails_within_the_deadline_naming_it() -> 
         admin=lambda: client.admin,
         policy=policy,
         timeout_s=policy.attempt_timeout(60),
-        create_options=None,
+        create_options=TableCreateOptions(column_families={"cf": 1}),
         max_created=1,
         endpoint=client.admin_endpoint_name,
     )
