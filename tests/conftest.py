@@ -36,6 +36,35 @@ GATEWAY_STDERR = os.path.join(tempfile.gettempdir(), f"pyflink-gcp-tests-gateway
 drain_gateway_stderr(GATEWAY_STDERR)
 
 
+def _gateway_stdout_to_the_file() -> None:
+    """The gateway's standard output goes to :data:`GATEWAY_STDERR` as well.
+
+    PyFlink starts the JVM with this process's standard output, which pytest-xdist points at
+    /dev/null in its workers; the gateway's own reason for ending itself ("Unable to get the
+    Python watchdog object, now exit.") is printed there. Descriptor 1 points at the file only
+    while the JVM is spawned, so this process's own output is untouched.
+    """
+    from pyflink import java_gateway
+
+    start = java_gateway.launch_gateway_server_process
+
+    def start_with_stdout_in_the_file(*args: object, **kwargs: object) -> object:
+        saved = os.dup(1)
+        target = os.open(GATEWAY_STDERR, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.dup2(target, 1)
+            return start(*args, **kwargs)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(target)
+
+    java_gateway.launch_gateway_server_process = start_with_stdout_in_the_file
+
+
+_gateway_stdout_to_the_file()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Silences the client libraries' deprecation notices about the pinned runtime.
 
@@ -142,7 +171,36 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 f"the Java gateway ended during the run, found after {item.nodeid}: "
                 + "; ".join(ended)
             )
+            _notes.extend(_gateway_last_words(ended))
     return report
+
+
+def _gateway_last_words(ended: list[str], lines: int = 20) -> list[str]:
+    """The end of the gateway's output (both streams), and the JVM's crash file if it left one: with
+    the exit status, what tells a crash (hs_err), Flink's fatal-error exit (its handler logs
+    the exception, then exits with -17) and PyFlink's watchdog exit (code 1, nothing logged)
+    apart. Printed in the summary because CI keeps no file of the run."""
+    found: list[str] = []
+    try:
+        with open(GATEWAY_STDERR, "rb") as f:
+            f.seek(max(0, os.path.getsize(GATEWAY_STDERR) - 16384))
+            tail = f.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        tail = []
+    if tail:
+        found.append(f"the last {len(tail)} lines of the gateway's output:")
+        found.extend(f"  | {line[:300]}" for line in tail)
+    else:
+        found.append("the gateway wrote nothing")
+    for how in ended:
+        pid = how.split()[1]
+        crash = os.path.join(os.getcwd(), f"hs_err_pid{pid}.log")
+        if os.path.exists(crash):
+            with open(crash, errors="replace") as f:
+                head = f.read(4096).splitlines()[:25]
+            found.append(f"the JVM crashed; the head of {crash}:")
+            found.extend(f"  | {line[:300]}" for line in head)
+    return found
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -166,6 +224,11 @@ def pytest_testnodedown(node: object, error: object) -> None:
     _notes.extend(getattr(node, "workeroutput", {}).get("pyflink_gcp_notes", []))
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """The notes come last, after the short summary of failures: where a run's output is cut
+    to its end (CI shows its tail), they are what remains."""
+    result = yield
     for line in _notes:
         terminalreporter.write_line(line)
+    return result
