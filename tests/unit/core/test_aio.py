@@ -379,6 +379,42 @@ def test_a_full_queue_makes_submit_wait_until_a_worker_takes_one(
 
 
 @pytest.mark.usefixtures("close_loops")
+def test_a_waiting_submit_goes_on_once_half_the_queue_was_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woken at every take, a flush of thousands of requests switched threads per request."""
+    monkeypatch.setattr(aio, "_ROOM_RECHECK_S", 30.0)  # only a worker's take wakes it in time
+    loop = open_loop()
+    queue = WorkQueue(loop.start, lambda: 1, max_queued=4)
+    released = [threading.Event() for _ in range(6)]
+
+    async def op(i: int) -> int:
+        while not released[i].is_set():
+            await asyncio.sleep(0.005)
+        return i
+
+    outcomes = [queue.submit(op, 0)]
+    wait_until(lambda: queue.queued == 0)  # the worker runs operation 0
+    outcomes += [queue.submit(op, i) for i in range(1, 5)]  # the queue is full
+    submitted = threading.Event()
+
+    def sixth() -> None:
+        outcomes.append(queue.submit(op, 5))
+        submitted.set()
+
+    threading.Thread(target=sixth).start()
+    released[0].set()  # one taken: 3 of 4 still wait
+    wait_until(lambda: queue.queued == 3)
+    assert not submitted.wait(0.3)
+    released[1].set()  # two taken: half the queue
+    assert submitted.wait(10)
+    for event in released:
+        event.set()
+    assert [o.result(timeout=5) for o in outcomes] == list(range(6))
+    assert queue.waits == 1
+
+
+@pytest.mark.usefixtures("close_loops")
 def test_a_full_queue_whose_loop_closed_does_not_hold_a_submit() -> None:
     loop = open_loop()
     queue = WorkQueue(loop.start, lambda: 1, max_queued=2)
