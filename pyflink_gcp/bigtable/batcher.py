@@ -149,7 +149,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
         # records are replayed from the last checkpoint).
         if not self._closed:
             self._closed = True
-            self._stats.add(batchers_closed=1)
+            self._stats.batcher_closed()
 
     def _wrong_type(self, element: Any, record: Any) -> SerializerError:
         hint = ""

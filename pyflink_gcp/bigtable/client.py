@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 from typing import Any
 
@@ -51,15 +52,28 @@ def _client_info_header() -> tuple[str, str]:
     return (sys.intern(key), value)
 
 
+#: What api_core's routing header leaves as it is (``urlencode(..., safe="/")``): table ids and
+#: the rest of a table's resource name never hold anything else.
+_NOT_ENCODED = re.compile(r"[A-Za-z0-9_.~/-]*")
+
+
 def request_metadata(table_name: str, app_profile_id: str | None) -> tuple[tuple[str, str], ...]:
     """The headers the generated client would send: client identification and the routing
-    parameters Bigtable uses to route the request to the table's backends."""
-    from google.api_core.gapic_v1 import routing_header
+    parameters Bigtable uses to route the request to the table's backends.
 
+    Built once per table and subtask, so at thousands of tables api_core's URL encoding was a
+    few percent of the sink's CPU; a name with nothing to encode skips it (same header).
+    """
     params = {"table_name": table_name}
     if app_profile_id:
         params["app_profile_id"] = app_profile_id
-    return (_client_info_header(), routing_header.to_grpc_metadata(params))
+    if all(_NOT_ENCODED.fullmatch(value) for value in params.values()):
+        routing = ("x-goog-request-params", "&".join(f"{k}={v}" for k, v in params.items()))
+    else:
+        from google.api_core.gapic_v1 import routing_header
+
+        routing = routing_header.to_grpc_metadata(params)
+    return (_client_info_header(), routing)
 
 
 def data_endpoint(explicit: str | None) -> Endpoint:

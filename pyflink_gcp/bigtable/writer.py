@@ -147,7 +147,7 @@ class BigtableWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         if self.client is None or self.tables is None:
             raise WriteError(f"sink '{self.sink_name}': the Bigtable writer is not open")
         self.tables.start(destination)
-        self.stats.add(batchers_created=1)
+        self.stats.batcher_opened()
         table_name = str(destination)
         call = MutateRowsCall(
             self.client.mutate_rows,

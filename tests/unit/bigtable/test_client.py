@@ -53,6 +53,24 @@ def test_request_metadata_routes_by_table_and_app_profile() -> None:
     assert with_profile["x-goog-request-params"] == f"table_name={table}&app_profile_id=batch"
 
 
+@pytest.mark.parametrize(
+    ("table", "profile"),
+    [
+        ("projects/my-proj/instances/prod.eu/tables/orders_2026-12~x", None),
+        ("projects/p/instances/i/tables/t", "batch-jobs_1"),
+        ("projects/p/instances/i/tables/t", "a profile&more=1"),  # encoded by api_core
+        ("projects/p/instances/i/tables/ünïcode", None),
+    ],
+)
+def test_request_metadata_is_the_routing_header_api_core_builds(
+    table: str, profile: str | None
+) -> None:
+    from google.api_core.gapic_v1 import routing_header
+
+    params = {"table_name": table, **({"app_profile_id": profile} if profile else {})}
+    assert request_metadata(table, profile)[1] == routing_header.to_grpc_metadata(params)
+
+
 def test_plain_text_client_opens_the_admin_channel_on_first_use() -> None:
     client = BigtableClient("unit", "http://127.0.0.1:1")
     try:
