@@ -5,7 +5,7 @@
                              [--flush-every 50000] [--latency-ms 0]
                              [--repeats 3] [--max-buffer-time-ms MS]
                              [--max-buffered-records N] [--cloudtasks-sync-channels]
-                             [--bigquery-rest-lookups]
+                             [--bigquery-rest-lookups] [--bigtable-answer-in-process]
 
 ``bench/scale.py`` measures whole jobs, whose rates on a shared 2-core machine move with
 whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this process,
@@ -16,6 +16,11 @@ its ratio to the fewest destinations measured in the same run, and the backend's
 method in the last run (Publish, GetTopic, ...). CPU time moves much less with
 the machine's load than a rate does, so it compares trees run one after the other. The
 backend's per-destination counts must equal the input, or nothing is printed.
+
+``--bigtable-answer-in-process`` answers every MutateRows in this process (every entry
+written) instead of sending it: what is left is the sink's own CPU per table (its writer, batcher
+and queue, the event loop), without gRPC or the backend; the entries the answers saw are checked
+against the input instead of the backend's counts.
 
 ``--cloudtasks-sync-channels`` gives the Cloud Tasks writer synchronous gRPC channels instead of
 its ``grpc.aio`` ones (``CreateTask`` then starts as a ``grpc.Future`` of the synchronous
@@ -30,12 +35,13 @@ import statistics
 import sys
 import time
 import warnings
+from collections import Counter
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._nullbackend import NullBackend, running
-from bench.scale import Records, build_sink, configure, expected_counts, verify
+from bench.scale import Records, backend_key, build_sink, configure, expected_counts, verify
 from pyflink_gcp.core import SubtaskInfo
 from pyflink_gcp.core.sink_writer import SinkWriter
 
@@ -77,9 +83,48 @@ def one_run(
         cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     finally:
         writer.close()
-    counts = verify(service, backend, expected_counts(records, destinations, 0))
+    expected = expected_counts(records, destinations, 0)
+    if service == "bigtable" and _ANSWERED is not None:
+        want = {backend_key(service, d): n for d, n in expected.items()}
+        got, calls = dict(_ANSWERED), {"MutateRows (answered in process)": sum(_CALLS)}
+        _ANSWERED.clear()
+        _CALLS.clear()
+        if got != want:
+            raise RuntimeError(f"bigtable: the in-process answers saw {got} entries, not {want}")
+        return cpu, wall, calls, flush_ms
+    counts = verify(service, backend, expected)
     calls = {method.rsplit("/", 1)[-1]: n for method, n in counts["calls"].items()}
     return cpu, wall, calls, flush_ms
+
+
+#: Entries per table the in-process MutateRows answers saw (``--bigtable-answer-in-process``).
+_ANSWERED: Counter[str] | None = None
+_CALLS: list[int] = []
+
+
+def answer_bigtable_in_process() -> None:
+    """Answer every MutateRows in this process, every entry written (bench only)."""
+    global _ANSWERED
+    from pyflink_gcp.bigtable import client
+    from pyflink_gcp.bigtable.client import MutateRowsResponsePb
+
+    answered: Counter[str] = Counter()
+    _ANSWERED = answered
+    opened = client.BigtableClient.__init__
+
+    async def mutate_rows(request: Any, timeout: float, metadata: Any) -> Any:
+        response = MutateRowsResponsePb()
+        for index in range(len(request.entries)):
+            response.entries.add().index = index
+        answered[request.table_name] += len(request.entries)
+        _CALLS.append(1)
+        yield response
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        opened(self, *args, **kwargs)
+        self.mutate_rows = mutate_rows
+
+    client.BigtableClient.__init__ = init  # type: ignore[method-assign]
 
 
 def use_sync_channels() -> None:
@@ -120,7 +165,10 @@ def main() -> None:
     parser.add_argument("--max-buffered-records", type=int, default=None)
     parser.add_argument("--cloudtasks-sync-channels", action="store_true")
     parser.add_argument("--bigquery-rest-lookups", action="store_true")
+    parser.add_argument("--bigtable-answer-in-process", action="store_true")
     args = parser.parse_args()
+    if args.bigtable_answer_in_process:
+        answer_bigtable_in_process()
     if args.cloudtasks_sync_channels:
         use_sync_channels()
     if args.bigquery_rest_lookups:
@@ -165,8 +213,12 @@ def main() -> None:
         f"the end, backend latency {args.latency_ms:g} ms, medians of {args.repeats}; one "
         "subtask's writer in this process, no Flink; CPU: this process, all threads; ratio: "
         "to the first destination count; flush ms: SinkWriter.flush() median/largest over the runs; "
-        "every run verified against the backend's counts; "
-        "calls a run: the backend's calls by method in the last run."
+        + (
+            "every run verified against the entries the in-process answers saw; "
+            if args.bigtable_answer_in_process
+            else "every run verified against the backend's counts; "
+        )
+        + "calls a run: the backend's calls by method in the last run."
     )
 
 
