@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 from google.cloud.bigquery_storage_v1 import types as storage_types
 
+from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 from pyflink_gcp.core.status import StatusError
@@ -61,6 +62,28 @@ def open_storage_channel(endpoint: Endpoint, *, own_connection: bool = False) ->
     if own_connection:
         options = (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1))
     return open_channel(endpoint, BigQueryWriteGrpcTransport, DEFAULT_STORAGE_HOST, options)
+
+
+def open_lookup_channel(endpoint: Endpoint, sink_name: str) -> AsyncChannel:
+    """A ``grpc.aio`` channel to the Storage Write API on an event-loop thread of its own, for
+    the tables' ``GetWriteStream`` lookups.
+
+    A lookup is a unary call per table and subtask. As a future of a synchronous channel it
+    completes on gRPC's polling thread, which must take the GIL from a processing thread busy
+    with records: beside a busy Python thread such a call costs four times the client CPU of
+    the same call on an event loop (``python bench/grpc_floor.py --busy``, bench/README.md).
+    """
+    from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
+        BigQueryWriteGrpcAsyncIOTransport,
+    )
+
+    return AsyncChannel(
+        endpoint,
+        BigQueryWriteGrpcAsyncIOTransport,
+        DEFAULT_STORAGE_HOST,
+        UNLIMITED_MESSAGES,
+        thread_name=f"pyflink-gcp-bigquery-lookups-{sink_name}",
+    )
 
 
 def append_rows_stub(channel: grpc.Channel, interceptors: Sequence[Any] = ()) -> Any:

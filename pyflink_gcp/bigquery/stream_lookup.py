@@ -8,10 +8,11 @@ on them, and a checkpoint waits for every lookup of the tables it writes.
 
 The Storage Write API answers the same question for the table's default stream:
 ``GetWriteStream`` with the ``FULL`` view returns the stream's table schema and location (Google's
-Java client asks it this way before writing to a default stream). Here that call is started as a
-gRPC future on the subtask's Storage Write channel, at most
+Java client asks it this way before writing to a default stream). Here that call is started on
+the subtask's lookup channel, a ``grpc.aio`` channel on an event-loop thread of its own
+(:func:`~pyflink_gcp.bigquery.client.open_lookup_channel`), at most
 :data:`~pyflink_gcp.core.checked.CHECKS_IN_FLIGHT` at a time (:class:`~pyflink_gcp.core.checked.
-CheckCalls`), and its answer builds the layout on gRPC's thread: no thread waits on it.
+CheckCalls`), and its answer builds the layout on the loop's thread: no thread waits on it.
 
 What the stream does not say is left to the REST lookup, which also keeps its retries, its
 creation of a missing table and its errors naming the table:
@@ -34,7 +35,6 @@ from concurrent.futures import Future, InvalidStateError
 from functools import partial
 from typing import Any
 
-import grpc
 from google.cloud.bigquery_storage_v1 import types as storage_types
 
 from pyflink_gcp.bigquery.destinations import TableDestination
@@ -111,25 +111,23 @@ class StreamLookups:
     """Starts the layout lookups of a subtask's new tables on their default streams.
 
     Args:
-        channel: The subtask's Storage Write channel.
+        channel: The subtask's lookup channel (an :class:`~pyflink_gcp.core.aio.AsyncChannel`;
+            anything whose ``unary_unary(method, ...)`` has ``future(request, timeout,
+            metadata)`` starting a call that completes by callback).
         catalog: Builds layouts (shared encoders) and runs the REST lookup a stream's answer
             leaves to it.
         rest_lookups: Runs ``catalog.layout`` for a table (the metadata threads); raises
             RuntimeError once closed.
         timeout_s: One GetWriteStream attempt at most.
-        interceptors: The channel's client interceptors (tests, observability).
     """
 
     def __init__(
         self,
-        channel: grpc.Channel,
+        channel: Any,
         catalog: TableCatalog,
         rest_lookups: Callable[[TableDestination], Future[TableLayout]],
         timeout_s: float,
-        interceptors: Sequence[Any] = (),
     ) -> None:
-        if interceptors:
-            channel = grpc.intercept_channel(channel, *interceptors)
         self._get = channel.unary_unary(
             _GET_WRITE_STREAM,
             request_serializer=_GetWriteStreamRequest.SerializeToString,

@@ -39,6 +39,7 @@ from pyflink_gcp.bigquery.buffered import (
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     append_rows_stub,
+    open_lookup_channel,
     open_storage_channel,
     resolve_storage_endpoint,
 )
@@ -51,6 +52,7 @@ from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.stream_lookup import StreamLookups
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
+from pyflink_gcp.core.aio import AsyncChannel
 from pyflink_gcp.core.batching import OpenBatch, Slots, Timers
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
@@ -309,7 +311,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.rest_endpoint = rest_endpoint
         self.retry = retry or RetryPolicy(deadline_s=options.retry_deadline_s)
         self.connection_timeout_s = 120.0
-        #: Client interceptors for the Storage Write channel (observability; tests).
+        #: Client interceptors of the AppendRows calls (observability; tests). The tables'
+        #: lookups run on a ``grpc.aio`` channel, which takes none.
         self.interceptors: tuple[Any, ...] = ()
         self._init_runtime()
 
@@ -321,6 +324,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
     def _init_runtime(self) -> None:
         self.storage_endpoint_name = DEFAULT_STORAGE_HOST
         self._channel: Any = None
+        #: The tables' GetWriteStream lookups (a grpc.aio channel on a loop thread of its own).
+        self._lookup_channel: AsyncChannel | None = None
         self.stub: Any = None
         #: The shared AppendRows connections, when ``channel_count`` is set.
         self.pool: ConnectionPool | None = None
@@ -367,18 +372,21 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.timers = Timers(f"{self.sink_name}-{info.subtask_index}-timers")
         self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
         if self.looks_up_streams and self.options.schema_update is SchemaUpdate.NONE:
+            self._lookup_channel = open_lookup_channel(endpoint, self.sink_name)
             self.stream_lookups = StreamLookups(
-                self._channel,
+                self._lookup_channel,
                 self.catalog,
                 self._rest_layout,
                 timeout_s=self.retry.attempt_timeout(_LOOKUP_TIMEOUT_S),
-                interceptors=self.interceptors,
             )
 
     def close(self) -> None:
         if self.stream_lookups is not None:
             self.stream_lookups.close()
             self.stream_lookups = None
+        if self._lookup_channel is not None:
+            self._lookup_channel.close()  # lookups still running end CANCELLED
+            self._lookup_channel = None
         if self.metadata_executor is not None:
             self.metadata_executor.shutdown(wait=False, cancel_futures=True)
         self.metadata_executor = None

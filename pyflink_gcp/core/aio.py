@@ -88,7 +88,7 @@ class CallHandle:
         return self._error
 
     def result(self, timeout: float | None = None) -> Any:
-        """Waits for the work's end; what it returned (None for a unary call), or raises its
+        """Waits for the work's end; what it returned (a unary call's response), or raises its
         error."""
         error = self.exception(timeout)
         if error is not None:
@@ -134,8 +134,8 @@ class AsyncMethod:
         return self._channel.start(_unary, self._call, request, timeout, metadata)
 
 
-async def _unary(call: Any, request: Any, timeout: float, metadata: Any) -> None:
-    await call(request, timeout=timeout, metadata=metadata)
+async def _unary(call: Any, request: Any, timeout: float, metadata: Any) -> Any:
+    return await call(request, timeout=timeout, metadata=metadata)
 
 
 class LoopSlots:
