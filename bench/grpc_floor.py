@@ -1,15 +1,20 @@
 """The client CPU of a bare gRPC call in Python, without the sinks: the floor under a sink's
 cost per destination when each destination takes a call of its own.
 
-    python bench/grpc_floor.py [--calls 10000] [--in-flight 64] [--entries 5]
+    python bench/grpc_floor.py [--calls 10000] [--in-flight 64] [--entries 5] [--busy]
 
 At thousands of destinations with a few records each, a sink's cost per destination is its
 calls: Bigtable's MutateRows (a server-streaming call on the subtask's ``grpc.aio`` channel),
-BigQuery's ``GetWriteStream`` (a unary future on a synchronous channel; the table's schema). This
-makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table of
-its own, at most ``--in-flight`` at a time, as the sinks do, with nothing of pyflink-gcp in
+BigQuery's ``GetWriteStream`` (the table's schema; a unary call on the sink's ``grpc.aio``
+lookup channel, here also as a future of a synchronous channel, as the sink made it before).
+This makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table
+of its own, at most ``--in-flight`` at a time, as the sinks do, with nothing of pyflink-gcp in
 between, and prints this process's CPU (all threads) per call. ``bench/sink_cpu.py`` gives the
 sinks' own cost per destination to set beside it.
+
+``--busy`` makes the calls beside a Python thread that computes without pause, as a worker's
+processing thread does while the sink's calls complete on other threads: the calls must take
+the GIL from it. That thread's own CPU is left out of the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -71,6 +77,76 @@ def get_write_stream(host: str, calls: int, in_flight: int) -> float:
     return spent
 
 
+def get_write_stream_aio(host: str, calls: int, in_flight: int) -> float:
+    """CPU seconds of ``calls`` GetWriteStream unary calls on a ``grpc.aio`` channel, its event
+    loop on a thread of its own as the sink's lookup channel is."""
+    import grpc
+    from google.cloud.bigquery_storage_v1 import types
+
+    request = types.GetWriteStreamRequest.pb()
+    stream = types.WriteStream.pb()
+    full = int(types.WriteStreamView.FULL)
+
+    async def run() -> float:
+        channel = grpc.aio.insecure_channel(host)
+        get: Callable[..., Any] = channel.unary_unary(
+            "/google.cloud.bigquery.storage.v1.BigQueryWrite/GetWriteStream",
+            request_serializer=request.SerializeToString,
+            response_deserializer=stream.FromString,
+        )
+        await get(request(name=_STREAM.format(0), view=full), timeout=10)  # connected
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one(i: int) -> None:
+            async with slots:
+                name = _STREAM.format(i)
+                await get(
+                    request(name=name, view=full),
+                    timeout=10,
+                    metadata=(("x-goog-request-params", f"name={name}"),),
+                )
+
+        start = time.process_time()
+        await asyncio.gather(*(one(i) for i in range(calls)))
+        spent = time.process_time() - start
+        await channel.close()
+        return spent
+
+    return _on_a_thread(lambda: asyncio.run(run()))
+
+
+def _on_a_thread(work: Callable[[], float]) -> float:
+    """``work()`` on a thread of its own (the sinks' loops are not the main thread)."""
+    out: list[float] = []
+    thread = threading.Thread(target=lambda: out.append(work()))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def beside_a_busy_thread(work: Callable[[], float]) -> float:
+    """``work()``'s CPU seconds while another Python thread computes without pause, less that
+    thread's own CPU."""
+    stop = threading.Event()
+    spent: list[float] = []
+
+    def spin() -> None:
+        started, x = time.thread_time(), 0
+        while not stop.is_set():
+            for _ in range(200):
+                x += 1
+        spent.append(time.thread_time() - started)
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        total = work()
+    finally:
+        stop.set()
+        spinner.join()
+    return total - spent[0]
+
+
 def mutate_rows(host: str, calls: int, in_flight: int, entries: int) -> float:
     """CPU seconds of ``calls`` MutateRows of ``entries`` cells each on a ``grpc.aio`` channel,
     its event loop on a thread of its own as the sink's is."""
@@ -115,7 +191,7 @@ def mutate_rows(host: str, calls: int, in_flight: int, entries: int) -> float:
         await channel.close()
         return spent
 
-    return asyncio.run(run())
+    return _on_a_thread(lambda: asyncio.run(run()))
 
 
 def main() -> None:
@@ -123,28 +199,45 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--entries", type=int, default=5, help="cells per MutateRows")
+    parser.add_argument("--busy", action="store_true", help="beside a busy Python thread too")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     with running() as backend:
         configure(backend, args.calls, 0.0)
         grpc_host = backend.env["BIGTABLE_EMULATOR_HOST"]
         storage_host = backend.env["BIGQUERY_STORAGE_EMULATOR_HOST"]
-        rows = [
+        calls: list[tuple[str, Callable[[], float]]] = [
             (
                 "GetWriteStream (unary future, synchronous channel)",
-                get_write_stream(storage_host, args.calls, args.in_flight),
+                lambda: get_write_stream(storage_host, args.calls, args.in_flight),
+            ),
+            (
+                "GetWriteStream (unary, grpc.aio on a loop thread)",
+                lambda: get_write_stream_aio(storage_host, args.calls, args.in_flight),
             ),
             (
                 f"MutateRows of {args.entries} cells (server streaming, grpc.aio)",
-                mutate_rows(grpc_host, args.calls, args.in_flight, args.entries),
+                lambda: mutate_rows(grpc_host, args.calls, args.in_flight, args.entries),
             ),
         ]
-    print(f"{'call':<58} {'client CPU µs/call':>20}")
-    for name, seconds in rows:
-        print(f"{name:<58} {seconds / args.calls * 1e6:>20.1f}")
+        rows = [
+            (name, call(), beside_a_busy_thread(call) if args.busy else None)
+            for name, call in calls
+        ]
+    print(
+        f"{'call':<58} {'client CPU µs/call':>20}"
+        + (f" {'beside a busy thread':>22}" if args.busy else "")
+    )
+    for name, seconds, busy in rows:
+        line = f"{name:<58} {seconds / args.calls * 1e6:>20.1f}"
+        if busy is not None:
+            line += f" {busy / args.calls * 1e6:>22.1f}"
+        print(line)
     print(
         f"\n{args.calls:,} calls each, each to a table of its own, at most {args.in_flight} in "
-        "flight, against the null backend; CPU: this process, all threads."
+        "flight, against the null backend; CPU: this process, all threads"
+        + (", less the busy thread's own" if args.busy else "")
+        + "."
     )
 
 

@@ -6,6 +6,7 @@
                              [--repeats 3] [--max-buffer-time-ms MS]
                              [--max-buffered-records N] [--cloudtasks-sync-channels]
                              [--bigquery-rest-lookups] [--bigtable-answer-in-process]
+                             [--bigquery-answer-in-process lookups|appends|both]
 
 ``bench/scale.py`` measures whole jobs, whose rates on a shared 2-core machine move with
 whatever else runs. This drives one subtask's ``SinkWriter`` directly, in this process,
@@ -21,6 +22,13 @@ backend's per-destination counts must equal the input, or nothing is printed.
 written) instead of sending it: what is left is the sink's own CPU per table (its writer, batcher
 and queue, the event loop), without gRPC or the backend; the entries the answers saw are checked
 against the input instead of the backend's counts.
+
+``--bigquery-answer-in-process both`` does the same for BigQuery: a table's ``GetWriteStream``
+is answered at once with the stream the backend gave the first table (its schema and location),
+and every ``AppendRows`` request on the shared connections with a success, so what is left is
+the sink's own CPU per table: its lookup's bookkeeping, writer, sender and connection pool.
+``lookups`` or ``appends`` answers only those calls in the process, the others go to the
+backend (and are checked against its counts).
 
 ``--cloudtasks-sync-channels`` gives the Cloud Tasks writer synchronous gRPC channels instead of
 its ``grpc.aio`` ones (``CreateTask`` then starts as a ``grpc.Future`` of the synchronous
@@ -84,22 +92,40 @@ def one_run(
     finally:
         writer.close()
     expected = expected_counts(records, destinations, 0)
-    if service == "bigtable" and _ANSWERED is not None:
+    if _ANSWERED is not None and service == _ANSWERED_SERVICE:
         want = {backend_key(service, d): n for d, n in expected.items()}
-        got, calls = dict(_ANSWERED), {"MutateRows (answered in process)": sum(_CALLS)}
+        for table, request in _SENT:  # counted once the clock has stopped
+            _ANSWERED[table] += _rows_of(request)
+        _SENT.clear()
+        got, calls = dict(_ANSWERED), {"calls answered in process": sum(_CALLS)}
         _ANSWERED.clear()
         _CALLS.clear()
         if got != want:
-            raise RuntimeError(f"bigtable: the in-process answers saw {got} entries, not {want}")
+            raise RuntimeError(f"{service}: the in-process answers saw {got} rows, not {want}")
         return cpu, wall, calls, flush_ms
     counts = verify(service, backend, expected)
     calls = {method.rsplit("/", 1)[-1]: n for method, n in counts["calls"].items()}
     return cpu, wall, calls, flush_ms
 
 
-#: Entries per table the in-process MutateRows answers saw (``--bigtable-answer-in-process``).
+#: Entries (rows) per table the in-process answers saw (``--bigtable-answer-in-process``,
+#: ``--bigquery-answer-in-process``), and the service answered so.
 _ANSWERED: Counter[str] | None = None
+_ANSWERED_SERVICE = ""
 _CALLS: list[int] = []
+#: The AppendRows requests answered in process, their rows counted after the run.
+_SENT: list[tuple[str, Any]] = []
+
+
+def _rows_of(request: Any) -> int:
+    """The rows of an AppendRows request, protobuf or Arrow."""
+    if not request.HasField("arrow_rows"):
+        return len(request.proto_rows.rows.serialized_rows)
+    import pyarrow as pa
+
+    schema = pa.ipc.read_schema(pa.py_buffer(request.arrow_rows.writer_schema.serialized_schema))
+    data = pa.py_buffer(request.arrow_rows.rows.serialized_record_batch)
+    return int(pa.ipc.read_record_batch(data, schema).num_rows)
 
 
 def answer_bigtable_in_process() -> None:
@@ -108,8 +134,9 @@ def answer_bigtable_in_process() -> None:
     from pyflink_gcp.bigtable import client
     from pyflink_gcp.bigtable.client import MutateRowsResponsePb
 
+    global _ANSWERED_SERVICE
     answered: Counter[str] = Counter()
-    _ANSWERED = answered
+    _ANSWERED, _ANSWERED_SERVICE = answered, "bigtable"
     opened = client.BigtableClient.__init__
 
     async def mutate_rows(request: Any, timeout: float, metadata: Any) -> Any:
@@ -153,6 +180,73 @@ def use_rest_lookups() -> None:
     BigQueryWriterFactory.looks_up_streams = False
 
 
+def answer_bigquery_in_process(which: str) -> None:
+    """Answer every GetWriteStream (``lookups``), AppendRows (``appends``) or both in this
+    process (bench only)."""
+    global _ANSWERED, _ANSWERED_SERVICE
+    from concurrent.futures import Future
+
+    from pyflink_gcp.bigquery import connections
+    from pyflink_gcp.bigquery.client import AppendRowsResponse
+    from pyflink_gcp.bigquery.stream_lookup import StreamLookups
+
+    answered: Counter[str] = Counter()
+    if which != "lookups":
+        _ANSWERED, _ANSWERED_SERVICE = answered, "bigquery"
+    template: list[Any] = []
+
+    class Answered:
+        """The calls of one unary method, each answered with the first table's stream."""
+
+        def __init__(self, real: Any) -> None:
+            self._real = real
+
+        def future(self, request: Any, timeout: float, metadata: Any) -> Future[Any]:
+            if not template:
+                template.append(self._real.future(request, timeout=timeout, metadata=metadata))
+            stream = type(template[0].result())()
+            stream.CopyFrom(template[0].result())
+            stream.name = request.name
+            done: Future[Any] = Future()
+            done.set_result(stream)
+            _CALLS.append(1)
+            return done
+
+    class AppendCall:
+        """One AppendRows call: a success per request, in order, on its reader's thread."""
+
+        def __init__(self, requests: Any) -> None:
+            self._requests = requests
+
+        def __iter__(self) -> Any:
+            return self
+
+        def __next__(self) -> Any:
+            request = next(self._requests)
+            _SENT.append((request.write_stream.rsplit("/streams/", 1)[0], request))
+            _CALLS.append(1)
+            response = AppendRowsResponse()
+            response.append_result.SetInParent()
+            return response
+
+        def cancel(self) -> None:
+            pass
+
+    def stub(channel: Any, interceptors: Any = ()) -> Any:
+        return lambda requests, metadata, timeout: AppendCall(requests)
+
+    opened = StreamLookups.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        opened(self, *args, **kwargs)
+        self._get = Answered(self._get)
+
+    if which != "appends":
+        StreamLookups.__init__ = init  # type: ignore[method-assign]
+    if which != "lookups":
+        connections.append_rows_stub = stub  # type: ignore[assignment]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sinks", default="pubsub")
@@ -166,9 +260,14 @@ def main() -> None:
     parser.add_argument("--cloudtasks-sync-channels", action="store_true")
     parser.add_argument("--bigquery-rest-lookups", action="store_true")
     parser.add_argument("--bigtable-answer-in-process", action="store_true")
+    parser.add_argument(
+        "--bigquery-answer-in-process", choices=("lookups", "appends", "both"), default=None
+    )
     args = parser.parse_args()
     if args.bigtable_answer_in_process:
         answer_bigtable_in_process()
+    if args.bigquery_answer_in_process:
+        answer_bigquery_in_process(args.bigquery_answer_in_process)
     if args.cloudtasks_sync_channels:
         use_sync_channels()
     if args.bigquery_rest_lookups:
@@ -216,6 +315,7 @@ def main() -> None:
         + (
             "every run verified against the entries the in-process answers saw; "
             if args.bigtable_answer_in_process
+            or args.bigquery_answer_in_process not in (None, "lookups")
             else "every run verified against the backend's counts; "
         )
         + "calls a run: the backend's calls by method in the last run."
