@@ -384,12 +384,13 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         if self.stream_lookups is not None:
             self.stream_lookups.close()
             self.stream_lookups = None
-        if self._lookup_channel is not None:
-            self._lookup_channel.close()  # lookups still running end CANCELLED
-            self._lookup_channel = None
         if self.metadata_executor is not None:
             self.metadata_executor.shutdown(wait=False, cancel_futures=True)
         self.metadata_executor = None
+        if self._lookup_channel is not None:
+            # After the metadata threads: a lookup it cancels is not handed over to them.
+            self._lookup_channel.close()
+            self._lookup_channel = None
         if self.timers is not None:
             self.timers.close()
             self.timers = None

@@ -5,6 +5,8 @@ closed when the active-destinations cap releases it), and config-only pickling."
 from __future__ import annotations
 
 import pickle
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -283,3 +285,29 @@ def test_buffered_tables_connections_are_bounded_by_channel_count(channels: int 
         assert sender._slots is made.slots
     finally:
         made.close()
+
+
+def test_closing_ends_a_lookup_in_flight_without_handing_it_to_the_metadata_threads() -> None:
+    """The lookup channel closes after the metadata threads: a lookup it cancels fails its
+    table as closed, instead of starting a REST lookup of a writer that is gone."""
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        made = BigQueryWriterFactory(
+            sink_name="s",
+            resolver=None,
+            serializer=BigQuerySerializer.of(),
+            options=BigQueryWriterOptions(),
+            storage_endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}",
+            rest_endpoint="http://127.0.0.1:2",
+        )
+        made.open(SubtaskInfo("s", 0, 1))
+        try:
+            assert made.stream_lookups is not None
+            layout = made.stream_lookups.layout(DEST)
+            time.sleep(0.3)
+            assert not layout.done()  # in flight
+        finally:
+            made.close()
+        with pytest.raises(WriteError, match="closed before its lookup ended"):
+            layout.result(timeout=10)
