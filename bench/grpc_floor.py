@@ -194,6 +194,152 @@ def mutate_rows(host: str, calls: int, in_flight: int, entries: int) -> float:
     return _on_a_thread(lambda: asyncio.run(run()))
 
 
+def _append_requests(calls: int, rows: int) -> list[Any]:
+    """``calls`` AppendRows requests, each to a table of its own with ``rows`` rows and the
+    writer schema, as the sink's shared connections send them."""
+    from google.cloud.bigquery_storage_v1 import types
+    from google.protobuf import descriptor_pb2
+
+    request = types.AppendRowsRequest.pb()
+    schema = descriptor_pb2.DescriptorProto(name="Row")
+    schema.field.add(name="id", number=1, type=3, label=1)
+    schema.field.add(name="payload", number=2, type=9, label=1)
+    made = []
+    for i in range(calls):
+        message = request(write_stream=_STREAM.format(i))
+        message.proto_rows.writer_schema.proto_descriptor.CopyFrom(schema)
+        message.proto_rows.rows.serialized_rows.extend(
+            b"\x08%c\x12\x40" % (r + 1) + b"x" * 64 for r in range(rows)
+        )
+        made.append(message)
+    return made
+
+
+def append_rows_sync(host: str, calls: int, in_flight: int, rows: int) -> float:
+    """CPU seconds of ``calls`` AppendRows requests on one bidi stream of a synchronous channel:
+    requests from a queue that gRPC's thread reads, responses read by a thread of their own (the
+    sink's shared connection before it moved to ``grpc.aio``)."""
+    import queue
+
+    import grpc
+    from google.cloud.bigquery_storage_v1 import types
+
+    response = types.AppendRowsResponse.pb()
+    channel = grpc.insecure_channel(host)
+    stub = channel.stream_stream(
+        "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows",
+        request_serializer=types.AppendRowsRequest.pb().SerializeToString,
+        response_deserializer=response.FromString,
+    )
+    messages = _append_requests(calls + 1, rows)
+    pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def requests() -> Any:
+        while (request := pending.get()) is not None:
+            yield request
+
+    call = stub(requests(), timeout=3600, metadata=(("x-goog-request-params", "write_location=x"),))
+    slots = threading.Semaphore(in_flight)
+    done = threading.Event()
+    answered = [0]
+
+    def read() -> None:
+        try:
+            for _ in call:
+                answered[0] += 1
+                slots.release()
+                if answered[0] == calls + 1:
+                    break
+        finally:
+            done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    pending.put(messages[0])  # the stream connected
+    reader.start()
+    while answered[0] < 1:
+        time.sleep(0.01)
+    start = time.process_time()
+    for message in messages[1:]:
+        slots.acquire()
+        pending.put(message)
+    done.wait()
+    spent = time.process_time() - start
+    if answered[0] != calls + 1:
+        raise RuntimeError(f"the stream ended after {answered[0]} of {calls + 1} answers")
+    pending.put(None)
+    call.cancel()
+    channel.close()
+    return spent
+
+
+def append_rows_aio(host: str, calls: int, in_flight: int, rows: int) -> float:
+    """CPU seconds of ``calls`` AppendRows requests on one bidi stream of a ``grpc.aio``
+    channel, its event loop on a thread of its own: the calling thread hands the requests over
+    through a queue and a wake-up per batch, a writer coroutine writes them and a reader
+    coroutine reads the responses."""
+    import grpc
+    from google.cloud.bigquery_storage_v1 import types
+
+    response = types.AppendRowsResponse.pb()
+    messages = _append_requests(calls + 1, rows)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    inbox: Any = __import__("collections").deque()
+    wake: list[asyncio.Event] = []
+    scheduled = [False]
+    slots = threading.Semaphore(in_flight)
+    done = threading.Event()
+
+    async def open_call() -> Any:
+        channel = grpc.aio.insecure_channel(host)
+        stub = channel.stream_stream(
+            "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows",
+            request_serializer=types.AppendRowsRequest.pb().SerializeToString,
+            response_deserializer=response.FromString,
+        )
+        call = stub(timeout=3600, metadata=(("x-goog-request-params", "write_location=x"),))
+        wake.append(asyncio.Event())
+        await call.write(messages[0])
+        await call.read()  # the stream connected
+        loop.create_task(write(call))
+        loop.create_task(read(call))
+        return channel
+
+    async def write(call: Any) -> None:
+        event = wake[0]
+        while True:
+            await event.wait()
+            event.clear()
+            scheduled[0] = False
+            while inbox:
+                await call.write(inbox.popleft())
+
+    async def read(call: Any) -> None:
+        for _ in range(calls):
+            await call.read()
+            slots.release()
+        done.set()
+
+    def woken() -> None:
+        wake[0].set()
+
+    channel = asyncio.run_coroutine_threadsafe(open_call(), loop).result()
+    start = time.process_time()
+    for message in messages[1:]:
+        slots.acquire()
+        inbox.append(message)
+        if not scheduled[0]:
+            scheduled[0] = True
+            loop.call_soon_threadsafe(woken)
+    done.wait()
+    spent = time.process_time() - start
+    asyncio.run_coroutine_threadsafe(channel.close(), loop).result()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    return spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10_000)
@@ -214,6 +360,14 @@ def main() -> None:
             (
                 "GetWriteStream (unary, grpc.aio on a loop thread)",
                 lambda: get_write_stream_aio(storage_host, args.calls, args.in_flight),
+            ),
+            (
+                f"AppendRows of {args.entries} rows (one bidi stream, synchronous)",
+                lambda: append_rows_sync(storage_host, args.calls, args.in_flight, args.entries),
+            ),
+            (
+                f"AppendRows of {args.entries} rows (one bidi stream, grpc.aio)",
+                lambda: append_rows_aio(storage_host, args.calls, args.in_flight, args.entries),
             ),
             (
                 f"MutateRows of {args.entries} cells (server streaming, grpc.aio)",

@@ -184,11 +184,12 @@ def answer_bigquery_in_process(which: str) -> None:
     """Answer every GetWriteStream (``lookups``), AppendRows (``appends``) or both in this
     process (bench only)."""
     global _ANSWERED, _ANSWERED_SERVICE
+    import asyncio
     from concurrent.futures import Future
 
-    from pyflink_gcp.bigquery import connections
     from pyflink_gcp.bigquery.client import AppendRowsResponse
     from pyflink_gcp.bigquery.stream_lookup import StreamLookups
+    from pyflink_gcp.core.aio import AsyncChannel
 
     answered: Counter[str] = Counter()
     if which != "lookups":
@@ -213,27 +214,26 @@ def answer_bigquery_in_process(which: str) -> None:
             return done
 
     class AppendCall:
-        """One AppendRows call: a success per request, in order, on its reader's thread."""
+        """One AppendRows call on the event loop: a success per request, in order."""
 
-        def __init__(self, requests: Any) -> None:
-            self._requests = requests
+        def __init__(self) -> None:
+            self._answers: asyncio.Queue[Any] = asyncio.Queue()
 
-        def __iter__(self) -> Any:
-            return self
-
-        def __next__(self) -> Any:
-            request = next(self._requests)
+        async def write(self, request: Any) -> None:
             _SENT.append((request.write_stream.rsplit("/streams/", 1)[0], request))
             _CALLS.append(1)
             response = AppendRowsResponse()
             response.append_result.SetInParent()
-            return response
+            self._answers.put_nowait(response)
 
-        def cancel(self) -> None:
-            pass
+        async def read(self) -> Any:
+            return await self._answers.get()
 
-    def stub(channel: Any, interceptors: Any = ()) -> Any:
-        return lambda requests, metadata, timeout: AppendCall(requests)
+        def cancel(self) -> bool:
+            return True
+
+    def stream_stream(self: Any, method: str, **kwargs: Any) -> Any:
+        return lambda **call_kwargs: AppendCall()
 
     opened = StreamLookups.__init__
 
@@ -244,7 +244,7 @@ def answer_bigquery_in_process(which: str) -> None:
     if which != "appends":
         StreamLookups.__init__ = init  # type: ignore[method-assign]
     if which != "lookups":
-        connections.append_rows_stub = stub  # type: ignore[assignment]
+        AsyncChannel.stream_stream = stream_stream  # type: ignore[method-assign]
 
 
 def main() -> None:

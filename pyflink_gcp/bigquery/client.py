@@ -30,7 +30,7 @@ REST_EMULATOR_VARIABLE = "BIGQUERY_EMULATOR_HOST"
 STORAGE_EMULATOR_VARIABLE = "BIGQUERY_STORAGE_EMULATOR_HOST"
 DEFAULT_STORAGE_HOST = "bigquerystorage.googleapis.com:443"
 DEFAULT_REST_URL = "https://bigquery.googleapis.com"
-_APPEND_ROWS = "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows"
+APPEND_ROWS_METHOD = "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows"
 
 # Raw protobuf classes: building requests through proto-plus wrappers costs far more.
 AppendRowsRequest = storage_types.AppendRowsRequest.pb()
@@ -48,20 +48,15 @@ def resolve_rest_endpoint(explicit: str | None) -> Endpoint:
     return resolve_endpoint(explicit, REST_EMULATOR_VARIABLE)
 
 
-def open_storage_channel(endpoint: Endpoint, *, own_connection: bool = False) -> grpc.Channel:
-    """A channel to the Storage Write API: insecure to an emulator, TLS with ADC otherwise.
-
-    ``own_connection``: a TCP connection of its own (gRPC otherwise shares one between
-    channels with equal arguments), for the channels of the shared AppendRows connections.
-    """
+def open_storage_channel(endpoint: Endpoint) -> grpc.Channel:
+    """A channel to the Storage Write API: insecure to an emulator, TLS with ADC otherwise."""
     from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
         BigQueryWriteGrpcTransport,
     )
 
-    options = UNLIMITED_MESSAGES
-    if own_connection:
-        options = (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1))
-    return open_channel(endpoint, BigQueryWriteGrpcTransport, DEFAULT_STORAGE_HOST, options)
+    return open_channel(
+        endpoint, BigQueryWriteGrpcTransport, DEFAULT_STORAGE_HOST, UNLIMITED_MESSAGES
+    )
 
 
 def open_lookup_channel(endpoint: Endpoint, sink_name: str) -> AsyncChannel:
@@ -82,17 +77,38 @@ def open_lookup_channel(endpoint: Endpoint, sink_name: str) -> AsyncChannel:
         BigQueryWriteGrpcAsyncIOTransport,
         DEFAULT_STORAGE_HOST,
         UNLIMITED_MESSAGES,
-        thread_name=f"pyflink-gcp-bigquery-lookups-{sink_name}",
+    )
+
+
+def open_append_channel(
+    endpoint: Endpoint, sink_name: str, interceptors: Sequence[Any] = ()
+) -> AsyncChannel:
+    """A ``grpc.aio`` channel to the Storage Write API with a TCP connection of its own, on an
+    event-loop thread of its own, for one of the shared AppendRows connections
+    (:mod:`pyflink_gcp.bigquery.connections`). ``interceptors``: those of them that are
+    ``grpc.aio`` client interceptors apply to its calls."""
+    from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
+        BigQueryWriteGrpcAsyncIOTransport,
+    )
+
+    return AsyncChannel(
+        endpoint,
+        BigQueryWriteGrpcAsyncIOTransport,
+        DEFAULT_STORAGE_HOST,
+        (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1)),
+        interceptors=[i for i in interceptors if isinstance(i, grpc.aio.ClientInterceptor)],
     )
 
 
 def append_rows_stub(channel: grpc.Channel, interceptors: Sequence[Any] = ()) -> Any:
-    """The AppendRows bidi-streaming callable of ``channel`` (through ``interceptors``, if any),
-    taking and returning raw protobuf messages."""
+    """The AppendRows bidi-streaming callable of ``channel`` (through those of
+    ``interceptors`` that are synchronous client interceptors), taking and returning raw
+    protobuf messages."""
+    interceptors = [i for i in interceptors if not isinstance(i, grpc.aio.ClientInterceptor)]
     if interceptors:
         channel = grpc.intercept_channel(channel, *interceptors)
     return channel.stream_stream(
-        _APPEND_ROWS,
+        APPEND_ROWS_METHOD,
         request_serializer=AppendRowsRequest.SerializeToString,
         response_deserializer=AppendRowsResponse.FromString,
     )

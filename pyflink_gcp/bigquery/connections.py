@@ -19,14 +19,22 @@ never be mistaken for bad rows. It costs a few hundred bytes per request.
 Here a subtask holds at most ``channel_count`` gRPC channels per project and location, each
 carrying one AppendRows connection at a time. A table's sender leases a connection (a new one
 while fewer than ``channel_count`` are open and all are in use, else the least loaded) for as
-long as it has requests in flight, so its responses come back in its own order; a reader thread
-per connection hands each response to the lease that sent the request, whose callback settles it
-(no thread waits on a table's answers). A connection lives across
+long as it has requests in flight, so its responses come back in its own order. A connection lives across
 checkpoints; it stops taking new leases at half its call deadline (``retiring``) and closes
 when its last lease is released, so no call runs into its deadline in normal operation. When a
 connection fails, every lease with requests on it receives the error, and each table's sender
 re-sends its own unanswered requests with its own backoff and retry deadline
 (:mod:`pyflink_gcp.bigquery.sender`), exactly as when it had a connection of its own.
+
+Each channel is a ``grpc.aio`` channel on an event-loop thread of its own
+(:class:`~pyflink_gcp.core.aio.AsyncChannel`): the processing thread appends a request to the
+connection's inbox and wakes the loop once per batch of them; a writer coroutine puts them on
+the wire and a reader coroutine hands each response to the lease that sent the request, whose
+callback settles it (no thread waits on a table's answers). A synchronous bidirectional stream
+needs a thread that takes the requests and another that reads the responses, each taking the
+GIL from the busy processing thread for every request: beside such a thread an append cost
+about three times the client CPU it costs on an event loop (``python bench/grpc_floor.py
+--busy``, bench/README.md).
 
 The routing header of a shared connection names the location (``write_location=projects/P/
 locations/L``, from the table's metadata), as the Java client's does; where the location is not
@@ -38,6 +46,7 @@ application-created stream.
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -47,45 +56,47 @@ from typing import Any
 
 import grpc
 
-from pyflink_gcp.bigquery.client import append_rows_stub
+from pyflink_gcp.bigquery.client import APPEND_ROWS_METHOD, AppendRowsRequest, AppendRowsResponse
+from pyflink_gcp.core.aio import AsyncChannel, CallHandle, closed_error
 from pyflink_gcp.core.status import StatusError
 
 #: Why a lease waited longer than its connection's call deadline for an answer.
 _STUCK = "no AppendRows response within the connection's deadline"
 
 
-def _requests(pending: queue.SimpleQueue[Any]) -> Any:
-    while True:
-        request = pending.get()
-        if request is None:
-            return
-        yield request
-
-
 class SharedConnection:
     """One AppendRows call carrying the requests of many tables, answered in order.
 
-    Requests are sent under ``_lock`` together with the lease they belong to, so the order of
-    ``_waiting`` is the order of the requests on the wire and the reader thread can hand each
-    response to its lease.
+    Requests are queued under ``_lock`` together with the lease they belong to, so the order of
+    ``_waiting`` is the order of the requests on the wire and the reader can hand each
+    response to its lease. The call itself lives on ``channel``'s loop: :meth:`_run` opens it
+    there, writes the queued requests and reads the responses.
     """
 
-    def __init__(self, stub: Any, routing: str, timeout_s: float, pool: ConnectionPool) -> None:
+    def __init__(
+        self,
+        channel: AsyncChannel,
+        method: Any,
+        routing: str,
+        timeout_s: float,
+        pool: ConnectionPool,
+    ) -> None:
         self._lock = threading.Lock()
+        self._channel = channel
         self._pool = pool
         self._timeout_s = timeout_s
-        self._pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._inbox: deque[Any] = deque()
         self._waiting: deque[Lease] = deque()
+        #: A wake-up of the writer is on its way (reset by the writer before it drains).
+        self._scheduled = False
+        self._wake = asyncio.Event()  # bound to the loop at its first use there
+        self._call: Any = None
+        self._write_error: BaseException | None = None
         self._retire_at = time.monotonic() + timeout_s / 2
         self.error: BaseException | None = None
         self.leases = 0
-        self._call = stub(
-            _requests(self._pending),
-            metadata=(("x-goog-request-params", routing),),
-            timeout=timeout_s,
-        )
-        self._reader = threading.Thread(target=self._read, name="append-rows-reader", daemon=True)
-        self._reader.start()
+        # Ended also when the channel closes before the call started: _ended settles it all.
+        channel.start(self._run, method, routing).add_done_callback(self._ended)
 
     @property
     def load(self) -> int:
@@ -98,53 +109,104 @@ class SharedConnection:
         return self.error is not None or time.monotonic() >= self._retire_at
 
     def send(self, lease: Lease, request: Any) -> None:
-        """Send ``request`` for ``lease``. Never raises: on a failed connection the lease
-        receives the connection's error as this request's answer."""
+        """Send ``request`` for ``lease``. Never blocks nor raises: on a failed connection the
+        lease receives the connection's error as this request's answer."""
         with self._lock:
             error = self.error
             if error is None:
                 self._waiting.append(lease)
-                self._pending.put(request)
-                return
+                self._inbox.append(request)
+                if self._scheduled:
+                    return
+                self._scheduled = True
+        if error is None:
+            # A closing channel ends the call, and the lease receives that (``_ended``).
+            self._channel.call_soon(self._wake.set)
+            return
         lease.deliver(error)
 
-    def _read(self) -> None:
-        error: BaseException
+    async def _run(self, method: Any, routing: str) -> BaseException:
+        """The call, from its start to its end, on the loop; returns the error that ended it."""
+        writer = None
         try:
-            for response in self._call:
-                with self._lock:
-                    if not self._waiting:
-                        error = StatusError(
-                            grpc.StatusCode.INTERNAL, "an AppendRows response nobody waits for"
-                        )
-                        break
-                    lease = self._waiting.popleft()
-                lease.deliver(response)
-            else:
-                error = StatusError(
+            self._call = call = method(
+                metadata=(("x-goog-request-params", routing),), timeout=self._timeout_s
+            )
+            if self.error is not None:  # closed before the call started
+                call.cancel()
+            writer = asyncio.get_running_loop().create_task(self._write(call))
+            return await self._read(call)
+        except asyncio.CancelledError:
+            # Closed (the call or the loop), or cancelled by a write that failed.
+            return self.error or self._write_error or closed_error()
+        except Exception as exc:  # noqa: BLE001 - every waiting lease receives it
+            return exc
+        finally:
+            if writer is not None:
+                writer.cancel()
+
+    def _ended(self, run: CallHandle) -> None:
+        """The call ended (or never started): every request still waiting for an answer
+        receives its error, and the pool frees the slot."""
+        error = self._fail(run.exception() or run.result())
+        with self._lock:
+            waiting, self._waiting = self._waiting, deque()
+            self._inbox.clear()
+        for lease in waiting:
+            lease.deliver(error)
+        self._pool._ended(self)
+
+    async def _write(self, call: Any) -> None:
+        """Put the queued requests on the wire, in order, whenever a send wakes it."""
+        inbox, wake = self._inbox, self._wake
+        try:
+            while True:
+                # Reset before draining: a request queued after the last pop wakes it again.
+                self._scheduled = False
+                while inbox:
+                    await call.write(inbox.popleft())
+                await wake.wait()
+                wake.clear()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the reader ends the call with it
+            # A call that failed has its own error, which the reader receives; any other
+            # write error would leave the reader waiting for answers that never come.
+            self._write_error = exc
+            call.cancel()
+
+    async def _read(self, call: Any) -> BaseException:
+        """Hand each response to the lease of its request; the error that ended the call."""
+        waiting = self._waiting
+        while True:
+            response = await call.read()
+            if response is grpc.aio.EOF:
+                return StatusError(
                     grpc.StatusCode.UNAVAILABLE, "the AppendRows stream ended without a response"
                 )
-        except Exception as exc:  # noqa: BLE001 - every waiting lease receives it
-            error = exc
+            with self._lock:
+                lease = waiting.popleft() if waiting else None
+            if lease is None:
+                return StatusError(
+                    grpc.StatusCode.INTERNAL, "an AppendRows response nobody waits for"
+                )
+            lease.deliver(response)
+
+    def _fail(self, error: BaseException) -> BaseException:
+        """Record the connection's error (the first one stays); returns it."""
         with self._lock:
             if self.error is None:
                 self.error = error
-            waiting, self._waiting = self._waiting, deque()
-        for lease in waiting:
-            lease.deliver(error)
-        self._end_call()
-        self._pool._ended(self)
+            return self.error
 
     def close(self) -> None:
         """End the call; leases still waiting receive its cancellation."""
-        with self._lock:
-            if self.error is None:
-                self.error = StatusError(grpc.StatusCode.CANCELLED, "the connection was closed")
-        self._end_call()
+        self._fail(StatusError(grpc.StatusCode.CANCELLED, "the connection was closed"))
+        self._channel.call_soon(self._cancel)
 
-    def _end_call(self) -> None:
-        self._pending.put(None)
-        self._call.cancel()
+    def _cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
 
 
 class Lease:
@@ -213,22 +275,26 @@ class ConnectionPool:
 
     Channels are opened on first use and kept; a connection is opened on a channel when a
     lease needs it, and replaced on the same channel when it failed or retired.
+
+    Args:
+        open_channel: Opens a ``grpc.aio`` channel to the Storage Write API on a loop thread
+            of its own, with a TCP connection of its own.
+        channel_count: Channels per project and location at most.
+        timeout_s: Each AppendRows call's deadline (it retires at half of it).
     """
 
     def __init__(
         self,
-        open_channel: Callable[[], grpc.Channel],
+        open_channel: Callable[[], AsyncChannel],
         *,
         channel_count: int,
         timeout_s: float,
-        interceptors: tuple[Any, ...] = (),
     ) -> None:
         self._open_channel = open_channel
         self._size = channel_count
         self._timeout_s = timeout_s
-        self._interceptors = interceptors
         self._lock = threading.Lock()
-        #: Per (project, location): a slot per channel, [channel, stub, connection or None].
+        #: Per (project, location): a slot per channel, [channel, method, connection or None].
         self._slots: dict[tuple[str, str | None], list[list[Any]]] = {}
         self._retired: set[SharedConnection] = set()
         self._closed = False
@@ -272,7 +338,12 @@ class ConnectionPool:
             if best is None or best[2].leases > 0:
                 if free is None and len(slots) < self._size:
                     channel = self._open_channel()
-                    free = [channel, append_rows_stub(channel, self._interceptors), None]
+                    method = channel.stream_stream(
+                        APPEND_ROWS_METHOD,
+                        request_serializer=AppendRowsRequest.SerializeToString,
+                        response_deserializer=AppendRowsResponse.FromString,
+                    )
+                    free = [channel, method, None]
                     slots.append(free)
                 if free is not None:
                     routing = (
@@ -280,7 +351,7 @@ class ConnectionPool:
                         if location
                         else f"write_stream={stream}"
                     )
-                    free[2] = SharedConnection(free[1], routing, self._timeout_s, self)
+                    free[2] = SharedConnection(free[0], free[1], routing, self._timeout_s, self)
                     self.connections_opened += 1
                     best = free
             assert best is not None

@@ -39,6 +39,7 @@ from pyflink_gcp.bigquery.buffered import (
 from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     append_rows_stub,
+    open_append_channel,
     open_lookup_channel,
     open_storage_channel,
     resolve_storage_endpoint,
@@ -311,8 +312,10 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.rest_endpoint = rest_endpoint
         self.retry = retry or RetryPolicy(deadline_s=options.retry_deadline_s)
         self.connection_timeout_s = 120.0
-        #: Client interceptors of the AppendRows calls (observability; tests). The tables'
-        #: lookups run on a ``grpc.aio`` channel, which takes none.
+        #: Client interceptors of the AppendRows calls (observability; tests): the
+        #: ``grpc.aio`` ones apply to the shared connections (``channel_count`` on the default
+        #: stream), the synchronous ones to the connections a table holds on its own. The
+        #: tables' lookups take none.
         self.interceptors: tuple[Any, ...] = ()
         self._init_runtime()
 
@@ -362,10 +365,9 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         count = self.options.channel_count
         if self.shares_connections and count is not None:
             self.pool = ConnectionPool(
-                lambda: open_storage_channel(endpoint, own_connection=True),
+                lambda: open_append_channel(endpoint, self.sink_name, self.interceptors),
                 channel_count=count,
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
-                interceptors=self.interceptors,
             )
         elif count is not None:
             self.slots = Slots(count)

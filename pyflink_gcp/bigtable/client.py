@@ -184,7 +184,6 @@ class BigtableClient:
                 transport,
                 transport.DEFAULT_HOST,
                 UNLIMITED_MESSAGES,
-                thread_name=f"pyflink-gcp-bigtable-io-{self._sink}",
             )
         except Exception as exc:
             raise self._not_connected("data", self.endpoint, transport.DEFAULT_HOST, exc) from exc

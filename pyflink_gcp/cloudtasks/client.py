@@ -104,7 +104,6 @@ def open_async_channels(endpoint: Endpoint, count: int) -> list[AsyncChannel]:
             CloudTasksGrpcAsyncIOTransport,
             DEFAULT_HOST,
             options,
-            thread_name="pyflink-gcp-cloudtasks-io",
         )
         for _ in range(count)
     ]

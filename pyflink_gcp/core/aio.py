@@ -1,20 +1,24 @@
-"""A ``grpc.aio`` channel on its own event-loop thread, behind a synchronous face.
+"""``grpc.aio`` channels on the process's event-loop thread, behind a synchronous face.
 
-What: an :class:`AsyncChannel` owns an asyncio event loop, run by a thread of its own, and a
-``grpc.aio`` channel on it. The processing thread starts work there without waiting for it:
-one unary call (:meth:`AsyncMethod.future`), or a whole operation, a coroutine that may make
-several calls (:meth:`AsyncChannel.unary_stream`) and back off between them with
-``await asyncio.sleep`` (:meth:`AsyncChannel.start`). Either way it gets a :class:`CallHandle`,
-read like a ``grpc.Future``: done-callbacks run on the loop thread when the work ends, and carry
-its result or error.
+What: an :class:`AsyncChannel` is a ``grpc.aio`` channel on an asyncio event loop that a thread
+of its own runs; every channel of the process shares that one loop and thread
+(``pyflink-gcp-io``), started with the first channel and stopped with the last. The processing
+thread starts work there without waiting for it: one unary call (:meth:`AsyncMethod.future`),
+or a whole operation, a coroutine that may make several calls
+(:meth:`AsyncChannel.unary_stream`, :meth:`AsyncChannel.stream_stream`) and back off between
+them with ``await asyncio.sleep`` (:meth:`AsyncChannel.start`). Either way it gets a
+:class:`CallHandle`, read like a ``grpc.Future``: done-callbacks run on the loop thread when the
+work ends, and carry its result or error.
 
 Why: a sink that makes many small calls at once is bound by the client CPU of each call and by
 the threads that would wait on them. On the loop, a call waiting for its answer or an operation
 waiting out its backoff holds no thread; a ``grpc.aio`` call costs less client CPU than a
 synchronous channel's future or a generated client on a thread pool; and one loop serves every
-call of a subtask, where each synchronous channel adds a polling thread. The Cloud Tasks and
-Bigtable sinks use it. (The Pub/Sub sink does not: for its unary Publish at thousands of
-topics, synchronous futures with batched waits cost less client CPU per record.)
+call of the process, where each synchronous channel adds a polling thread. The Cloud Tasks and
+Bigtable sinks use it, and BigQuery's lookups and shared AppendRows connections. (The Pub/Sub
+sink does not: for its unary Publish at thousands of topics, synchronous futures with batched
+waits cost less client CPU per record.) One loop rather than one per channel, because
+``grpc.aio`` wakes every loop of the process for each event (see :class:`_SharedLoop`).
 
 The processing thread only appends the work to an inbox and wakes the loop once per batch of
 it; a thread waits on a handle only when it reads its outcome (:meth:`CallHandle.exception`),
@@ -181,15 +185,71 @@ class LoopSlots:
             waiters.popleft().set_result(None)
 
 
+#: The name of the thread that runs the process's event loop.
+LOOP_THREAD_NAME = "pyflink-gcp-io"
+
+
+class _SharedLoop:
+    """The process's one event loop, on a thread of its own, for every :class:`AsyncChannel`
+    open in it; started by the first channel and stopped when the last one closes.
+
+    Why one: ``grpc.aio`` has one completion queue per process, and wakes every event loop
+    bound to it for each event (grpc/grpc#25364): with a loop per channel, every answer woke
+    every loop thread, each taking the GIL to find nothing to do, and all but one logged a
+    ``BlockingIOError`` from ``PollerCompletionQueue._handle_events``.
+    """
+
+    _lock = threading.Lock()
+    _current: _SharedLoop | None = None
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.users = 0
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name=LOOP_THREAD_NAME, daemon=True
+        )
+        self.thread.start()
+
+    @classmethod
+    def acquire(cls) -> _SharedLoop:
+        with cls._lock:
+            shared = cls._current
+            if shared is None:
+                shared = cls._current = _SharedLoop()
+            shared.users += 1
+            return shared
+
+    def release(self) -> None:
+        """One user fewer; the last one stops the loop and its thread."""
+        with _SharedLoop._lock:
+            self.users -= 1
+            if self.users:
+                return
+            _SharedLoop._current = None
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+
+def loop_users() -> int:
+    """How many :class:`AsyncChannel` s use the process's event loop (0: no loop runs)."""
+    with _SharedLoop._lock:
+        current = _SharedLoop._current
+        return 0 if current is None else current.users
+
+
 class AsyncChannel:
-    """A ``grpc.aio`` channel driven by its own event-loop thread (see the module docstring).
+    """A ``grpc.aio`` channel driven by the process's event-loop thread (see the module
+    docstring); every channel of the process shares that loop.
 
     Args:
         endpoint: Where to connect.
         transport: The service's generated AsyncIO transport (TLS channels with its scopes).
         default_host: The service's host when the endpoint names none.
         options: gRPC channel options.
-        thread_name: The loop thread's name.
+        interceptors: ``grpc.aio`` client interceptors of every call on the channel.
     """
 
     def __init__(
@@ -198,23 +258,29 @@ class AsyncChannel:
         transport: Any,
         default_host: str,
         options: Sequence[tuple[str, Any]],
-        thread_name: str = "pyflink-gcp-io",
+        interceptors: Sequence[Any] = (),
     ) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._shared = _SharedLoop.acquire()
+        self._loop = self._shared.loop
+        self._thread = self._shared.thread
         self._inbox: deque[tuple[CallHandle, Work, tuple[Any, ...]]] = deque()
         # Work started on the loop and not yet ended, so that close can settle it all.
         self._running: dict[CallHandle, asyncio.Task[None]] = {}
         self._scheduled = False
         self._closed = False
         self._done = threading.Condition()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name=thread_name, daemon=True
-        )
-        self._thread.start()
         try:
-            self._channel = self._run(self._open(endpoint, transport, default_host, options))
+            if threading.current_thread() is self._thread:
+                # Opened by work on the loop (a callback): it cannot wait for itself.
+                self._channel = open_aio_channel(
+                    endpoint, transport, default_host, options, interceptors
+                )
+            else:
+                self._channel = self._run(
+                    self._open(endpoint, transport, default_host, options, interceptors)
+                )
         except BaseException:
-            self._stop()  # no loop thread outlives a channel that could not open
+            self._shared.release()  # no loop thread outlives the channels that use it
             raise
 
     def _run(self, coroutine: Any) -> Any:
@@ -222,10 +288,14 @@ class AsyncChannel:
 
     @staticmethod
     async def _open(
-        endpoint: Endpoint, transport: Any, default_host: str, options: Sequence[tuple[str, Any]]
+        endpoint: Endpoint,
+        transport: Any,
+        default_host: str,
+        options: Sequence[tuple[str, Any]],
+        interceptors: Sequence[Any],
     ) -> Any:
         # An aio channel belongs to the loop it is created on.
-        return open_aio_channel(endpoint, transport, default_host, options)
+        return open_aio_channel(endpoint, transport, default_host, options, interceptors)
 
     def unary_unary(self, method: str, **kwargs: Any) -> AsyncMethod:
         """Binds ``method`` (with its serializers); the result's ``future`` starts a call."""
@@ -236,6 +306,23 @@ class AsyncChannel:
         multi-callable, ``(request, timeout=, metadata=) -> async iterator of responses``, to
         be called only by work on this channel's loop (:meth:`start`)."""
         return self._channel.unary_stream(method, **kwargs)
+
+    def stream_stream(self, method: str, **kwargs: Any) -> Any:
+        """Binds the bidirectional-streaming ``method`` (with its serializers): a ``grpc.aio``
+        multi-callable, ``(timeout=, metadata=) -> call`` with ``write``, ``read`` and
+        ``cancel``, to be called and used only on this channel's loop."""
+        return self._channel.stream_stream(method, **kwargs)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Runs ``fn(*args)`` on the loop thread, soon, from any thread; False (and nothing
+        runs) once the channel is closing. ``fn`` must not block."""
+        if self._closed:
+            return False
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            return False
+        return True
 
     def start(self, work: Work, *args: Any) -> CallHandle:
         """Runs ``await work(*args)`` on the loop thread (soon) and returns its handle, whose
@@ -310,8 +397,9 @@ class AsyncChannel:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """Cancels work in flight and stops the loop thread; idempotent. Work never started
-        ends CANCELLED (its callbacks run here)."""
+        """Cancels work in flight and closes the channel (the last channel of the process stops
+        the loop thread); idempotent. Work never started ends CANCELLED (its callbacks run
+        here). Never from work on the loop: it waits for the loop."""
         if self._closed:
             return
         self._closed = True
@@ -319,21 +407,15 @@ class AsyncChannel:
         try:
             self._run(self._shutdown())
         finally:
-            self._stop()
+            self._shared.release()
             with self._done:
                 self._done.notify_all()
             while self._inbox:
                 self._cancelled(self._inbox.popleft()[0])
-            if not self._thread.is_alive():  # no work can end on the loop any more
-                for handle in list(self._running):
-                    self._cancelled(handle)
-                self._running.clear()
-
-    def _stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self._loop.close()
+            # What _shutdown did not see end (it timed out) will not end on the loop now.
+            for handle in list(self._running):
+                self._cancelled(handle)
+            self._running.clear()
 
 
 #: The longest a submit waiting for room sleeps before it looks again (a worker's take

@@ -60,9 +60,14 @@ def open_aio_channel(
     transport: Any,
     default_host: str,
     options: Sequence[tuple[str, Any]] = UNLIMITED_MESSAGES,
+    interceptors: Sequence[Any] = (),
 ) -> Any:
-    """An asyncio channel to ``endpoint``; ``transport`` is the generated AsyncIO transport."""
+    """An asyncio channel to ``endpoint``; ``transport`` is the generated AsyncIO transport.
+    ``interceptors``: ``grpc.aio`` client interceptors of every call on it."""
+    extra: dict[str, Any] = {"interceptors": list(interceptors)} if interceptors else {}
     if endpoint.insecure:
         assert endpoint.host is not None
-        return grpc.aio.insecure_channel(endpoint.host, options=list(options))
-    return transport.create_channel(channel_target(endpoint, default_host), options=list(options))
+        return grpc.aio.insecure_channel(endpoint.host, options=list(options), **extra)
+    return transport.create_channel(
+        channel_target(endpoint, default_host), options=list(options), **extra
+    )

@@ -291,7 +291,7 @@ def test_per_table_cdc_job_one_request_in_flight_and_keys_unique_per_request(
         .set_writer_options(BigQueryWriterOptions.builder().channel_count(1).build())
         .build()
     )
-    sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
+    sink._sink_config().factory.interceptors = FileAppendRecorder(log).interceptors()
     n = 2000
     env = make_env(parallelism=2)
     record_stream(env, n, change).key_by(lambda r: r["account"]).sink_to(sink)
@@ -372,7 +372,7 @@ def test_writer_fused_into_the_upstream_operator_loses_nothing_when_its_worker_d
         .set_chain_with_upstream()
         .build()
     )
-    sink._sink_config().factory.interceptors = (FileAppendRecorder(log),)
+    sink._sink_config().factory.interceptors = FileAppendRecorder(log).interceptors()
     failover = Failover(tmp_path / "failover")
     env = make_env(parallelism=2, checkpoint_ms=300, process_workers=True, extra=failover.conf())
     record_stream(env, n, plain_record).map(

@@ -186,7 +186,7 @@ _build = adapter.build_sink
 
 def _recording(values, table):
     sink = _build(values, table)
-    sink._sink_config().factory.interceptors = (FileAppendRecorder({log!r}),)
+    sink._sink_config().factory.interceptors = FileAppendRecorder({log!r}).interceptors()
     return sink
 
 

@@ -3,6 +3,7 @@ that observes what the sink sends on the Storage Write API."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -126,6 +127,10 @@ class AppendRecorder(grpc.StreamStreamClientInterceptor):
     the sink receives it, so per connection the log is the order seen at the gRPC boundary.
     ``first_response_delay_s`` holds back each connection's first response (to let a sink that
     pipelines requests show it).
+
+    It intercepts the connections a table holds on its own (synchronous channels); its
+    :attr:`aio` twin, which logs here too, intercepts the shared connections (``grpc.aio``).
+    Give the sink :meth:`interceptors`, both.
     """
 
     def __init__(self, first_response_delay_s: float = 0.0) -> None:
@@ -137,6 +142,33 @@ class AppendRecorder(grpc.StreamStreamClientInterceptor):
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("AppendRecorder only works in the test process")
+
+    @property
+    def aio(self) -> AioAppendRecorder:
+        return AioAppendRecorder(self)
+
+    def interceptors(self) -> tuple[Any, ...]:
+        """What the writer factory's ``interceptors`` take to record every connection."""
+        return (self, self.aio)
+
+    def _sent(self, request: Any, connection: int, state: dict[str, Any]) -> None:
+        pb = type(request).FromString(request.SerializeToString())
+        if pb.HasField("arrow_rows"):
+            rows = _arrow_rows(pb.arrow_rows)
+            form = "arrow"
+        else:
+            if pb.proto_rows.HasField("writer_schema"):
+                state["cls"] = decoder(pb.proto_rows.writer_schema.proto_descriptor)
+            cls = state["cls"]
+            rows = [_as_dict(cls.FromString(r)) for r in pb.proto_rows.rows.serialized_rows]
+            form = "proto"
+        table = pb.write_stream.split("/")[5]
+        state["pending"].append(table)
+        self._log(Event("send", connection, table, rows, 0, 0, form))
+
+    def _received(self, response: Any, connection: int, state: dict[str, Any]) -> None:
+        table = state["pending"].pop(0) if state["pending"] else "?"
+        self._log(Event("recv", connection, table, [], int(response.error.code), 0))
 
     def _log(self, event: Event) -> None:
         with self._lock:
@@ -152,23 +184,111 @@ class AppendRecorder(grpc.StreamStreamClientInterceptor):
 
         def requests() -> Any:
             for request in request_iterator:
-                pb = type(request).FromString(request.SerializeToString())
-                if pb.HasField("arrow_rows"):
-                    rows = _arrow_rows(pb.arrow_rows)
-                    form = "arrow"
-                else:
-                    if pb.proto_rows.HasField("writer_schema"):
-                        state["cls"] = decoder(pb.proto_rows.writer_schema.proto_descriptor)
-                    cls = state["cls"]
-                    rows = [_as_dict(cls.FromString(r)) for r in pb.proto_rows.rows.serialized_rows]
-                    form = "proto"
-                table = pb.write_stream.split("/")[5]
-                state["pending"].append(table)
-                recorder._log(Event("send", connection, table, rows, 0, 0, form))
+                recorder._sent(request, connection, state)
                 yield request
 
         call = continuation(details, requests())
         return _RecordingCall(call, connection, state, recorder)
+
+
+class AioAppendRecorder(grpc.aio.StreamStreamClientInterceptor):
+    """The ``grpc.aio`` face of an :class:`AppendRecorder`: it records the shared connections'
+    requests and responses into that recorder (a connection's first response held back on the
+    event loop, not by blocking it)."""
+
+    def __init__(self, recorder: AppendRecorder) -> None:
+        self.recorder = recorder
+
+    async def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        recorder = self.recorder
+        connection = next(recorder._ids)
+        state: dict[str, Any] = {"cls": None, "pending": []}
+
+        async def requests() -> Any:
+            async for request in request_iterator:
+                recorder._sent(request, connection, state)
+                yield request
+
+        call = await continuation(details, requests())
+        return _AioRecordingCall(call, connection, state, recorder)
+
+
+class _AioRecordingCall(grpc.aio.StreamStreamCall):
+    """The call an :class:`AioAppendRecorder` returns: the real one, its responses recorded.
+
+    A call object rather than an async generator of responses: for a generator, grpc.aio wraps
+    the call in a ``StreamStreamCallResponseIterator``, and closing any channel on the loop then
+    fails ("Unrecognized call object") while that wrapper's status task is pending.
+    """
+
+    def __init__(
+        self, call: Any, connection: int, state: dict[str, Any], recorder: AppendRecorder
+    ) -> None:
+        self._call = call
+        self._cython_call = call._cython_call  # how grpc.aio tells the call's channel
+        self._connection = connection
+        self._state = state
+        self._recorder = recorder
+        self._first = True
+
+    async def read(self) -> Any:
+        response = await self._call.read()
+        if response is grpc.aio.EOF:
+            return response
+        if self._first and self._recorder.delay:
+            await asyncio.sleep(self._recorder.delay)
+        self._first = False
+        self._recorder._received(response, self._connection, self._state)
+        return response
+
+    async def _responses(self) -> Any:
+        while (response := await self.read()) is not grpc.aio.EOF:
+            yield response
+
+    def __aiter__(self) -> Any:
+        return self._responses()
+
+    async def write(self, request: Any) -> None:
+        await self._call.write(request)
+
+    async def done_writing(self) -> None:
+        await self._call.done_writing()
+
+    @property
+    def _done_writing_flag(self) -> bool:  # read by grpc.aio's intercepted write()
+        return bool(self._call._done_writing_flag)
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    def cancelled(self) -> bool:
+        return bool(self._call.cancelled())
+
+    def done(self) -> bool:
+        return bool(self._call.done())
+
+    def add_done_callback(self, callback: Any) -> None:
+        self._call.add_done_callback(callback)
+
+    def time_remaining(self) -> Any:
+        return self._call.time_remaining()
+
+    async def initial_metadata(self) -> Any:
+        return await self._call.initial_metadata()
+
+    async def trailing_metadata(self) -> Any:
+        return await self._call.trailing_metadata()
+
+    async def code(self) -> Any:
+        return await self._call.code()
+
+    async def details(self) -> Any:
+        return await self._call.details()
+
+    async def wait_for_connection(self) -> None:
+        await self._call.wait_for_connection()
 
 
 def _arrow_rows(data: Any) -> list[dict[str, Any]]:
@@ -201,8 +321,7 @@ class _RecordingCall:
         if self._first and self._recorder.delay:
             time.sleep(self._recorder.delay)
         self._first = False
-        table = self._state["pending"].pop(0) if self._state["pending"] else "?"
-        self._recorder._log(Event("recv", self._connection, table, [], int(response.error.code), 0))
+        self._recorder._received(response, self._connection, self._state)
         return response
 
     def cancel(self) -> bool:

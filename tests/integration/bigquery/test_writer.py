@@ -368,7 +368,7 @@ def test_tables_are_created_from_either_schema_form_with_nested_fields_and_modes
 
 def _recorded_sink(project: str, dataset: str, recorder: AppendRecorder, **settings: Any) -> Any:
     sink = _sink(project, dataset, **settings)
-    sink._sink_config().factory.interceptors = (recorder,)
+    sink._sink_config().factory.interceptors = recorder.interceptors()
     return sink
 
 

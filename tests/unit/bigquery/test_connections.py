@@ -1,12 +1,13 @@
-"""The pool of shared AppendRows connections against a scripted stub (no emulator): tables
-multiplexed on a bounded number of connections, answers routed to their tables in order, a
-failed connection's requests re-sent by their tables, retirement."""
+"""The pool of shared AppendRows connections against an in-process gRPC service (no
+emulator): tables multiplexed on a bounded number of connections, answers routed to their
+tables in order, a failed connection's requests re-sent by their tables, retirement."""
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -15,29 +16,23 @@ from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 
 from pyflink_gcp.bigquery import TableDestination
-from pyflink_gcp.bigquery.client import AppendRowsRequest, ProtoSchema
-from pyflink_gcp.bigquery.connections import ConnectionPool
+from pyflink_gcp.bigquery.client import AppendRowsRequest, ProtoSchema, open_append_channel
+from pyflink_gcp.bigquery.connections import ConnectionPool, Lease, SharedConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
+from pyflink_gcp.core.aio import LOOP_THREAD_NAME, AsyncChannel
+from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import RetryPolicy
-from pyflink_gcp.core.status import StatusError
 
 Response = types.AppendRowsResponse.pb()
 SCHEMA = [SchemaField("id", "INT64")]
-
-
-class Unavailable(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-    def __str__(self) -> str:
-        return "connection reset"
+_ROUTING = "x-goog-request-params"
 
 
 class Backend:
-    """A multiplexing AppendRows service: answers each request in order on its call, after
-    ``latency_s``; ``break_after`` requests in all, the call that receives the next one fails
-    (once). Records every request with its call."""
+    """A multiplexing AppendRows service on a local port: answers each request in order on its
+    call, after ``latency_s``; ``break_after`` requests in all, the call that receives the next
+    one fails UNAVAILABLE (once). Records every request with its call."""
 
     def __init__(self, latency_s: float = 0.0, break_after: int | None = None) -> None:
         self.latency_s = latency_s
@@ -46,71 +41,72 @@ class Backend:
         self.requests: list[tuple[int, Any]] = []
         self.channels = 0
         self._lock = threading.Lock()
+        self._server = grpc.server(ThreadPoolExecutor(32, thread_name_prefix="backend"))
+        handler = grpc.method_handlers_generic_handler(
+            "google.cloud.bigquery.storage.v1.BigQueryWrite",
+            {
+                "AppendRows": grpc.stream_stream_rpc_method_handler(
+                    self._serve,
+                    request_deserializer=AppendRowsRequest.FromString,
+                    response_serializer=Response.SerializeToString,
+                )
+            },
+        )
+        self._server.add_generic_rpc_handlers((handler,))
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        self.endpoint = Endpoint(f"127.0.0.1:{port}", True)
 
-    def open_channel(self) -> Any:
+    def open_channel(self) -> AsyncChannel:
         self.channels += 1
-        return _Channel(self)
+        return open_append_channel(self.endpoint, "test-sink")
 
-    def answer(self, call: _Call, request: Any) -> Any:
+    def call(self, index: int) -> _Call:
+        """The ``index``-th call, once the service has received it."""
+        deadline = time.monotonic() + 10
+        while len(self.calls) <= index:
+            assert time.monotonic() < deadline, f"no call {index}"
+            time.sleep(0.005)
+        return self.calls[index]
+
+    def _serve(self, requests: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
-            self.requests.append((call.index, request))
-            if self.break_after is not None and len(self.requests) > self.break_after:
-                self.break_after = None
-                return Unavailable()
-        return Response(write_stream=request.write_stream)
+            call = _Call(len(self.calls), context)
+            self.calls.append(call)
+        for request in requests:
+            time.sleep(self.latency_s)
+            with self._lock:
+                self.requests.append((call.index, request))
+                broken = self.break_after is not None and len(self.requests) > self.break_after
+                if broken:
+                    self.break_after = None
+            if broken:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
+            yield Response(write_stream=request.write_stream)
 
-
-class _Channel:
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-        self.closed = False
-
-    def stream_stream(self, method: str, **kw: Any) -> Any:
-        def stub(requests: Any, metadata: Any = None, timeout: Any = None) -> _Call:
-            call = _Call(self.backend, requests, metadata, len(self.backend.calls))
-            self.backend.calls.append(call)
-            return call
-
-        return stub
-
-    def close(self) -> None:
-        self.closed = True
+    def stop(self) -> None:
+        self._server.stop(None)
 
 
 class _Call:
-    def __init__(self, backend: Backend, requests: Any, metadata: Any, index: int) -> None:
-        self.metadata = metadata
+    def __init__(self, index: int, context: grpc.ServicerContext) -> None:
         self.index = index
-        self.cancelled = False
-        self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.metadata = tuple((k, v) for k, v in context.invocation_metadata() if k == _ROUTING)
+        self.ended = threading.Event()
+        context.add_callback(self.ended.set)
 
-        def serve() -> None:
-            for request in requests:
-                time.sleep(backend.latency_s)
-                answer = backend.answer(self, request)
-                self._answers.put(answer)
-                if isinstance(answer, Exception):
-                    return
-            self._answers.put(StopIteration())
 
-        threading.Thread(target=serve, daemon=True).start()
+@pytest.fixture
+def service() -> Any:
+    made: list[Backend] = []
 
-    def __iter__(self) -> _Call:
-        return self
+    def make(**kw: Any) -> Backend:
+        made.append(Backend(**kw))
+        return made[-1]
 
-    def __next__(self) -> Any:
-        answer = self._answers.get()
-        if isinstance(answer, StopIteration):
-            raise StopIteration
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def cancel(self) -> bool:
-        if not self.cancelled:
-            self.cancelled = True  # as gRPC does, the next read raises CANCELLED
-            self._answers.put(StatusError(grpc.StatusCode.CANCELLED, "cancelled"))
-        return True
+    yield make
+    for b in made:
+        b.stop()
 
 
 def stream(table: str) -> str:
@@ -125,6 +121,7 @@ def request(table: str, schema: Any) -> Any:
 
 
 def pool(backend: Backend, channels: int = 2, timeout_s: float = 30.0) -> ConnectionPool:
+    """A pool on ``backend`` (``grpc.aio`` channels, as the writer opens them)."""
     return ConnectionPool(backend.open_channel, channel_count=channels, timeout_s=timeout_s)
 
 
@@ -134,8 +131,8 @@ SCHEMA_B = ProtoSchema()
 SCHEMA_B.proto_descriptor.name = "B"
 
 
-def test_tables_share_a_connection_and_each_gets_its_own_answers_in_order() -> None:
-    backend = Backend()
+def test_tables_share_a_connection_and_each_gets_its_own_answers_in_order(service: Any) -> None:
+    backend = service()
     p = pool(backend, channels=1)
     a = p.acquire(stream("a"), "p", None)
     b = p.acquire(stream("b"), "p", None)
@@ -158,26 +155,26 @@ def test_tables_share_a_connection_and_each_gets_its_own_answers_in_order() -> N
     ]
     assert p.connections_opened == 1 and backend.channels == 1
     # Without a known location the routing header names the first table's stream.
-    assert backend.calls[0].metadata == (("x-goog-request-params", f"write_stream={stream('a')}"),)
+    assert backend.call(0).metadata == (("x-goog-request-params", f"write_stream={stream('a')}"),)
     a.close()
     b.close()
     p.close()
 
 
-def test_a_located_table_routes_by_location_and_locations_do_not_share() -> None:
-    backend = Backend()
+def test_a_located_table_routes_by_location_and_locations_do_not_share(service: Any) -> None:
+    backend = service()
     p = pool(backend, channels=1)
     eu = p.acquire(stream("a"), "p", "EU")
     us = p.acquire(stream("b"), "p", "US")
     assert eu.connection is not us.connection
-    assert backend.calls[0].metadata == (
+    assert backend.call(0).metadata == (
         ("x-goog-request-params", "write_location=projects/p/locations/EU"),
     )
     p.close()
 
 
-def test_a_new_connection_only_while_all_are_in_use_and_never_above_the_count() -> None:
-    backend = Backend(latency_s=0.05)
+def test_a_new_connection_only_while_all_are_in_use_and_never_above_the_count(service: Any) -> None:
+    backend = service(latency_s=0.05)
     p = pool(backend, channels=2)
     first = p.acquire(stream("a"), "p", None)
     first.close()
@@ -194,8 +191,10 @@ def test_a_new_connection_only_while_all_are_in_use_and_never_above_the_count() 
     p.close()
 
 
-def test_a_failed_connection_fails_every_waiting_lease_and_is_replaced_on_its_channel() -> None:
-    backend = Backend(latency_s=0.01, break_after=2)
+def test_a_failed_connection_fails_every_waiting_lease_and_is_replaced_on_its_channel(
+    service: Any,
+) -> None:
+    backend = service(latency_s=0.01, break_after=2)
     p = pool(backend, channels=1)
     a = p.acquire(stream("a"), "p", None)
     b = p.acquire(stream("b"), "p", None)
@@ -204,10 +203,10 @@ def test_a_failed_connection_fails_every_waiting_lease_and_is_replaced_on_its_ch
         b.send(request("b", SCHEMA_B))
     a.receive()
     b.receive()
-    with pytest.raises(Unavailable):
-        a.receive()
-    with pytest.raises(Unavailable):
-        b.receive()
+    for lease in (a, b):
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            lease.receive()
+        assert failed.value.code() is grpc.StatusCode.UNAVAILABLE
     a.close()
     b.close()
     again = p.acquire(stream("a"), "p", None)
@@ -216,17 +215,17 @@ def test_a_failed_connection_fails_every_waiting_lease_and_is_replaced_on_its_ch
     p.close()
 
 
-def test_a_retiring_connection_takes_no_lease_and_closes_with_its_last_one() -> None:
-    backend = Backend()
+def test_a_retiring_connection_takes_no_lease_and_closes_with_its_last_one(service: Any) -> None:
+    backend = service()
     p = pool(backend, channels=1, timeout_s=0.2)  # retires after 0.1 s
     old = p.acquire(stream("a"), "p", None)
     time.sleep(0.15)
     assert old.retiring
     new = p.acquire(stream("b"), "p", None)
     assert new.connection is not old.connection and backend.channels == 1
-    assert not backend.calls[0].cancelled
+    assert not backend.call(0).ended.is_set()
     old.close()
-    assert backend.calls[0].cancelled
+    assert backend.call(0).ended.wait(5)
     p.close()
 
 
@@ -245,10 +244,10 @@ def _sender(table: str, p: ConnectionPool, **kw: Any) -> TableSender:
     )
 
 
-def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks() -> None:
+def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks(service: Any) -> None:
     # Eight tables on two connections; one connection breaks mid-way: each table re-sends its
     # own unanswered requests and every row lands exactly once per answer.
-    backend = Backend(latency_s=0.002, break_after=15)
+    backend = service(latency_s=0.002, break_after=15)
     p = pool(backend, channels=2)
     senders = [_sender(f"t{i}", p) for i in range(8)]
     for n in range(5):
@@ -268,22 +267,65 @@ def test_table_senders_through_a_pool_lose_nothing_when_a_connection_breaks() ->
     p.close()
 
 
-def test_thousands_of_tables_cost_no_thread_each_answers_settle_by_callback() -> None:
-    # A hundred tables with a request each in flight on two connections: the threads are the
-    # connections' (a reader, and the fake service's), not the tables'; each answer is
-    # settled by its lease's callback, with no settle waiting.
-    backend = Backend(latency_s=0.002)
+def test_thousands_of_tables_cost_no_thread_each_answers_settle_by_callback(service: Any) -> None:
+    # A hundred tables with a request each in flight on two connections: the only threads the
+    # pool adds are its channels' event loops, not the tables'; each answer is settled by its
+    # lease's callback, with no settle waiting.
+    backend = service(latency_s=0.002)
     p = pool(backend, channels=2)
     senders = [_sender(f"t{i}", p) for i in range(100)]
-    before = threading.active_count()
+    before = {t.ident for t in threading.enumerate()}
     for i, s in enumerate(senders):
         s.submit(Batch(None, [{"id": i}], [i], False))
-    during = threading.active_count()
+    added = [
+        t.name
+        for t in threading.enumerate()
+        if t.ident not in before
+        and not t.name.startswith("backend")
+        and "_poll_wrapper" not in t.name  # grpc.aio's poller, once per process
+    ]
     deadline = time.monotonic() + 10
     while sum(s.rows_appended for s in senders) < 100:
         assert time.monotonic() < deadline, "answers were not settled"
         time.sleep(0.005)
-    assert during - before <= 2 * p.connections_opened + 1
+    # At most the process's event-loop thread, which every channel shares.
+    assert added in ([], [LOOP_THREAD_NAME]), added
     assert p.connections_opened <= 4
     assert all(s.settle() == [] and s.is_idle for s in senders)
     p.close()
+
+
+class _RefusingCall:
+    """A call whose reads wait for answers and whose writes raise, as a write fails that is
+    not the call's failure (an interceptor's bug, say)."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def write(self, request: Any) -> None:
+        raise AttributeError("the interceptor's call has no _done_writing_flag")
+
+    async def read(self) -> Any:
+        await self.cancelled.wait()
+        raise asyncio.CancelledError
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return True
+
+
+def test_a_write_that_fails_ends_its_connection_rather_than_leave_it_waiting(
+    service: Any,
+) -> None:
+    # The lease waiting on the connection receives the write's error at once, instead of
+    # waiting until the call's deadline for an answer that never comes.
+    backend = service()
+    channel = backend.open_channel()
+    p = ConnectionPool(lambda: channel, channel_count=1, timeout_s=30.0)
+    connection = SharedConnection(channel, lambda **_: _RefusingCall(), "write_stream=s", 30.0, p)
+    connection.leases += 1
+    lease = Lease(connection)
+    lease.send(request("a", SCHEMA_A))
+    with pytest.raises(AttributeError, match="_done_writing_flag"):
+        lease.receive()
+    channel.close()

@@ -18,7 +18,7 @@ from pyflink_gcp.bigtable.client import request_metadata
 from pyflink_gcp.bigtable.mutate_rows import MutateRowsCall
 from pyflink_gcp.bigtable.stats import BigtableWriterStats
 from pyflink_gcp.core import RetryPolicy
-from pyflink_gcp.core.aio import AsyncChannel, LoopSlots
+from pyflink_gcp.core.aio import LOOP_THREAD_NAME, AsyncChannel, LoopSlots
 from pyflink_gcp.core.endpoints import Endpoint
 from tests.support.loops import LOOPS, close_loops  # noqa: F401 - close_loops: the fixture
 
@@ -94,7 +94,7 @@ def make_call(
     )
 
 
-LOOP_THREAD = "unit-bigtable-io"
+LOOP_THREAD = LOOP_THREAD_NAME
 
 
 def open_loop() -> AsyncChannel:
@@ -107,7 +107,6 @@ def open_loop() -> AsyncChannel:
         BigtableGrpcAsyncIOTransport,
         BigtableGrpcAsyncIOTransport.DEFAULT_HOST,
         [],
-        thread_name=LOOP_THREAD,
     )
     LOOPS.append(loop)
     return loop

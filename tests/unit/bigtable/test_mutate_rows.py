@@ -28,7 +28,7 @@ from pyflink_gcp.bigtable.mutate_rows import (
     fill_entry,
 )
 from pyflink_gcp.core import DestinationNotFoundError, RetryPolicy, WriteError
-from pyflink_gcp.core.aio import LoopSlots
+from pyflink_gcp.core.aio import LOOP_THREAD_NAME, LoopSlots
 from pyflink_gcp.core.failure import FailedRecord
 from pyflink_gcp.core.quota import QuotaWindow
 from tests.unit.bigtable.support import (
@@ -219,7 +219,7 @@ def test_backoff_waits_on_the_loop_without_sleeping_a_thread(
         assert all(handle.result() == [] for handle in quick)
         assert retrying.result() == [] and len(client.requests) == 5
         monkeypatch.undo()
-        assert client.threads == {"unit-bigtable-io"}
+        assert client.threads == {LOOP_THREAD_NAME}
     finally:
         loop.close()
 

@@ -18,7 +18,15 @@ from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
 )
 
 from pyflink_gcp.core import aio
-from pyflink_gcp.core.aio import AsyncChannel, AsyncMethod, CallHandle, LoopSlots, WorkQueue
+from pyflink_gcp.core.aio import (
+    LOOP_THREAD_NAME,
+    AsyncChannel,
+    AsyncMethod,
+    CallHandle,
+    LoopSlots,
+    WorkQueue,
+    loop_users,
+)
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import status_name
 from tests.support.loops import LOOPS, close_loops  # noqa: F401 - close_loops: the fixture
@@ -37,7 +45,6 @@ def _method() -> tuple[AsyncChannel, AsyncMethod]:
         PublisherGrpcAsyncIOTransport,
         "pubsub.googleapis.com",
         [],
-        thread_name="test-io",
     )
     return channel, channel.unary_unary("/google.pubsub.v1.Publisher/Publish")
 
@@ -60,7 +67,7 @@ def test_done_callbacks_run_on_the_loop_thread_or_at_once_when_the_call_ended() 
         handle.add_done_callback(record)
         gate.set()
         assert ended.wait(10)
-        assert seen[0][0] == "test-io" and seen[0][1] in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+        assert seen[0][0] == LOOP_THREAD_NAME and seen[0][1] in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
         handle.add_done_callback(record)  # already ended: runs here
         assert seen[1][0] == threading.current_thread().name and len(seen) == 2
         assert isinstance(handle.exception(), grpc.RpcError)
@@ -114,7 +121,7 @@ def test_started_work_runs_on_the_loop_and_its_result_or_error_reaches_the_callb
         for i in (0, 3, 6):
             with pytest.raises(ValueError, match=f"operation {i} failed"):
                 handles[i].result()
-        assert set(ran_on) == {"test-io"} and len(ran_on) == 9
+        assert set(ran_on) == {LOOP_THREAD_NAME} and len(ran_on) == 9
         assert len(seen) == 9 and all(h.done() for h in handles)
         assert sum(isinstance(error, ValueError) for error, _ in seen) == 3
     finally:
@@ -198,16 +205,49 @@ def test_a_channel_that_cannot_open_leaves_no_loop_thread() -> None:
         def create_channel(*args: object, **kwargs: object) -> None:
             raise RuntimeError("no credentials")
 
+    users = loop_users()
     with pytest.raises(RuntimeError, match="no credentials"):
-        AsyncChannel(Endpoint(host="example.com:443"), Refusing, "x", [], thread_name="refused-io")
-    assert not [t for t in threading.enumerate() if t.name == "refused-io"]
+        AsyncChannel(Endpoint(host="example.com:443"), Refusing, "x", [])
+    assert loop_users() == users
+    if users == 0:
+        assert not [t for t in threading.enumerate() if t.name == LOOP_THREAD_NAME]
+
+
+def test_channels_share_one_loop_thread_that_the_last_one_stops() -> None:
+    users = loop_users()
+    first, _ = _method()
+    second, _ = _method()
+    assert first._thread is second._thread and first._thread.name == LOOP_THREAD_NAME
+    assert loop_users() == users + 2
+    thread = first._thread
+    first.close()
+    assert thread.is_alive() and loop_users() == users + 1
+    # The loop still runs the other channel's work.
+    assert second.start(asyncio.sleep, 0, "slept").result(timeout=5) == "slept"
+    second.close()
+    assert loop_users() == users
+    if users == 0:
+        assert not thread.is_alive()
+
+
+def test_a_channel_opened_by_work_on_the_loop_opens_without_waiting_for_itself() -> None:
+    outer, _ = _method()
+    opened: list[AsyncChannel] = []
+
+    async def open_one() -> None:
+        opened.append(_method()[0])
+
+    outer.start(open_one).result(timeout=5)
+    assert opened[0]._thread is outer._thread
+    opened[0].close()
+    outer.close()
 
 
 # WorkQueue: operations run in order by a bounded number of worker coroutines on a real
 # event loop; handles read like futures; closing the loop ends what is queued.
 
 
-LOOP_THREAD = "test-io"
+LOOP_THREAD = LOOP_THREAD_NAME
 
 
 def open_loop() -> AsyncChannel:
