@@ -187,9 +187,9 @@ def answer_bigquery_in_process(which: str) -> None:
     import asyncio
     from concurrent.futures import Future
 
+    from pyflink_gcp.bigquery import writer
     from pyflink_gcp.bigquery.client import AppendRowsResponse
     from pyflink_gcp.bigquery.stream_lookup import StreamLookups
-    from pyflink_gcp.core.aio import AsyncChannel
 
     answered: Counter[str] = Counter()
     if which != "lookups":
@@ -232,8 +232,14 @@ def answer_bigquery_in_process(which: str) -> None:
         def cancel(self) -> bool:
             return True
 
-    def stream_stream(self: Any, method: str, **kwargs: Any) -> Any:
-        return lambda **call_kwargs: AppendCall()
+    class AppendChannel:
+        """A shared connection's channel whose AppendRows calls answer in the process."""
+
+        def stream_stream(self, method: str, **kwargs: Any) -> Any:
+            return lambda **call_kwargs: AppendCall()
+
+        async def close(self) -> None:
+            pass
 
     opened = StreamLookups.__init__
 
@@ -244,7 +250,7 @@ def answer_bigquery_in_process(which: str) -> None:
     if which != "appends":
         StreamLookups.__init__ = init  # type: ignore[method-assign]
     if which != "lookups":
-        AsyncChannel.stream_stream = stream_stream  # type: ignore[method-assign]
+        writer.open_append_channel = lambda endpoint, interceptors=(): AppendChannel()
 
 
 def main() -> None:

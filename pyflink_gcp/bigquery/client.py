@@ -22,7 +22,7 @@ import grpc
 from google.cloud.bigquery_storage_v1 import types as storage_types
 
 from pyflink_gcp.core.aio import AsyncChannel
-from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_channel
+from pyflink_gcp.core.channels import UNLIMITED_MESSAGES, open_aio_channel, open_channel
 from pyflink_gcp.core.endpoints import Endpoint, resolve_endpoint
 from pyflink_gcp.core.status import StatusError
 
@@ -59,9 +59,10 @@ def open_storage_channel(endpoint: Endpoint) -> grpc.Channel:
     )
 
 
-def open_lookup_channel(endpoint: Endpoint, sink_name: str) -> AsyncChannel:
-    """A ``grpc.aio`` channel to the Storage Write API on an event-loop thread of its own, for
-    the tables' ``GetWriteStream`` lookups.
+def open_lookup_channel(endpoint: Endpoint) -> AsyncChannel:
+    """A ``grpc.aio`` channel to the Storage Write API on the process's event-loop thread, for
+    the tables' ``GetWriteStream`` lookups (and, opened once more, for the shared AppendRows
+    connections to start their work on that loop).
 
     A lookup is a unary call per table and subtask. As a future of a synchronous channel it
     completes on gRPC's polling thread, which must take the GIL from a processing thread busy
@@ -80,23 +81,21 @@ def open_lookup_channel(endpoint: Endpoint, sink_name: str) -> AsyncChannel:
     )
 
 
-def open_append_channel(
-    endpoint: Endpoint, sink_name: str, interceptors: Sequence[Any] = ()
-) -> AsyncChannel:
-    """A ``grpc.aio`` channel to the Storage Write API with a TCP connection of its own, on an
-    event-loop thread of its own, for one of the shared AppendRows connections
-    (:mod:`pyflink_gcp.bigquery.connections`). ``interceptors``: those of them that are
+def open_append_channel(endpoint: Endpoint, interceptors: Sequence[Any] = ()) -> Any:
+    """A ``grpc.aio`` channel to the Storage Write API with a TCP connection of its own, for
+    one of the shared AppendRows connections (:mod:`pyflink_gcp.bigquery.connections`); to be
+    called on the event loop that will use it. ``interceptors``: those of them that are
     ``grpc.aio`` client interceptors apply to its calls."""
     from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
         BigQueryWriteGrpcAsyncIOTransport,
     )
 
-    return AsyncChannel(
+    return open_aio_channel(
         endpoint,
         BigQueryWriteGrpcAsyncIOTransport,
         DEFAULT_STORAGE_HOST,
         (*UNLIMITED_MESSAGES, ("grpc.use_local_subchannel_pool", 1)),
-        interceptors=[i for i in interceptors if isinstance(i, grpc.aio.ClientInterceptor)],
+        [i for i in interceptors if isinstance(i, grpc.aio.ClientInterceptor)],
     )
 
 

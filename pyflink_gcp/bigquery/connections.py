@@ -26,8 +26,8 @@ connection fails, every lease with requests on it receives the error, and each t
 re-sends its own unanswered requests with its own backoff and retry deadline
 (:mod:`pyflink_gcp.bigquery.sender`), exactly as when it had a connection of its own.
 
-Each channel is a ``grpc.aio`` channel on an event-loop thread of its own
-(:class:`~pyflink_gcp.core.aio.AsyncChannel`): the processing thread appends a request to the
+Each channel is a ``grpc.aio`` channel on the process's event-loop thread
+(:mod:`pyflink_gcp.core.aio`): the processing thread appends a request to the
 connection's inbox and wakes the loop once per batch of them; a writer coroutine puts them on
 the wire and a reader coroutine hands each response to the lease that sent the request, whose
 callback settles it (no thread waits on a table's answers). A synchronous bidirectional stream
@@ -47,6 +47,7 @@ application-created stream.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -59,6 +60,8 @@ import grpc
 from pyflink_gcp.bigquery.client import APPEND_ROWS_METHOD, AppendRowsRequest, AppendRowsResponse
 from pyflink_gcp.core.aio import AsyncChannel, CallHandle, closed_error
 from pyflink_gcp.core.status import StatusError
+
+_LOG = logging.getLogger("pyflink_gcp.bigquery")
 
 #: Why a lease waited longer than its connection's call deadline for an answer.
 _STUCK = "no AppendRows response within the connection's deadline"
@@ -75,14 +78,14 @@ class SharedConnection:
 
     def __init__(
         self,
-        channel: AsyncChannel,
-        method: Any,
+        loop: AsyncChannel,
+        slot: list[Any],
         routing: str,
         timeout_s: float,
         pool: ConnectionPool,
     ) -> None:
         self._lock = threading.Lock()
-        self._channel = channel
+        self._channel = loop
         self._pool = pool
         self._timeout_s = timeout_s
         self._inbox: deque[Any] = deque()
@@ -96,7 +99,7 @@ class SharedConnection:
         self.error: BaseException | None = None
         self.leases = 0
         # Ended also when the channel closes before the call started: _ended settles it all.
-        channel.start(self._run, method, routing).add_done_callback(self._ended)
+        loop.start(self._run, slot, routing).add_done_callback(self._ended)
 
     @property
     def load(self) -> int:
@@ -125,11 +128,12 @@ class SharedConnection:
             return
         lease.deliver(error)
 
-    async def _run(self, method: Any, routing: str) -> BaseException:
-        """The call, from its start to its end, on the loop; returns the error that ended it."""
+    async def _run(self, slot: list[Any], routing: str) -> BaseException:
+        """The call, from its start to its end, on the loop (its slot's channel opened first,
+        if it is the slot's first); returns the error that ended it."""
         writer = None
         try:
-            self._call = call = method(
+            self._call = call = self._pool._method(slot)(
                 metadata=(("x-goog-request-params", routing),), timeout=self._timeout_s
             )
             if self.error is not None:  # closed before the call started
@@ -273,39 +277,69 @@ class Lease:
 class ConnectionPool:
     """At most ``channel_count`` shared AppendRows connections per project and location.
 
-    Channels are opened on first use and kept; a connection is opened on a channel when a
-    lease needs it, and replaced on the same channel when it failed or retired.
+    A slot is a channel, opened on the loop by its first connection and kept; a connection is
+    opened on a slot when a lease needs it, and replaced on the same slot when it failed or
+    retired. No thread ever waits for the loop here: a lease may be taken by work on the loop
+    (a table's answer sends its next request), and a thread holding the pool's lock while it
+    waited for the loop would stop that work, and the loop with it.
 
     Args:
-        open_channel: Opens a ``grpc.aio`` channel to the Storage Write API on a loop thread
-            of its own, with a TCP connection of its own.
+        loop: Runs the connections (and the channels' opening and closing); the pool closes
+            it.
+        open_channel: Opens a ``grpc.aio`` channel to the Storage Write API, with a TCP
+            connection of its own; called on the loop.
         channel_count: Channels per project and location at most.
         timeout_s: Each AppendRows call's deadline (it retires at half of it).
     """
 
     def __init__(
         self,
-        open_channel: Callable[[], AsyncChannel],
+        loop: AsyncChannel,
+        open_channel: Callable[[], Any],
         *,
         channel_count: int,
         timeout_s: float,
     ) -> None:
+        self._loop = loop
         self._open_channel = open_channel
         self._size = channel_count
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
-        #: Per (project, location): a slot per channel, [channel, method, connection or None].
+        #: Per (project, location): a slot per channel, [channel, method, connection or None];
+        #: the channel and its AppendRows method are None until the loop opened them.
         self._slots: dict[tuple[str, str | None], list[list[Any]]] = {}
         self._retired: set[SharedConnection] = set()
         self._closed = False
         #: AppendRows connections opened so far.
         self.connections_opened = 0
+        #: gRPC channels opened so far.
+        self.channels_opened = 0
 
     @property
     def channels(self) -> int:
-        """gRPC channels open."""
+        """Slots, each a gRPC channel (opened by its first connection)."""
         with self._lock:
             return sum(len(slots) for slots in self._slots.values())
+
+    def _method(self, slot: list[Any]) -> Any:
+        """The slot's AppendRows method, its channel opened if it is not yet (on the loop)."""
+        if slot[1] is None:
+            channel = self._open_channel()
+            with self._lock:
+                self.channels_opened += 1
+                closed = self._closed
+                if not closed:
+                    slot[0] = channel
+                    slot[1] = channel.stream_stream(
+                        APPEND_ROWS_METHOD,
+                        request_serializer=AppendRowsRequest.SerializeToString,
+                        response_deserializer=AppendRowsResponse.FromString,
+                    )
+            if closed:
+                # Closed meanwhile: the channel would outlive the pool.
+                asyncio.get_running_loop().create_task(channel.close())
+                raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
+        return slot[1]
 
     def acquire(
         self,
@@ -316,7 +350,8 @@ class ConnectionPool:
     ) -> Lease:
         """A lease on a new connection while fewer than ``channel_count`` are open and every
         open one is in use by a table, else on the least loaded (fewest requests in flight,
-        then fewest tables). ``on_answer`` receives the lease's answers (see :class:`Lease`)."""
+        then fewest tables). ``on_answer`` receives the lease's answers (see :class:`Lease`).
+        Never waits for the loop."""
         with self._lock:
             if self._closed:
                 raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
@@ -337,13 +372,7 @@ class ConnectionPool:
                     best = slot
             if best is None or best[2].leases > 0:
                 if free is None and len(slots) < self._size:
-                    channel = self._open_channel()
-                    method = channel.stream_stream(
-                        APPEND_ROWS_METHOD,
-                        request_serializer=AppendRowsRequest.SerializeToString,
-                        response_deserializer=AppendRowsResponse.FromString,
-                    )
-                    free = [channel, method, None]
+                    free = [None, None, None]
                     slots.append(free)
                 if free is not None:
                     routing = (
@@ -351,7 +380,7 @@ class ConnectionPool:
                         if location
                         else f"write_stream={stream}"
                     )
-                    free[2] = SharedConnection(free[0], free[1], routing, self._timeout_s, self)
+                    free[2] = SharedConnection(self._loop, free, routing, self._timeout_s, self)
                     self.connections_opened += 1
                     best = free
             assert best is not None
@@ -385,7 +414,8 @@ class ConnectionPool:
                 self._retired.discard(connection)
 
     def close(self) -> None:
-        """Close every connection and channel."""
+        """Close every connection and channel, then the loop's channel. Not from work on the
+        loop: it waits for the loop."""
         with self._lock:
             self._closed = True
             slots = [slot for group in self._slots.values() for slot in group]
@@ -394,6 +424,17 @@ class ConnectionPool:
         for slot in slots:
             if slot[2] is not None:
                 slot[2].close()
-            slot[0].close()
         for connection in retired:
             connection.close()
+        channels = [slot[0] for slot in slots if slot[0] is not None]
+        try:
+            if channels:
+                self._loop.start(_close_all, channels).exception(timeout=30)
+        except TimeoutError:
+            _LOG.warning("the AppendRows channels did not close within 30 s")
+        finally:
+            self._loop.close()
+
+
+async def _close_all(channels: list[Any]) -> None:
+    await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)

@@ -365,7 +365,8 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         count = self.options.channel_count
         if self.shares_connections and count is not None:
             self.pool = ConnectionPool(
-                lambda: open_append_channel(endpoint, self.sink_name, self.interceptors),
+                open_lookup_channel(endpoint),
+                lambda: open_append_channel(endpoint, self.interceptors),
                 channel_count=count,
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),
             )
@@ -374,7 +375,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         self.timers = Timers(f"{self.sink_name}-{info.subtask_index}-timers")
         self.catalog, self.metadata_executor = open_metadata(self, info.subtask_index)
         if self.looks_up_streams and self.options.schema_update is SchemaUpdate.NONE:
-            self._lookup_channel = open_lookup_channel(endpoint, self.sink_name)
+            self._lookup_channel = open_lookup_channel(endpoint)
             self.stream_lookups = StreamLookups(
                 self._lookup_channel,
                 self.catalog,

@@ -16,7 +16,12 @@ from google.cloud.bigquery import SchemaField
 from google.cloud.bigquery_storage_v1 import types
 
 from pyflink_gcp.bigquery import TableDestination
-from pyflink_gcp.bigquery.client import AppendRowsRequest, ProtoSchema, open_append_channel
+from pyflink_gcp.bigquery.client import (
+    AppendRowsRequest,
+    ProtoSchema,
+    open_append_channel,
+    open_lookup_channel,
+)
 from pyflink_gcp.bigquery.connections import ConnectionPool, Lease, SharedConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
@@ -57,9 +62,14 @@ class Backend:
         self._server.start()
         self.endpoint = Endpoint(f"127.0.0.1:{port}", True)
 
-    def open_channel(self) -> AsyncChannel:
+    def open_loop(self) -> AsyncChannel:
+        """What runs a pool's connections: the process's event loop, as the writer opens it."""
+        return open_lookup_channel(self.endpoint)
+
+    def open_channel(self) -> Any:
+        """A pool's channel (on the loop, as the pool opens it)."""
         self.channels += 1
-        return open_append_channel(self.endpoint, "test-sink")
+        return open_append_channel(self.endpoint)
 
     def call(self, index: int) -> _Call:
         """The ``index``-th call, once the service has received it."""
@@ -122,7 +132,9 @@ def request(table: str, schema: Any) -> Any:
 
 def pool(backend: Backend, channels: int = 2, timeout_s: float = 30.0) -> ConnectionPool:
     """A pool on ``backend`` (``grpc.aio`` channels, as the writer opens them)."""
-    return ConnectionPool(backend.open_channel, channel_count=channels, timeout_s=timeout_s)
+    return ConnectionPool(
+        backend.open_loop(), backend.open_channel, channel_count=channels, timeout_s=timeout_s
+    )
 
 
 SCHEMA_A = ProtoSchema()
@@ -320,12 +332,45 @@ def test_a_write_that_fails_ends_its_connection_rather_than_leave_it_waiting(
     # The lease waiting on the connection receives the write's error at once, instead of
     # waiting until the call's deadline for an answer that never comes.
     backend = service()
-    channel = backend.open_channel()
-    p = ConnectionPool(lambda: channel, channel_count=1, timeout_s=30.0)
-    connection = SharedConnection(channel, lambda **_: _RefusingCall(), "write_stream=s", 30.0, p)
+    loop = backend.open_loop()
+    p = ConnectionPool(loop, backend.open_channel, channel_count=1, timeout_s=30.0)
+    # A slot whose channel is open, with the refusing call as its AppendRows method.
+    slot: list[Any] = [None, lambda **_: _RefusingCall(), None]
+    connection = SharedConnection(loop, slot, "write_stream=s", 30.0, p)
     connection.leases += 1
     lease = Lease(connection)
     lease.send(request("a", SCHEMA_A))
     with pytest.raises(AttributeError, match="_done_writing_flag"):
         lease.receive()
-    channel.close()
+    p.close()
+
+
+def test_a_lease_never_waits_for_the_loop_even_when_it_needs_a_new_channel(
+    service: Any,
+) -> None:
+    # Work on the loop takes leases (a table's answer sends its next request): a thread that
+    # held the pool's lock while it waited for the loop to open a channel stopped the loop.
+    # Here the loop is busy while a lease needs a new channel: the lease comes at once, and
+    # its channel opens when the loop is free.
+    backend = service()
+    p = pool(backend, channels=2)
+    loop = p._loop
+    busy, free = threading.Event(), threading.Event()
+
+    async def hold_the_loop() -> None:
+        busy.set()
+        free.wait(10)  # blocks the loop thread, as a long callback would
+
+    held = loop.start(hold_the_loop)
+    assert busy.wait(5)
+    started = time.monotonic()
+    a = p.acquire(stream("a"), "p", None)
+    a.send(request("a", SCHEMA_A))
+    assert time.monotonic() - started < 1.0
+    assert backend.channels == 0  # not opened yet: the loop opens it
+    free.set()
+    held.result(timeout=5)
+    assert a.receive().write_stream == stream("a")
+    assert backend.channels == 1
+    a.close()
+    p.close()
