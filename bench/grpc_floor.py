@@ -6,8 +6,11 @@ cost per destination when each destination takes a call of its own.
 At thousands of destinations with a few records each, a sink's cost per destination is its
 calls: Bigtable's MutateRows (a server-streaming call on the subtask's ``grpc.aio`` channel),
 BigQuery's ``GetWriteStream`` (the table's schema; a unary call on the sink's ``grpc.aio``
-lookup channel, here also as a future of a synchronous channel, as the sink made it before).
-This makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table
+lookup channel, here also as a future of a synchronous channel, as the sink made it before) and
+its AppendRows requests (of many tables on one shared bidirectional stream; on a ``grpc.aio``
+stream as the sink makes them, and on a synchronous one with a request-iterator thread and a
+reader thread, as it made them before). ``--busy`` needs patience: beside a busy thread each
+request of the synchronous stream waits for the GIL, so use ``--calls 3000`` with it. This makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table
 of its own, at most ``--in-flight`` at a time, as the sinks do, with nothing of pyflink-gcp in
 between, and prints this process's CPU (all threads) per call. ``bench/sink_cpu.py`` gives the
 sinks' own cost per destination to set beside it.
@@ -26,6 +29,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -285,11 +289,12 @@ def append_rows_aio(host: str, calls: int, in_flight: int, rows: int) -> float:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    inbox: Any = __import__("collections").deque()
+    inbox: deque[Any] = deque()
     wake: list[asyncio.Event] = []
     scheduled = [False]
     slots = threading.Semaphore(in_flight)
     done = threading.Event()
+    tasks: list[asyncio.Task[None]] = []
 
     async def open_call() -> Any:
         channel = grpc.aio.insecure_channel(host)
@@ -302,9 +307,14 @@ def append_rows_aio(host: str, calls: int, in_flight: int, rows: int) -> float:
         wake.append(asyncio.Event())
         await call.write(messages[0])
         await call.read()  # the stream connected
-        loop.create_task(write(call))
-        loop.create_task(read(call))
+        tasks.extend((loop.create_task(write(call)), loop.create_task(read(call))))
         return channel
+
+    async def close(channel: Any) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await channel.close()
 
     async def write(call: Any) -> None:
         event = wake[0]
@@ -334,7 +344,7 @@ def append_rows_aio(host: str, calls: int, in_flight: int, rows: int) -> float:
             loop.call_soon_threadsafe(woken)
     done.wait()
     spent = time.process_time() - start
-    asyncio.run_coroutine_threadsafe(channel.close(), loop).result()
+    asyncio.run_coroutine_threadsafe(close(channel), loop).result()
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
     return spent
