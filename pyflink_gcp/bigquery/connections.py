@@ -72,7 +72,7 @@ class SharedConnection:
 
     Requests are queued under ``_lock`` together with the lease they belong to, so the order of
     ``_waiting`` is the order of the requests on the wire and the reader can hand each
-    response to its lease. The call itself lives on ``channel``'s loop: :meth:`_run` opens it
+    response to its lease. The call itself lives on the event loop: :meth:`_run` opens it
     there, writes the queued requests and reads the responses.
     """
 
@@ -148,6 +148,8 @@ class SharedConnection:
         finally:
             if writer is not None:
                 writer.cancel()
+            if self._call is not None:
+                self._call.cancel()  # ended by a bad answer, it would stay open otherwise
 
     def _ended(self, run: CallHandle) -> None:
         """The call ended (or never started): every request still waiting for an answer

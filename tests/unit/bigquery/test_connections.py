@@ -28,6 +28,7 @@ from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.core.aio import LOOP_THREAD_NAME, AsyncChannel
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.core.status import StatusError
 
 Response = types.AppendRowsResponse.pb()
 SCHEMA = [SchemaField("id", "INT64")]
@@ -39,9 +40,13 @@ class Backend:
     call, after ``latency_s``; ``break_after`` requests in all, the call that receives the next
     one fails UNAVAILABLE (once). Records every request with its call."""
 
-    def __init__(self, latency_s: float = 0.0, break_after: int | None = None) -> None:
+    def __init__(
+        self, latency_s: float = 0.0, break_after: int | None = None, answer_twice: bool = False
+    ) -> None:
         self.latency_s = latency_s
         self.break_after = break_after
+        #: Answer every request twice (a service gone wrong).
+        self.answer_twice = answer_twice
         self.calls: list[_Call] = []
         self.requests: list[tuple[int, Any]] = []
         self.channels = 0
@@ -93,6 +98,8 @@ class Backend:
             if broken:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
             yield Response(write_stream=request.write_stream)
+            if self.answer_twice:
+                yield Response(write_stream=request.write_stream)
 
     def stop(self) -> None:
         self._server.stop(None)
@@ -179,9 +186,11 @@ def test_a_located_table_routes_by_location_and_locations_do_not_share(service: 
     eu = p.acquire(stream("a"), "p", "EU")
     us = p.acquire(stream("b"), "p", "US")
     assert eu.connection is not us.connection
-    assert backend.call(0).metadata == (
-        ("x-goog-request-params", "write_location=projects/p/locations/EU"),
-    )
+    # Two calls, each routed to its location (in whichever order they reached the service).
+    assert {backend.call(0).metadata, backend.call(1).metadata} == {
+        (("x-goog-request-params", "write_location=projects/p/locations/EU"),),
+        (("x-goog-request-params", "write_location=projects/p/locations/US"),),
+    }
     p.close()
 
 
@@ -373,4 +382,20 @@ def test_a_lease_never_waits_for_the_loop_even_when_it_needs_a_new_channel(
     assert a.receive().write_stream == stream("a")
     assert backend.channels == 1
     a.close()
+    p.close()
+
+
+def test_an_answer_nobody_waits_for_fails_the_connection_and_ends_its_call(service: Any) -> None:
+    backend = service(answer_twice=True)
+    p = pool(backend, channels=1)
+    a = p.acquire(stream("a"), "p", None)
+    a.send(request("a", SCHEMA_A))
+    assert a.receive().write_stream == stream("a")
+    # The second answer to the one request: the connection fails, and its call is ended
+    # rather than left open until its deadline.
+    assert backend.call(0).ended.wait(5)
+    assert a.retiring
+    a.send(request("a", SCHEMA_A))
+    with pytest.raises(StatusError, match="nobody waits for"):
+        a.receive()
     p.close()
