@@ -33,7 +33,7 @@ the wire and a reader coroutine hands each response to the lease that sent the r
 callback settles it (no thread waits on a table's answers). A synchronous bidirectional stream
 needs a thread that takes the requests and another that reads the responses, each taking the
 GIL from the busy processing thread for every request: beside such a thread an append cost
-about three times the client CPU it costs on an event loop (``python bench/grpc_floor.py
+about two and a half times the client CPU it costs on an event loop (``python bench/grpc_floor.py
 --busy``, bench/README.md).
 
 The routing header of a shared connection names the location (``write_location=projects/P/
@@ -85,7 +85,7 @@ class SharedConnection:
         pool: ConnectionPool,
     ) -> None:
         self._lock = threading.Lock()
-        self._channel = loop
+        self._loop = loop
         self._pool = pool
         self._timeout_s = timeout_s
         self._inbox: deque[Any] = deque()
@@ -124,7 +124,7 @@ class SharedConnection:
                 self._scheduled = True
         if error is None:
             # A closing channel ends the call, and the lease receives that (``_ended``).
-            self._channel.call_soon(self._wake.set)
+            self._loop.call_soon(self._wake.set)
             return
         lease.deliver(error)
 
@@ -208,7 +208,7 @@ class SharedConnection:
     def close(self) -> None:
         """End the call; leases still waiting receive its cancellation."""
         self._fail(StatusError(grpc.StatusCode.CANCELLED, "the connection was closed"))
-        self._channel.call_soon(self._cancel)
+        self._loop.call_soon(self._cancel)
 
     def _cancel(self) -> None:
         if self._call is not None:
@@ -219,7 +219,7 @@ class Lease:
     """A table sender's use of a shared connection while it has requests in flight.
 
     Each answer (a response, or the connection's error) goes, in the order of the lease's
-    requests, to ``on_answer`` on the connection's reader thread; without one it waits in a
+    requests, to ``on_answer`` on the event-loop thread; without one it waits in a
     queue for :meth:`receive`. Has the interface of
     :class:`~pyflink_gcp.bigquery.client.AppendConnection`, which a BUFFERED stream's sender
     uses instead.
@@ -314,8 +314,6 @@ class ConnectionPool:
         self._closed = False
         #: AppendRows connections opened so far.
         self.connections_opened = 0
-        #: gRPC channels opened so far.
-        self.channels_opened = 0
 
     @property
     def channels(self) -> int:
@@ -328,7 +326,6 @@ class ConnectionPool:
         if slot[1] is None:
             channel = self._open_channel()
             with self._lock:
-                self.channels_opened += 1
                 closed = self._closed
                 if not closed:
                     slot[0] = channel

@@ -10,8 +10,9 @@ of them on one AppendRows connection (one with ``OrderingMode.PER_TABLE``).
 No thread waits on a request. The processing thread encodes each cut request and queues it;
 the sender is a small state machine whose steps run one at a time, on whichever thread brings
 it something to do, and never make a thread wait for another: the processing thread, which
-writes the queued requests onto the connection while the table's window has room; the
-connection's reader thread, which hands each response to the sender's callback, which settles it
+writes the queued requests onto the connection while the table's window has room; the thread
+that reads the connection's answers (the event loop's for a shared connection, a reader thread
+for one of the table's own), which hands each response to the sender's callback, which settles it
 (frees its slot, records rejected rows or the first error, queues what must be sent again) and
 sends the requests that waited for the slot; a timer of the subtask, which ends a retry's
 backoff; a metadata thread, which ends the table's lookup (requests cut before it are encoded
@@ -282,7 +283,7 @@ class TableSender(ResponseHandling):
         if self._fatal is not None:
             raise self._fatal
         # Encoded here, on the processing thread, once the table's lookup has ended (until
-        # then the lookup's callback encodes it): a step on a reader thread only sends it.
+        # then the lookup's callback encodes it): a step on an answer's thread only sends it.
         source = self._layout_source
         if batch.rows is None and (
             isinstance(source, TableLayout)
@@ -470,7 +471,8 @@ class TableSender(ResponseHandling):
                 self._cond.notify_all()
 
     def _on_answer(self, generation: int, answer: Any) -> None:
-        """A connection's answer to the oldest request sent on it (its reader thread)."""
+        """A connection's answer to the oldest request sent on it (on the thread that reads
+        its answers)."""
         with self._cond:
             if self._closed:
                 return

@@ -9,7 +9,7 @@ on them, and a checkpoint waits for every lookup of the tables it writes.
 The Storage Write API answers the same question for the table's default stream:
 ``GetWriteStream`` with the ``FULL`` view returns the stream's table schema and location (Google's
 Java client asks it this way before writing to a default stream). Here that call is started on
-the subtask's lookup channel, a ``grpc.aio`` channel on an event-loop thread of its own
+the subtask's lookup channel, a ``grpc.aio`` channel on the process's event-loop thread
 (:func:`~pyflink_gcp.bigquery.client.open_lookup_channel`), at most
 :data:`~pyflink_gcp.core.checked.CHECKS_IN_FLIGHT` at a time (:class:`~pyflink_gcp.core.checked.
 CheckCalls`), and its answer builds the layout on the loop's thread: no thread waits on it.

@@ -327,7 +327,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
     def _init_runtime(self) -> None:
         self.storage_endpoint_name = DEFAULT_STORAGE_HOST
         self._channel: Any = None
-        #: The tables' GetWriteStream lookups (a grpc.aio channel on a loop thread of its own).
+        #: The tables' GetWriteStream lookups (a grpc.aio channel on the process's event loop).
         self._lookup_channel: AsyncChannel | None = None
         self.stub: Any = None
         #: The shared AppendRows connections, when ``channel_count`` is set.

@@ -5,7 +5,7 @@ of its own runs; every channel of the process shares that one loop and thread
 (``pyflink-gcp-io``), started with the first channel and stopped with the last. The processing
 thread starts work there without waiting for it: one unary call (:meth:`AsyncMethod.future`),
 or a whole operation, a coroutine that may make several calls
-(:meth:`AsyncChannel.unary_stream`, :meth:`AsyncChannel.stream_stream`) and back off between
+(:meth:`AsyncChannel.unary_stream`) and back off between
 them with ``await asyncio.sleep`` (:meth:`AsyncChannel.start`). Either way it gets a
 :class:`CallHandle`, read like a ``grpc.Future``: done-callbacks run on the loop thread when the
 work ends, and carry its result or error.
@@ -249,7 +249,6 @@ class AsyncChannel:
         transport: The service's generated AsyncIO transport (TLS channels with its scopes).
         default_host: The service's host when the endpoint names none.
         options: gRPC channel options.
-        interceptors: ``grpc.aio`` client interceptors of every call on the channel.
     """
 
     def __init__(
@@ -258,7 +257,6 @@ class AsyncChannel:
         transport: Any,
         default_host: str,
         options: Sequence[tuple[str, Any]],
-        interceptors: Sequence[Any] = (),
     ) -> None:
         self._shared = _SharedLoop.acquire()
         self._loop = self._shared.loop
@@ -272,13 +270,9 @@ class AsyncChannel:
         try:
             if threading.current_thread() is self._thread:
                 # Opened by work on the loop (a callback): it cannot wait for itself.
-                self._channel = open_aio_channel(
-                    endpoint, transport, default_host, options, interceptors
-                )
+                self._channel = open_aio_channel(endpoint, transport, default_host, options)
             else:
-                self._channel = self._run(
-                    self._open(endpoint, transport, default_host, options, interceptors)
-                )
+                self._channel = self._run(self._open(endpoint, transport, default_host, options))
         except BaseException:
             self._shared.release()  # no loop thread outlives the channels that use it
             raise
@@ -288,14 +282,10 @@ class AsyncChannel:
 
     @staticmethod
     async def _open(
-        endpoint: Endpoint,
-        transport: Any,
-        default_host: str,
-        options: Sequence[tuple[str, Any]],
-        interceptors: Sequence[Any],
+        endpoint: Endpoint, transport: Any, default_host: str, options: Sequence[tuple[str, Any]]
     ) -> Any:
         # An aio channel belongs to the loop it is created on.
-        return open_aio_channel(endpoint, transport, default_host, options, interceptors)
+        return open_aio_channel(endpoint, transport, default_host, options)
 
     def unary_unary(self, method: str, **kwargs: Any) -> AsyncMethod:
         """Binds ``method`` (with its serializers); the result's ``future`` starts a call."""
@@ -306,12 +296,6 @@ class AsyncChannel:
         multi-callable, ``(request, timeout=, metadata=) -> async iterator of responses``, to
         be called only by work on this channel's loop (:meth:`start`)."""
         return self._channel.unary_stream(method, **kwargs)
-
-    def stream_stream(self, method: str, **kwargs: Any) -> Any:
-        """Binds the bidirectional-streaming ``method`` (with its serializers): a ``grpc.aio``
-        multi-callable, ``(timeout=, metadata=) -> call`` with ``write``, ``read`` and
-        ``cancel``, to be called and used only on this channel's loop."""
-        return self._channel.stream_stream(method, **kwargs)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Runs ``fn(*args)`` on the loop thread, soon, from any thread; False (and nothing
