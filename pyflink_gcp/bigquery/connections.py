@@ -27,10 +27,11 @@ re-sends its own unanswered requests with its own backoff and retry deadline
 (:mod:`pyflink_gcp.bigquery.sender`), exactly as when it had a connection of its own.
 
 Each channel is a ``grpc.aio`` channel on the process's event-loop thread
-(:mod:`pyflink_gcp.core.aio`): the processing thread appends a request to the
-connection's inbox and wakes the loop once per batch of them; a writer coroutine puts them on
-the wire and a reader coroutine hands each response to the lease that sent the request, whose
-callback settles it (no thread waits on a table's answers). A synchronous bidirectional stream
+(:mod:`pyflink_gcp.core.aio`): the processing thread appends a request's parts
+(:class:`~pyflink_gcp.bigquery.client.PendingAppend`) to the connection's inbox and wakes the
+loop once per batch of them; a writer coroutine builds each message and puts it on the wire,
+and a reader coroutine hands each response to the lease that sent the request, whose callback
+settles it (no thread waits on a table's answers). A synchronous bidirectional stream
 needs a thread that takes the requests and another that reads the responses, each taking the
 GIL from the busy processing thread for every request: beside such a thread an append cost
 about two and a half times the client CPU it costs on an event loop (``python bench/grpc_floor.py
@@ -57,7 +58,12 @@ from typing import Any
 
 import grpc
 
-from pyflink_gcp.bigquery.client import APPEND_ROWS_METHOD, AppendRowsRequest, AppendRowsResponse
+from pyflink_gcp.bigquery.client import (
+    APPEND_ROWS_METHOD,
+    AppendRowsRequest,
+    AppendRowsResponse,
+    PendingAppend,
+)
 from pyflink_gcp.core.aio import AsyncChannel, CallHandle, closed_error
 from pyflink_gcp.core.status import StatusError
 
@@ -88,7 +94,7 @@ class SharedConnection:
         self._loop = loop
         self._pool = pool
         self._timeout_s = timeout_s
-        self._inbox: deque[Any] = deque()
+        self._inbox: deque[PendingAppend] = deque()
         self._waiting: deque[Lease] = deque()
         #: A wake-up of the writer is on its way (reset by the writer before it drains).
         self._scheduled = False
@@ -111,9 +117,10 @@ class SharedConnection:
         """Past half its call deadline (or failed): takes no new lease."""
         return self.error is not None or time.monotonic() >= self._retire_at
 
-    def send(self, lease: Lease, request: Any) -> None:
-        """Send ``request`` for ``lease``. Never blocks nor raises: on a failed connection the
-        lease receives the connection's error as this request's answer."""
+    def send(self, lease: Lease, request: PendingAppend) -> None:
+        """Send ``request`` for ``lease`` (built when the writer puts it on the wire). Never
+        blocks nor raises: on a failed connection the lease receives the connection's error as
+        this request's answer."""
         with self._lock:
             error = self.error
             if error is None:
@@ -163,14 +170,15 @@ class SharedConnection:
         self._pool._ended(self)
 
     async def _write(self, call: Any) -> None:
-        """Put the queued requests on the wire, in order, whenever a send wakes it."""
+        """Build the queued requests and put them on the wire, in order, whenever a send wakes
+        it (one message alive at a time, not one per queued request)."""
         inbox, wake = self._inbox, self._wake
         try:
             while True:
                 # Reset before draining: a request queued after the last pop wakes it again.
                 self._scheduled = False
                 while inbox:
-                    await call.write(inbox.popleft())
+                    await call.write(inbox.popleft().build())
                 await wake.wait()
                 wake.clear()
         except asyncio.CancelledError:
@@ -239,7 +247,7 @@ class Lease:
     def retiring(self) -> bool:
         return self.connection.retiring
 
-    def send(self, request: Any) -> None:
+    def send(self, request: PendingAppend) -> None:
         self.connection.send(self, request)
 
     def deliver(self, answer: Any) -> None:

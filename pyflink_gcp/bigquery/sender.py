@@ -55,6 +55,7 @@ from pyflink_gcp.bigquery.client import (
     DEFAULT_STORAGE_HOST,
     AppendConnection,
     AppendRowsRequest,
+    PendingAppend,
 )
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.responses import Reconnect, ResponseHandling
@@ -576,23 +577,21 @@ class TableSender(ResponseHandling):
         # too: a request may follow others whose answers are not in yet, a backend may drop a
         # connection's schema with a rejected request (the emulator does), and a request that
         # fails for that reason must never be mistaken for bad rows.
-        request = AppendRowsRequest()
-        request.write_stream = stream
-        if self._missing:
-            request.default_missing_value_interpretation = self._missing
-        if self.offsets is not None:
-            request.offset.value = self.offsets.assign(batch)
         if batch.arrow is not None:
             assert layout.arrow is not None
-            arrow_rows = request.arrow_rows
-            arrow_rows.writer_schema.serialized_schema = layout.arrow.serialized_schema
-            arrow_rows.rows.serialized_record_batch = batch.arrow
+            request = PendingAppend(
+                stream, layout.arrow.serialized_schema, arrow=batch.arrow, missing=self._missing
+            )
             self.arrow_requests_sent += 1
         else:
-            request.proto_rows.writer_schema.CopyFrom(
-                self._cdc_schema if batch.cdc else self._plain_schema
+            request = PendingAppend(
+                stream,
+                self._cdc_schema if batch.cdc else self._plain_schema,
+                rows=batch.rows or (),
+                missing=self._missing,
             )
-            request.proto_rows.rows.serialized_rows.extend(batch.rows or ())
+        if self.offsets is not None:
+            request.offset = self.offsets.assign(batch)
         with self._cond:
             self._in_flight.append(batch)  # before its answer can come
         connection.send(request)

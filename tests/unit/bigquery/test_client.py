@@ -14,6 +14,8 @@ from pyflink_gcp.bigquery.client import (
     STORAGE_EMULATOR_VARIABLE,
     AppendConnection,
     AppendRowsRequest,
+    PendingAppend,
+    ProtoSchema,
     append_rows_stub,
     open_storage_channel,
     resolve_rest_endpoint,
@@ -84,9 +86,11 @@ def test_a_connection_names_its_stream_and_an_ended_stream_is_unavailable() -> N
     assert metadata == (
         ("x-goog-request-params", "write_stream=projects/p/datasets/d/tables/t/streams/_default"),
     )
-    request = AppendRowsRequest(write_stream="s")
-    connection.send(request)
-    assert next(call.requests) is request
+    connection.send(PendingAppend("s", ProtoSchema(), rows=[b"\x08\x01"]))
+    built = next(call.requests)  # built as gRPC takes it
+    assert isinstance(built, AppendRowsRequest)
+    assert built.write_stream == "s"
+    assert list(built.proto_rows.rows.serialized_rows) == [b"\x08\x01"]
     assert connection.receive() == "answer"
     with pytest.raises(StatusError, match="ended without a response") as err:
         connection.receive()
@@ -123,3 +127,32 @@ def test_the_rest_session_reads_the_proxy_and_ca_settings_once(
     finally:
         proxied.close()
         bypassed.close()
+
+
+def test_a_pending_append_builds_protobuf_rows_with_their_writer_schema() -> None:
+    schema = ProtoSchema()
+    schema.proto_descriptor.name = "row"
+    rows = [b"\x08\x01", b"\x08\x02"]
+    built = PendingAppend("stream-a", schema, rows=rows, missing=2, offset=7).build()
+    assert built.write_stream == "stream-a"
+    assert built.proto_rows.writer_schema == schema
+    assert list(built.proto_rows.rows.serialized_rows) == rows
+    assert built.default_missing_value_interpretation == 2
+    assert built.HasField("offset") and built.offset.value == 7
+    assert not built.HasField("arrow_rows")
+
+
+def test_a_pending_append_builds_an_arrow_batch_and_leaves_unset_parts_unset() -> None:
+    built = PendingAppend("stream-b", b"arrow-schema", arrow=b"record-batch").build()
+    assert built.arrow_rows.writer_schema.serialized_schema == b"arrow-schema"
+    assert built.arrow_rows.rows.serialized_record_batch == b"record-batch"
+    assert not built.HasField("proto_rows")
+    assert not built.HasField("offset")
+    assert built.default_missing_value_interpretation == 0
+
+
+def test_a_pending_append_builds_a_new_message_each_time() -> None:
+    """A request sent again after a broken connection is built again from the same parts."""
+    pending = PendingAppend("s", ProtoSchema(), rows=[b"\x08\x01"])
+    first, second = pending.build(), pending.build()
+    assert first is not second and first == second

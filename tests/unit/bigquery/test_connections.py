@@ -18,6 +18,7 @@ from google.cloud.bigquery_storage_v1 import types
 from pyflink_gcp.bigquery import TableDestination
 from pyflink_gcp.bigquery.client import (
     AppendRowsRequest,
+    PendingAppend,
     ProtoSchema,
     open_append_channel,
     open_lookup_channel,
@@ -130,11 +131,8 @@ def stream(table: str) -> str:
     return f"projects/p/datasets/d/tables/{table}/streams/_default"
 
 
-def request(table: str, schema: Any) -> Any:
-    r = AppendRowsRequest(write_stream=stream(table))
-    r.proto_rows.writer_schema.CopyFrom(schema)
-    r.proto_rows.rows.serialized_rows.append(b"\x08\x01")
-    return r
+def request(table: str, schema: Any) -> PendingAppend:
+    return PendingAppend(stream(table), schema, rows=[b"\x08\x01"])
 
 
 def pool(backend: Backend, channels: int = 2, timeout_s: float = 30.0) -> ConnectionPool:
@@ -177,6 +175,36 @@ def test_tables_share_a_connection_and_each_gets_its_own_answers_in_order(servic
     assert backend.call(0).metadata == (("x-goog-request-params", f"write_stream={stream('a')}"),)
     a.close()
     b.close()
+    p.close()
+
+
+class _Counted(PendingAppend):
+    """Records where its message was built."""
+
+    __slots__ = ("built_on",)
+
+    def build(self) -> Any:
+        self.built_on = threading.current_thread().name
+        return super().build()
+
+
+def test_a_request_is_built_on_the_loop_as_it_is_written_not_when_it_is_sent(
+    service: Any,
+) -> None:
+    """10,000 tables' requests queued at a flush hold their parts, not 10,000 messages."""
+    backend = service()
+    p = pool(backend, channels=1)
+    lease = p.acquire(stream("a"), "p", None)
+    sent = [_Counted(stream("a"), SCHEMA_A, rows=[b"\x08\x01"]) for _ in range(3)]
+    for pending in sent:
+        lease.send(pending)
+    for _ in sent:
+        lease.receive()
+    assert [pending.built_on for pending in sent] == [LOOP_THREAD_NAME] * 3
+    # What the service read is the message built from the parts.
+    assert [r.write_stream for _, r in backend.requests] == [stream("a")] * 3
+    assert all(r.proto_rows.writer_schema == SCHEMA_A for _, r in backend.requests)
+    lease.close()
     p.close()
 
 

@@ -312,7 +312,8 @@ class _ScriptedConnection:
         self.sent: list[Any] = []
         self.closed = False
 
-    def send(self, request: Any) -> None:
+    def send(self, pending: Any) -> None:
+        request = pending.build()  # as a connection builds it when it writes it
         assert request.write_stream == BUFFERED_STREAM
         self.sent.append(request)
         if self.service.at_once:
