@@ -273,7 +273,7 @@ BIGTABLE = Connector(
         ),
         TableOption("endpoint", "string", "host:port of Bigtable.", maps_to="set_endpoint"),
         *field_selection_options(only=False),
-        *writer_options(creates=True, max_rows="50000", in_flight="8"),
+        *writer_options(creates=True, max_rows="50000", in_flight="50"),
     ),
 )
 

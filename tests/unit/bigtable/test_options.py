@@ -18,7 +18,7 @@ def test_defaults() -> None:
     assert isinstance(options, CreatingWriterOptions)
     assert options.max_buffer_time == timedelta(seconds=1)
     assert options.max_buffered_records == 50_000
-    assert options.max_in_flight_requests == 8
+    assert options.max_in_flight_requests == 50
     assert options.retry_deadline == timedelta(minutes=2)
     assert options.idle_timeout == timedelta(minutes=15)
     assert options.max_active_destinations is None
