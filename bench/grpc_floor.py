@@ -10,7 +10,9 @@ lookup channel, here also as a future of a synchronous channel, as the sink made
 its AppendRows requests (of many tables on one shared bidirectional stream; on a ``grpc.aio``
 stream as the sink makes them, and on a synchronous one with a request-iterator thread and a
 reader thread, as it made them before). ``--busy`` needs patience: beside a busy thread each
-request of the synchronous stream waits for the GIL, so use ``--calls 3000`` with it. This makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table
+request of the synchronous stream waits for the GIL, so use ``--calls 3000`` with it.
+
+This makes ``--calls`` such calls against the null backend (bench/nullbackend/), each to a table
 of its own, at most ``--in-flight`` at a time, as the sinks do, with nothing of pyflink-gcp in
 between, and prints this process's CPU (all threads) per call. ``bench/sink_cpu.py`` gives the
 sinks' own cost per destination to set beside it.
