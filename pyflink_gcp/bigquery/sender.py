@@ -587,7 +587,7 @@ class TableSender(ResponseHandling):
             request = PendingAppend(
                 stream,
                 self._cdc_schema if batch.cdc else self._plain_schema,
-                rows=batch.rows or (),
+                rows=batch.rows,
                 missing=self._missing,
             )
         if self.offsets is not None:
