@@ -18,7 +18,8 @@ sends the requests that waited for the slot; a timer of the subtask, which ends 
 backoff; a metadata thread, which ends the table's lookup (requests cut before it are encoded
 then). The processing thread waits only when the table has more than its window and a few
 requests queued (backpressure), and in :meth:`TableSender.settle`, once, until everything in
-flight was answered.
+flight was answered; neither wait trusts another thread to bring what it waits for
+(:mod:`pyflink_gcp.bigquery.sender_waits`).
 
 Every AppendRows request names its stream (the emulator needs it), responses come back in
 order on a connection, and pipelining several requests on one connection is what makes the
@@ -42,6 +43,7 @@ and stream failures, is decided by :mod:`pyflink_gcp.bigquery.responses`, whose
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -60,6 +62,7 @@ from pyflink_gcp.bigquery.client import (
 from pyflink_gcp.bigquery.destinations import TableDestination
 from pyflink_gcp.bigquery.responses import Reconnect, ResponseHandling
 from pyflink_gcp.bigquery.schema_update import MissingValues, UnknownFields, fatal_reason
+from pyflink_gcp.bigquery.sender_waits import BoundedWaits
 from pyflink_gcp.bigquery.serialization import row_payload
 from pyflink_gcp.bigquery.tables import TableLayout
 from pyflink_gcp.bigquery.values import RowError
@@ -77,17 +80,13 @@ _LOG = logging.getLogger("pyflink_gcp.bigquery")
 #: Bytes a serialized row adds to a request besides its own (field tag and length prefix).
 #: Requests a table may queue beyond its in-flight window before ``submit`` waits (bounds memory).
 _QUEUED_BATCHES = 4
-#: Beyond a connection's call deadline, how long a settle waits for an answer before it closes
-#: the connection (the deadline ends every call; this only guards against a lost answer).
-_STUCK_MARGIN_S = 30.0
-_STUCK = "no AppendRows response within the connection's deadline"
 #: The subtask timers of senders made without a factory's (tests, tools).
 _TIMERS = Timers("bigquery-append-timers")
 #: ``AppendRowsRequest.MissingValueInterpretation.DEFAULT_VALUE``.
 _DEFAULT_VALUE = AppendRowsRequest.MissingValueInterpretation.Value("DEFAULT_VALUE")
 
 
-class TableSender(ResponseHandling):
+class TableSender(ResponseHandling, BoundedWaits):
     """Appends the cut requests of one table; see the module docstring.
 
     The processing thread calls :meth:`submit`, :meth:`settle`, :attr:`is_idle` and
@@ -106,7 +105,7 @@ class TableSender(ResponseHandling):
         "_timeout_s", "_connect", "_timers", "_slots", "_slot", "_slot_wanted", "_retry",
         "_depth", "_layout_source", "_layout", "_plain_schema", "_cdc_schema",
         "_max_request_bytes", "_cond", "_queue", "_in_flight", "_answers", "_answers_seen",
-        "_busy", "_paused", "_pauses", "_backoff", "_failed", "_fatal", "_closed",
+        "_busy", "_paused", "_pauses", "_resume_due", "_backoff", "_failed", "_fatal", "_closed",
         "_connection", "_generation",
     )
     # fmt: on
@@ -182,6 +181,7 @@ class TableSender(ResponseHandling):
         self._busy = False  # a thread runs the steps
         self._paused = 0  # the running backoff's number, else 0
         self._pauses = 0
+        self._resume_due = 0.0  # when the running backoff ends (monotonic)
         self._backoff: BackoffSequence | None = None
         self._failed: list[FailedRecord] = []
         self._fatal: BaseException | None = None
@@ -353,35 +353,6 @@ class TableSender(ResponseHandling):
         if isinstance(source, Future):
             source.cancel()  # a lookup still queued for a writer that is gone
 
-    def _wait(self, done: Callable[[], bool]) -> None:
-        """Until ``done()`` (or the sender failed or closed): run the steps there is work for
-        on this thread, else wait for answers, timers and lookups to bring some. A connection
-        that answers nothing for longer than its deadline (and a margin) is closed, so its
-        requests fail and are sent again: the wait is bounded."""
-        while True:
-            stuck: Any = None
-            with self._cond:
-                seen = self._answers_seen
-                while self._fatal is None and not self._closed:
-                    if not self._busy:
-                        if done():
-                            return
-                        if self._action():
-                            break
-                    if (
-                        not self._cond.wait(self._timeout_s + _STUCK_MARGIN_S)
-                        and seen == self._answers_seen
-                        and self._in_flight
-                    ):
-                        stuck = self._connection
-                        break
-                else:
-                    return
-            if stuck is not None:
-                _LOG.warning("%s: %s; sending its requests again", self._what, _STUCK)
-                stuck.abort()
-            self._step()
-
     # -- the steps (one thread at a time) ------------------------------------------------------
 
     def _step(self) -> None:
@@ -509,6 +480,7 @@ class TableSender(ResponseHandling):
         with self._cond:
             self._pauses += 1
             token = self._paused = self._pauses
+            self._resume_due = time.monotonic() + delay_s
 
         def resume() -> None:
             with self._cond:

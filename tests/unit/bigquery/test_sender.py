@@ -22,7 +22,6 @@ from pyflink_gcp.bigquery import (
     RowFormat,
     TableDestination,
 )
-from pyflink_gcp.bigquery import sender as sender_module
 from pyflink_gcp.bigquery.batch import ARROW_MIN_ROWS
 from pyflink_gcp.bigquery.client import AppendConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
@@ -513,39 +512,6 @@ def test_a_backoff_is_a_timer_and_a_quota_error_halves_the_window_with_the_slowe
     timers.run()
     assert s.settle() == [] and service.committed == [1]
     assert s.requests_sent == 2
-
-
-def test_a_settle_is_bounded_by_a_connection_that_never_answers(monkeypatch: Any) -> None:
-    monkeypatch.setattr(sender_module, "_STUCK_MARGIN_S", 0.0)
-    opened: list[Any] = []
-
-    class Silent:
-        retiring = False
-
-        def __init__(self, on_answer: Any) -> None:
-            self.on_answer = on_answer
-
-        def send(self, request: Any) -> None:
-            pass  # lost
-
-        def abort(self) -> None:
-            self.on_answer(Unavailable())
-
-        def close(self) -> None:
-            pass
-
-    def connect(stream: str, layout: Any, on_answer: Any) -> Any:
-        if opened:
-            connection = AppendConnection(FakeService(), stream, 5.0, on_answer)
-        else:
-            connection = Silent(on_answer)
-        opened.append(connection)
-        return connection
-
-    s = sender(None, TableLayout.of(ENCODER_SCHEMA), connect=connect, connection_timeout_s=0.05)
-    s.submit(_encoded([7]))
-    assert s.settle() == []
-    assert s.rows_appended == 1 and len(opened) == 2
 
 
 def test_buffered_tables_wait_for_a_connection_slot_and_a_release_hands_it_on() -> None:
