@@ -91,6 +91,7 @@ class TableBatcher(DestinationWriter[TableDestination]):
             max_elements=options.max_in_flight_entries,
             max_bytes=options.max_in_flight_bytes,
             fail_fast=True,
+            stall_s=call.policy.stall_bound(call.timeout_s),
         )
         self._failures: list[FailedRecord] = []
         self._closed = False

@@ -237,6 +237,7 @@ class CreateTaskCalls:
             quota=quota,
             collect=False,
             on_done=self._done,
+            stall_s=retry.stall_bound(timeout_s),
         )
         self.created = 0
         self.already_existed = 0

@@ -141,6 +141,12 @@ class InFlightWindow(Generic[R]):
     elements and bytes they carry. A request is always admitted into an empty window, so one
     larger than the byte bound still goes out.
 
+    A wait never trusts a completion to come: with ``stall_s``, a wait during which no request
+    completed for that long raises a ``WriteError`` naming the window. Each request is bounded
+    by its own deadline and retries, so a wait that outlives that bound (``stall_s``, from
+    :meth:`~pyflink_gcp.core.retry.RetryPolicy.stall_bound`) lost a completion between
+    threads, and ends the task rather than hanging it.
+
     A sink keeps one window per destination writer, so its size counts at thousands of
     destinations: the fields are slots, and the condition the waits need exists only while a
     wait does (a condition weighs about 1.2 KB, and a window waits at most at a flush).
@@ -158,6 +164,8 @@ class InFlightWindow(Generic[R]):
             failed; without it the error waits for :meth:`drain`.
         on_done: Called with each request's error (None on success) after its slot is free,
             on the completing thread: how a window tells a quota window the outcomes.
+        stall_s: A wait with no completion for this long raises; None: it waits as long as
+            requests are in flight.
     """
 
     __slots__ = (
@@ -176,6 +184,8 @@ class InFlightWindow(Generic[R]):
         "_bytes",
         "_results",
         "_error",
+        "_completed",
+        "stall_s",
         "last",
     )
 
@@ -190,6 +200,7 @@ class InFlightWindow(Generic[R]):
         collect: bool = True,
         fail_fast: bool = False,
         on_done: Callable[[BaseException | None], None] | None = None,
+        stall_s: float | None = None,
     ) -> None:
         self.max_requests = sys.maxsize if max_requests is None else max_requests
         self.what = what
@@ -209,6 +220,9 @@ class InFlightWindow(Generic[R]):
         self._bytes = 0
         self._results: list[R] = []
         self._error: BaseException | None = None
+        #: Requests completed so far: a wait that sees it move knows the requests progress.
+        self._completed = 0
+        self.stall_s = stall_s
         #: The request added last (a writer chaining ordered requests waits for it).
         self.last: Any = None
 
@@ -265,6 +279,7 @@ class InFlightWindow(Generic[R]):
             return  # the common case, without the lock: only completions change the counts
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
+            progress = [self._completed, time.monotonic()]
             while True:
                 error = self._error
                 if error is not None and self._fail_fast:
@@ -273,18 +288,35 @@ class InFlightWindow(Generic[R]):
                 if self._has_room(elements, size):
                     return
                 self._wait_until(
-                    deadline, timeout, "none of the {} requests in flight completed within"
+                    deadline,
+                    timeout,
+                    "none of the {} requests in flight completed within",
+                    progress,
                 )
 
-    def _wait_until(self, deadline: float | None, timeout: float | None, late: str) -> None:
+    def _wait_until(
+        self, deadline: float | None, timeout: float | None, late: str, progress: list[Any]
+    ) -> None:
         """Wait (holding the lock) for a completion, a recheck, or ``deadline``.
 
+        ``progress`` is the wait's [completions seen, when they last moved], updated here.
+
         Raises:
-            WriteError: ``deadline`` passed; ``late`` words it (``{}``: the requests in flight).
+            WriteError: ``deadline`` passed (``late`` words it, ``{}``: the requests in flight),
+                or no request completed for ``stall_s``.
         """
+        now = time.monotonic()
+        if self._completed != progress[0]:
+            progress[0], progress[1] = self._completed, now
+        elif self.stall_s is not None and now - progress[1] > self.stall_s:
+            raise WriteError(
+                f"{self.what}: none of the {self._requests} requests in flight completed in "
+                f"{now - progress[1]:.0f}s, longer than one request's retries may last "
+                f"({self.stall_s:.0f}s): a completion was lost"
+            )
         wait = _RECHECK_S
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - now
             if left <= 0:
                 raise WriteError(f"{self.what}: {late.format(self._requests)} {timeout:g}s")
             wait = min(wait, left)
@@ -316,6 +348,7 @@ class InFlightWindow(Generic[R]):
             results = future.result() or ()
         with self._lock:
             self._requests -= 1
+            self._completed += 1
             self._elements -= elements
             self._bytes -= size
             if self._collect:
@@ -344,8 +377,11 @@ class InFlightWindow(Generic[R]):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
+            progress = [self._completed, time.monotonic()]
             while self._requests:
-                self._wait_until(deadline, timeout, "{} requests were still in flight after")
+                self._wait_until(
+                    deadline, timeout, "{} requests were still in flight after", progress
+                )
             error, self._error = self._error, None
             if error is None:
                 self.last = None  # done and succeeded: nothing to chain after, nor to keep

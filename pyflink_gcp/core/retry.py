@@ -48,6 +48,10 @@ QUOTA_CODES: frozenset[str] = frozenset({"RESOURCE_EXHAUSTED"})
 #: under the default ``retry_deadline`` of 2 min), so that nothing is retried without end.
 QUOTA_DEADLINE_FACTOR = 10.0
 
+#: Beyond the longest a call's retries may last, how long a wait on it goes on before it
+#: concludes that the call's outcome was lost (:meth:`RetryPolicy.stall_bound`).
+STALL_MARGIN_S = 30.0
+
 #: The shortest timeout :meth:`RetryPolicy.attempt_timeout` gives one attempt.
 MIN_ATTEMPT_TIMEOUT_S = 5.0
 
@@ -274,6 +278,14 @@ class RetryPolicy:
         """Whether ``exc`` is a quota error this policy retries (``RESOURCE_EXHAUSTED``)."""
         name = status_name(exc)
         return name in QUOTA_CODES and name in self.transient_codes
+
+    def stall_bound(self, attempt_timeout_s: float) -> float:
+        """How long a call of this policy can go without an outcome, with all its retries: the
+        quota deadline (or the retry deadline, if longer), one more attempt and
+        :data:`STALL_MARGIN_S`. A wait on such calls that sees none end for longer lost a
+        completion between threads (:class:`~pyflink_gcp.core.batching.InFlightWindow`'s
+        ``stall_s``)."""
+        return max(self.deadline_s, self.quota_deadline) + attempt_timeout_s + STALL_MARGIN_S
 
     def attempt_timeout(self, timeout_s: float) -> float:
         """The timeout of one attempt: ``timeout_s``, but no longer than the retry deadline.

@@ -38,6 +38,9 @@ from pyflink_gcp.core.retry import RetryPolicy, status_name
 from pyflink_gcp.core.status import error_text, is_record_fault
 from pyflink_gcp.pubsub.client import PubSubRpc
 
+#: Timeout of one Publish, GetTopic or CreateTopic attempt (capped by the retry deadline).
+CALL_TIMEOUT_S = 60.0
+
 #: The dead-letter attribute carrying a rejected message's ordering key.
 ATTR_ORDERING_KEY = "dlq-ordering-key"
 #: Publish requests of one subtask in flight at once (over all its unordered topics): the
@@ -164,7 +167,11 @@ class Publisher:
         self.quota = quota
         #: The unordered requests in flight; their outcomes are read by their topics.
         self.window: InFlightWindow[FailedRecord] = InFlightWindow(
-            max_in_flight, what=f"sink '{sink}': Publish requests", quota=quota, collect=False
+            max_in_flight,
+            what=f"sink '{sink}': Publish requests",
+            quota=quota,
+            collect=False,
+            stall_s=retry.stall_bound(retry.attempt_timeout(CALL_TIMEOUT_S)),
         )
 
     def start(self, topic: str, batch: list[Any]) -> Future[list[FailedRecord]]:

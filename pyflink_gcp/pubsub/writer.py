@@ -61,14 +61,12 @@ from pyflink_gcp.pubsub.options import (
     PubSubWriterOptions,
     TopicCreateOptions,
 )
-from pyflink_gcp.pubsub.publishing import MAX_IN_FLIGHT_PER_SUBTASK, Publisher
+from pyflink_gcp.pubsub.publishing import CALL_TIMEOUT_S, MAX_IN_FLIGHT_PER_SUBTASK, Publisher
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub")
 
 #: Bytes a message costs besides data, key and attributes (protobuf framing; conservative).
 _MESSAGE_OVERHEAD = 64
-#: Timeout of one Publish, GetTopic or CreateTopic attempt (capped by the retry deadline).
-_CALL_TIMEOUT_S = 60.0
 
 
 def message_size(data: bytes, key: str, attributes: dict[str, str] | None) -> int:
@@ -128,6 +126,7 @@ class TopicPublisher(DestinationWriter[TopicDestination]):
             writer_options.max_in_flight_requests,
             what=f"sink '{self._sink}': Publish requests to {self._topic}",
             quota=publisher.quota,
+            stall_s=publisher.window.stall_s,
         )
         self._shutdown_s = writer_options.shutdown_budget.total_seconds()
         self._rejected: list[FailedRecord] = []
@@ -324,7 +323,7 @@ class PubSubWriterFactory(PicklesConfiguration, WriterFactory[TopicDestination])
         self.connect(
             PubSubRpc(
                 resolve_pubsub_endpoint(self.endpoint),
-                self.retry.attempt_timeout(_CALL_TIMEOUT_S),
+                self.retry.attempt_timeout(CALL_TIMEOUT_S),
                 self.publisher_options.compression_threshold,
             ),
             ThreadPoolExecutor(

@@ -99,6 +99,8 @@ class Committer:
         # One attempt never outlasts the retry deadline (a silent endpoint fails an attempt
         # only at its timeout).
         self._timeout = retry.attempt_timeout(options.commit_timeout.total_seconds())
+        #: How long a commit's outcome can take at most, retries included (the writers' waits).
+        self.stall_s = retry.stall_bound(self._timeout)
         #: Spanner's ``max_commit_delay`` commit option, sent with every commit when set.
         self._commit_delay = options.max_commit_delay
         #: The bound on the total wait between one commit's retries (quota waits aside).

@@ -228,7 +228,10 @@ class SpannerWriter(DestinationWriter[DatabaseDestination]):
         self._batch = self._new_batch()
         #: Sealed commits not yet done, in order on the committer thread.
         self._pending: InFlightWindow[FailedRecord] = InFlightWindow(
-            options.max_in_flight_requests, what=f"sink '{sink_name}': commits", quota=quota
+            options.max_in_flight_requests,
+            what=f"sink '{sink_name}': commits",
+            quota=quota,
+            stall_s=committer.stall_s,
         )
         self._failures: list[FailedRecord] = []
         self._broken: BaseException | None = None

@@ -192,3 +192,10 @@ def test_an_idle_batcher_holds_no_request() -> None:
     assert batcher._batch is not None
     batcher.flush()
     assert batcher._batch is None  # none is built until the next entry
+
+
+def test_a_flush_waits_no_longer_than_one_request_with_its_retries_can_last() -> None:
+    batcher = make_batcher(FakeDataClient())
+    call = batcher._call
+    # Past that bound without a completion, the wait fails the task rather than hanging it.
+    assert batcher._window.stall_s == call.policy.stall_bound(call.timeout_s)

@@ -232,6 +232,12 @@ def test_in_flight_window_and_pending_stay_bounded() -> None:
     assert factory.calls.window.outstanding == 0
 
 
+def test_the_window_waits_no_longer_than_one_call_with_its_retries_can_last() -> None:
+    factory, _ = _writer()
+    assert factory.calls is not None
+    assert factory.calls.window.stall_s == factory.retry.stall_bound(factory.calls._timeout)
+
+
 def test_channels_spread_and_close() -> None:
     factory = FakeFactory(channel_count=2)
     channels = [FakeChannel(), FakeChannel()]

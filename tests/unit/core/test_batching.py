@@ -208,6 +208,38 @@ def test_settle_gives_up_after_its_timeout() -> None:
         window.settle(timeout=0.05)
 
 
+def test_a_wait_that_sees_no_completion_for_stall_s_raises_naming_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(batching, "_RECHECK_S", 0.01)
+    window: InFlightWindow[str] = InFlightWindow(1, what="sink 's': commits", stall_s=0.1)
+    window.add(Future())  # its completion is lost
+    with pytest.raises(WriteError, match="sink 's': commits: none of the 1 requests in flight"):
+        window.settle()
+    with pytest.raises(WriteError, match="a completion was lost"):
+        window.admit()  # full, and nothing frees the slot
+
+
+def test_a_wait_longer_than_stall_s_goes_on_while_requests_complete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(batching, "_RECHECK_S", 0.01)
+    window: InFlightWindow[str] = InFlightWindow(8, stall_s=0.3)
+    futures: list[Future[list[str]]] = [Future() for _ in range(6)]
+    for future in futures:
+        window.add(future)
+
+    def complete_one_by_one() -> None:
+        for future in futures:
+            time.sleep(0.1)  # each well within stall_s, all together twice as long
+            future.set_result(["done"])
+
+    started = time.monotonic()
+    threading.Thread(target=complete_one_by_one).start()
+    assert window.drain() == ["done"] * 6
+    assert time.monotonic() - started > 0.3
+
+
 def test_a_cancelled_request_counts_as_failed() -> None:
     window: InFlightWindow[str] = InFlightWindow(2)
     future: Future[list[str]] = Future()

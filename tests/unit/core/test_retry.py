@@ -14,6 +14,7 @@ from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import (
     QUOTA_CODES,
     QUOTA_DEADLINE_FACTOR,
+    STALL_MARGIN_S,
     RetryPolicy,
     retry_delay_s,
     status_name,
@@ -156,6 +157,12 @@ def test_one_attempt_never_outlasts_the_retry_deadline() -> None:
     assert RetryPolicy(deadline_s=8).attempt_timeout(60) == 8
     assert RetryPolicy(deadline_s=0).attempt_timeout(60) == 5.0  # one fair attempt
     assert RetryPolicy(deadline_s=0).attempt_timeout(2) == 2
+
+
+def test_the_stall_bound_is_the_longest_a_call_with_its_retries_can_take_and_a_margin() -> None:
+    # Quota errors are retried for 10 retry deadlines by default: the longest of the two.
+    assert RetryPolicy(deadline_s=120).stall_bound(60) == 1200 + 60 + STALL_MARGIN_S
+    assert RetryPolicy(deadline_s=120, quota_deadline_s=30).stall_bound(5) == 120 + 5 + 30
 
 
 # -- quota errors ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.quota import QuotaWindow
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.pubsub.client import PubsubMessagePb
-from pyflink_gcp.pubsub.publishing import Publisher
+from pyflink_gcp.pubsub.publishing import CALL_TIMEOUT_S, Publisher
 from tests.unit.pubsub.fakes import FakeRpc, Status
 
 TOPIC = "projects/p/topics/orders"
@@ -49,6 +49,15 @@ def test_a_quota_error_on_a_first_attempt_halves_the_window_and_the_request_is_r
         assert transport.window.limit == quota.limit
         assert rpc.published == [b"a"] and rpc.futures == 1 and rpc.calls == 2
         assert transport.window.outstanding == 0
+    finally:
+        transport.close()
+
+
+def test_the_windows_wait_no_longer_than_one_publish_with_its_retries_can_last() -> None:
+    transport = publisher(FakeRpc())
+    try:
+        expected = FAST_RETRY.stall_bound(FAST_RETRY.attempt_timeout(CALL_TIMEOUT_S))
+        assert transport.window.stall_s == expected
     finally:
         transport.close()
 

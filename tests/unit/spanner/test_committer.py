@@ -11,7 +11,7 @@ import pytest
 from google.api_core import exceptions as gexc
 
 from pyflink_gcp.core import WriteError
-from pyflink_gcp.core.retry import RetryPolicy
+from pyflink_gcp.core.retry import STALL_MARGIN_S, RetryPolicy
 from pyflink_gcp.spanner import SpannerWriterOptions
 from pyflink_gcp.spanner.batch import Batch
 from pyflink_gcp.spanner.committer import (
@@ -150,3 +150,9 @@ def test_the_executor_runs_calls_in_order_and_hands_errors_over() -> None:
     executor.shutdown()
     executor._thread.join(5)
     assert not executor._thread.is_alive()
+
+
+def test_the_writers_wait_on_commits_no_longer_than_one_with_its_retries_can_last() -> None:
+    committer_, _ = committer(deadline=20.0)
+    # One attempt is capped by the 20-s deadline; quota errors retry for 10 deadlines.
+    assert committer_.stall_s == 200.0 + 20.0 + STALL_MARGIN_S
