@@ -119,8 +119,7 @@ def open_storage_channel(endpoint: Endpoint) -> grpc.Channel:
 
 def open_lookup_channel(endpoint: Endpoint) -> AsyncChannel:
     """A ``grpc.aio`` channel to the Storage Write API on the process's event-loop thread, for
-    the tables' ``GetWriteStream`` lookups (and, opened once more, for the shared AppendRows
-    connections to start their work on that loop).
+    the tables' ``GetWriteStream`` lookups.
 
     A lookup is a unary call per table and subtask. As a future of a synchronous channel it
     completes on gRPC's polling thread, which must take the GIL from a processing thread busy

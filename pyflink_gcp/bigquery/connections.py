@@ -64,7 +64,7 @@ from pyflink_gcp.bigquery.client import (
     AppendRowsResponse,
     PendingAppend,
 )
-from pyflink_gcp.core.aio import AsyncChannel, CallHandle, closed_error
+from pyflink_gcp.core.aio import CallHandle, LoopTasks, closed_error
 from pyflink_gcp.core.status import StatusError
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
@@ -84,7 +84,7 @@ class SharedConnection:
 
     def __init__(
         self,
-        loop: AsyncChannel,
+        loop: LoopTasks,
         slot: list[Any],
         routing: str,
         timeout_s: float,
@@ -304,7 +304,7 @@ class ConnectionPool:
 
     def __init__(
         self,
-        loop: AsyncChannel,
+        loop: LoopTasks,
         open_channel: Callable[[], Any],
         *,
         channel_count: int,

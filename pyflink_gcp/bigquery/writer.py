@@ -53,7 +53,7 @@ from pyflink_gcp.bigquery.serialization import CHANGE_TYPE
 from pyflink_gcp.bigquery.stream_lookup import StreamLookups
 from pyflink_gcp.bigquery.tables import TableCatalog, TableLayout, open_metadata, schema_updates
 from pyflink_gcp.bigquery.values import RowError
-from pyflink_gcp.core.aio import AsyncChannel
+from pyflink_gcp.core.aio import AsyncChannel, LoopTasks
 from pyflink_gcp.core.batching import OpenBatch, Slots, Timers
 from pyflink_gcp.core.commit import CommittingWriterFactory
 from pyflink_gcp.core.errors import ConfigurationError, SerializerError, WriteError
@@ -365,7 +365,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         count = self.options.channel_count
         if self.shares_connections and count is not None:
             self.pool = ConnectionPool(
-                open_lookup_channel(endpoint),
+                LoopTasks(),
                 lambda: open_append_channel(endpoint, self.interceptors),
                 channel_count=count,
                 timeout_s=self.retry.attempt_timeout(self.connection_timeout_s),

@@ -8,7 +8,8 @@ or a whole operation, a coroutine that may make several calls
 (:meth:`AsyncChannel.unary_stream`) and back off between
 them with ``await asyncio.sleep`` (:meth:`AsyncChannel.start`). Either way it gets a
 :class:`CallHandle`, read like a ``grpc.Future``: done-callbacks run on the loop thread when the
-work ends, and carry its result or error.
+work ends, and carry its result or error. Work that opens channels of its own on the loop
+starts there through a :class:`LoopTasks`, the same face without a channel.
 
 Why: a sink that makes many small calls at once is bound by the client CPU of each call and by
 the threads that would wait on them. On the loop, a call waiting for its answer or an operation
@@ -57,7 +58,8 @@ def closed_error() -> grpc.aio.AioRpcError:
 
 
 class _HandleOwner(Protocol):
-    """What completes handles: an :class:`AsyncChannel` or a :class:`WorkQueue`."""
+    """What completes handles: a :class:`LoopTasks` (an :class:`AsyncChannel`, say) or a
+    :class:`WorkQueue`."""
 
     _done: threading.Condition
 
@@ -65,7 +67,7 @@ class _HandleOwner(Protocol):
 
 
 class CallHandle:
-    """Work started on an :class:`AsyncChannel` (or queued on a :class:`WorkQueue`), read like
+    """Work started on a :class:`LoopTasks` (or queued on a :class:`WorkQueue`), read like
     a ``grpc.Future``. Its owner's lock guards it, so a handle holds no lock of its own."""
 
     __slots__ = ("_error", "_result", "_done", "_waited", "_callbacks", "_channel")
@@ -190,8 +192,8 @@ LOOP_THREAD_NAME = "pyflink-gcp-io"
 
 
 class _SharedLoop:
-    """The process's one event loop, on a thread of its own, for every :class:`AsyncChannel`
-    open in it; started by the first channel and stopped when the last one closes.
+    """The process's one event loop, on a thread of its own, for every :class:`LoopTasks`
+    (channels among them) open in it; started by the first and stopped when the last closes.
 
     Why one: ``grpc.aio`` has one completion queue per process, and wakes every event loop
     bound to it for each event (grpc/grpc#25364): with a loop per channel, every answer woke
@@ -234,30 +236,22 @@ class _SharedLoop:
 
 
 def loop_users() -> int:
-    """How many :class:`AsyncChannel` s use the process's event loop (0: no loop runs)."""
+    """How many :class:`LoopTasks` (channels among them) use the process's event loop (0: no
+    loop runs)."""
     with _SharedLoop._lock:
         current = _SharedLoop._current
         return 0 if current is None else current.users
 
 
-class AsyncChannel:
-    """A ``grpc.aio`` channel driven by the process's event-loop thread (see the module
-    docstring); every channel of the process shares that loop.
-
-    Args:
-        endpoint: Where to connect.
-        transport: The service's generated AsyncIO transport (TLS channels with its scopes).
-        default_host: The service's host when the endpoint names none.
-        options: gRPC channel options.
+class LoopTasks:
+    """Work started on the process's event loop from any thread, behind a synchronous face:
+    :meth:`start` runs a coroutine there and returns its :class:`CallHandle`, :meth:`call_soon`
+    a callback, and :meth:`close` cancels what still runs. Holds the loop (its thread runs while
+    any :class:`LoopTasks` is open) and no channel: for work that opens channels of its own on
+    the loop (BigQuery's shared AppendRows connections); :class:`AsyncChannel` adds one.
     """
 
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        transport: Any,
-        default_host: str,
-        options: Sequence[tuple[str, Any]],
-    ) -> None:
+    def __init__(self) -> None:
         self._shared = _SharedLoop.acquire()
         self._loop = self._shared.loop
         self._thread = self._shared.thread
@@ -267,35 +261,9 @@ class AsyncChannel:
         self._scheduled = False
         self._closed = False
         self._done = threading.Condition()
-        try:
-            if threading.current_thread() is self._thread:
-                # Opened by work on the loop (a callback): it cannot wait for itself.
-                self._channel = open_aio_channel(endpoint, transport, default_host, options)
-            else:
-                self._channel = self._run(self._open(endpoint, transport, default_host, options))
-        except BaseException:
-            self._shared.release()  # no loop thread outlives the channels that use it
-            raise
 
     def _run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
-
-    @staticmethod
-    async def _open(
-        endpoint: Endpoint, transport: Any, default_host: str, options: Sequence[tuple[str, Any]]
-    ) -> Any:
-        # An aio channel belongs to the loop it is created on.
-        return open_aio_channel(endpoint, transport, default_host, options)
-
-    def unary_unary(self, method: str, **kwargs: Any) -> AsyncMethod:
-        """Binds ``method`` (with its serializers); the result's ``future`` starts a call."""
-        return AsyncMethod(self, self._channel.unary_unary(method, **kwargs))
-
-    def unary_stream(self, method: str, **kwargs: Any) -> Any:
-        """Binds the server-streaming ``method`` (with its serializers): a ``grpc.aio``
-        multi-callable, ``(request, timeout=, metadata=) -> async iterator of responses``, to
-        be called only by work on this channel's loop (:meth:`start`)."""
-        return self._channel.unary_stream(method, **kwargs)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Runs ``fn(*args)`` on the loop thread, soon, from any thread; False (and nothing
@@ -372,18 +340,17 @@ class AsyncChannel:
         self._finish(handle)
 
     async def _shutdown(self) -> None:
-        """Close the channel (calls in flight fail), then cancel the work still running (an
-        operation waiting out its backoff) and let it end."""
-        await self._channel.close()
+        """Cancel the work still running (an operation waiting out its backoff) and let it
+        end."""
         tasks = list(self._running.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """Cancels work in flight and closes the channel (the last channel of the process stops
-        the loop thread); idempotent. Work never started ends CANCELLED (its callbacks run
-        here). Never from work on the loop: it waits for the loop."""
+        """Cancels work in flight (the last user of the loop stops its thread); idempotent.
+        Work never started ends CANCELLED (its callbacks run here). Never from work on the
+        loop: it waits for the loop."""
         if self._closed:
             return
         self._closed = True
@@ -400,6 +367,58 @@ class AsyncChannel:
             for handle in list(self._running):
                 self._cancelled(handle)
             self._running.clear()
+
+
+class AsyncChannel(LoopTasks):
+    """A ``grpc.aio`` channel driven by the process's event-loop thread (see the module
+    docstring); every channel of the process shares that loop.
+
+    Args:
+        endpoint: Where to connect.
+        transport: The service's generated AsyncIO transport (TLS channels with its scopes).
+        default_host: The service's host when the endpoint names none.
+        options: gRPC channel options.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        transport: Any,
+        default_host: str,
+        options: Sequence[tuple[str, Any]],
+    ) -> None:
+        super().__init__()
+        try:
+            if threading.current_thread() is self._thread:
+                # Opened by work on the loop (a callback): it cannot wait for itself.
+                self._channel = open_aio_channel(endpoint, transport, default_host, options)
+            else:
+                self._channel = self._run(self._open(endpoint, transport, default_host, options))
+        except BaseException:
+            self._shared.release()  # no loop thread outlives the channels that use it
+            raise
+
+    @staticmethod
+    async def _open(
+        endpoint: Endpoint, transport: Any, default_host: str, options: Sequence[tuple[str, Any]]
+    ) -> Any:
+        # An aio channel belongs to the loop it is created on.
+        return open_aio_channel(endpoint, transport, default_host, options)
+
+    def unary_unary(self, method: str, **kwargs: Any) -> AsyncMethod:
+        """Binds ``method`` (with its serializers); the result's ``future`` starts a call."""
+        return AsyncMethod(self, self._channel.unary_unary(method, **kwargs))
+
+    def unary_stream(self, method: str, **kwargs: Any) -> Any:
+        """Binds the server-streaming ``method`` (with its serializers): a ``grpc.aio``
+        multi-callable, ``(request, timeout=, metadata=) -> async iterator of responses``, to
+        be called only by work on this channel's loop (:meth:`start`)."""
+        return self._channel.unary_stream(method, **kwargs)
+
+    async def _shutdown(self) -> None:
+        """Close the channel (calls in flight fail), then cancel the work still running."""
+        await self._channel.close()
+        await super()._shutdown()
 
 
 #: The longest a submit waiting for room sleeps before it looks again (a worker's take

@@ -21,12 +21,11 @@ from pyflink_gcp.bigquery.client import (
     PendingAppend,
     ProtoSchema,
     open_append_channel,
-    open_lookup_channel,
 )
 from pyflink_gcp.bigquery.connections import ConnectionPool, Lease, SharedConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
-from pyflink_gcp.core.aio import LOOP_THREAD_NAME, AsyncChannel
+from pyflink_gcp.core.aio import LOOP_THREAD_NAME, LoopTasks
 from pyflink_gcp.core.endpoints import Endpoint
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.status import StatusError
@@ -68,9 +67,9 @@ class Backend:
         self._server.start()
         self.endpoint = Endpoint(f"127.0.0.1:{port}", True)
 
-    def open_loop(self) -> AsyncChannel:
+    def open_loop(self) -> LoopTasks:
         """What runs a pool's connections: the process's event loop, as the writer opens it."""
-        return open_lookup_channel(self.endpoint)
+        return LoopTasks()
 
     def open_channel(self) -> Any:
         """A pool's channel (on the loop, as the pool opens it)."""

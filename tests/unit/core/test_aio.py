@@ -24,6 +24,7 @@ from pyflink_gcp.core.aio import (
     AsyncMethod,
     CallHandle,
     LoopSlots,
+    LoopTasks,
     WorkQueue,
     loop_users,
 )
@@ -228,6 +229,34 @@ def test_channels_share_one_loop_thread_that_the_last_one_stops() -> None:
     assert loop_users() == users
     if users == 0:
         assert not thread.is_alive()
+
+
+def test_loop_tasks_hold_the_loop_without_a_channel_and_close_cancels_their_work() -> None:
+    users = loop_users()
+    tasks = LoopTasks()
+    channel, _ = _method()
+    # One loop for both: work started either way runs on the same thread.
+    assert tasks._thread is channel._thread and loop_users() == users + 2
+    assert not hasattr(tasks, "_channel")
+    ran_on: list[str] = []
+    tasks.call_soon(lambda: ran_on.append(threading.current_thread().name))
+    assert tasks.start(asyncio.sleep, 0, "slept").result(timeout=5) == "slept"
+    assert ran_on == [LOOP_THREAD_NAME]
+    started = threading.Event()
+
+    async def long_backoff() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    handle = tasks.start(long_backoff)
+    assert started.wait(10)
+    tasks.close()
+    assert status_name(handle.exception()) == "CANCELLED"
+    assert not tasks.call_soon(lambda: None) and loop_users() == users + 1
+    # The channel's work still runs on the loop.
+    assert channel.start(asyncio.sleep, 0, "still").result(timeout=5) == "still"
+    channel.close()
+    assert loop_users() == users
 
 
 def test_a_channel_opened_by_work_on_the_loop_opens_without_waiting_for_itself() -> None:
