@@ -82,14 +82,7 @@ class SharedConnection:
     there, writes the queued requests and reads the responses.
     """
 
-    def __init__(
-        self,
-        loop: LoopTasks,
-        slot: list[Any],
-        routing: str,
-        timeout_s: float,
-        pool: ConnectionPool,
-    ) -> None:
+    def __init__(self, loop: LoopTasks, timeout_s: float, pool: ConnectionPool) -> None:
         self._lock = threading.Lock()
         self._loop = loop
         self._pool = pool
@@ -104,8 +97,14 @@ class SharedConnection:
         self._retire_at = time.monotonic() + timeout_s / 2
         self.error: BaseException | None = None
         self.leases = 0
+
+    def start(self, slot: list[Any], routing: str) -> None:
+        """Start the call on the loop (with the slot's channel). Never under the pool's lock:
+        a call that ends before its done-callback is added (a refused endpoint fails at once,
+        and so does work started on a closed loop) runs :meth:`_ended` on this thread, and
+        that takes the pool's lock."""
         # Ended also when the channel closes before the call started: _ended settles it all.
-        loop.start(self._run, slot, routing).add_done_callback(self._ended)
+        self._loop.start(self._run, slot, routing).add_done_callback(self._ended)
 
     @property
     def load(self) -> int:
@@ -359,6 +358,7 @@ class ConnectionPool:
         open one is in use by a table, else on the least loaded (fewest requests in flight,
         then fewest tables). ``on_answer`` receives the lease's answers (see :class:`Lease`).
         Never waits for the loop."""
+        started: tuple[SharedConnection, list[Any], str] | None = None
         with self._lock:
             if self._closed:
                 raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
@@ -387,13 +387,18 @@ class ConnectionPool:
                         if location
                         else f"write_stream={stream}"
                     )
-                    free[2] = SharedConnection(self._loop, free, routing, self._timeout_s, self)
+                    free[2] = SharedConnection(self._loop, self._timeout_s, self)
+                    started = (free[2], free, routing)
                     self.connections_opened += 1
                     best = free
             assert best is not None
             connection = best[2]
             connection.leases += 1
-            return Lease(connection, on_answer)
+            lease = Lease(connection, on_answer)
+        if started is not None:
+            # Outside the lock (SharedConnection.start); a lease sent on meanwhile queues.
+            started[0].start(started[1], started[2])
+        return lease
 
     def _retire(self, slot: list[Any]) -> None:
         connection = slot[2]

@@ -372,12 +372,38 @@ def test_a_write_that_fails_ends_its_connection_rather_than_leave_it_waiting(
     p = ConnectionPool(loop, backend.open_channel, channel_count=1, timeout_s=30.0)
     # A slot whose channel is open, with the refusing call as its AppendRows method.
     slot: list[Any] = [None, lambda **_: _RefusingCall(), None]
-    connection = SharedConnection(loop, slot, "write_stream=s", 30.0, p)
+    connection = SharedConnection(loop, 30.0, p)
     connection.leases += 1
     lease = Lease(connection)
     lease.send(request("a", SCHEMA_A))
+    connection.start(slot, "write_stream=s")
     with pytest.raises(AttributeError, match="_done_writing_flag"):
         lease.receive()
+    p.close()
+
+
+def test_a_connection_that_ends_before_its_start_returns_does_not_deadlock_the_pool(
+    service: Any,
+) -> None:
+    # A call can end before the thread that started it adds its done-callback (a refused
+    # endpoint fails at once); the callback then runs on that thread, and takes the pool's
+    # lock. Started under that lock, the thread waited for itself for ever. Work started on a
+    # closed loop ends at once, the same way.
+    backend = service()
+    p = pool(backend, channels=1)
+    p._loop.close()
+    leased: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: leased.append(p.acquire(stream("a"), "p", "us")), daemon=True
+    )
+    thread.start()
+    thread.join(10)
+    assert leased, "acquire deadlocked on the pool's lock"
+    lease = leased[0]
+    lease.send(request("a", SCHEMA_A))
+    with pytest.raises(grpc.aio.AioRpcError, match="closed"):
+        lease.receive()
+    lease.close()
     p.close()
 
 
