@@ -1,9 +1,10 @@
 """Shared pytest wiring: one local emulator stack for the whole session.
 
-The stack starts lazily, the first time a test asks for the ``stack`` fixture, so unit
-tests never pay for it. Its variables go into ``os.environ`` for the rest of the
+The stack starts before the session's first test when any of its tests needs it, so a run
+of unit tests never pays for it. Its variables go into ``os.environ`` for the rest of the
 session, because PyFlink jobs run their Python workers in subprocesses that inherit
-the environment and find the emulators through it.
+the environment and find the emulators through it (before any JVM is launched: a process
+worker is the JVM's child, and inherits the JVM's environment).
 """
 
 from __future__ import annotations
@@ -135,6 +136,21 @@ def stack(request: pytest.FixtureRequest) -> Iterator[EmulatorStack]:
             emulators.keep_logs = request.session.testsfailed > 0
             if emulators.keep_logs:
                 _notes.append(f"emulator logs kept in {emulators.log_dir}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _emulators_before_any_job(request: pytest.FixtureRequest) -> None:
+    """Starts the emulator stack before the session's first test, whichever it is, when any
+    test of the session needs it.
+
+    A Python worker in process mode is a child of the JVM and inherits the JVM's environment,
+    not this process's. Started lazily, the stack's variables reached ``os.environ`` only at
+    the first test that asked for it; a JVM launched before that (by a job of a test without
+    an emulator) ran workers that found none, and a later test's job failed asking for
+    Google credentials, depending on the order its worker ran the tests in.
+    """
+    if any("stack" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("stack")
 
 
 @pytest.fixture(scope="session")
