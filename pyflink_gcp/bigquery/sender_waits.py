@@ -41,6 +41,7 @@ from typing import Any
 
 import grpc
 
+from pyflink_gcp.core import retry as retries
 from pyflink_gcp.core.errors import SinkError, WriteError
 from pyflink_gcp.core.retry import RetryPolicy
 from pyflink_gcp.core.status import StatusError
@@ -48,9 +49,6 @@ from pyflink_gcp.core.waits import LazyCondition
 
 _LOG = logging.getLogger("pyflink_gcp.bigquery")
 
-#: Beyond the bound of what a wait is for, how long it lets the other threads bring it before
-#: it acts itself (each of those bounds normally ends the wait first).
-STUCK_MARGIN_S = 30.0
 #: How often a waiting thread looks at its clock when nothing wakes it.
 CHECK_EVERY_S = 5.0
 #: Why a connection's requests were given up on.
@@ -70,9 +68,7 @@ class BoundedWaits:
     _busy: bool
     _paused: int
     _resume_due: float
-    _queue: list[Any]
     _in_flight: list[Any]
-    _answers: list[tuple[int, Any]]
     _connection: Any
     _generation: int
     _layout_source: Any
@@ -82,6 +78,9 @@ class BoundedWaits:
         raise NotImplementedError
 
     def _step(self) -> None:
+        raise NotImplementedError
+
+    def _on_answer(self, generation: int, answer: Any) -> None:
         raise NotImplementedError
 
     def _wait(self, done: Callable[[], bool]) -> None:
@@ -114,18 +113,20 @@ class BoundedWaits:
 
     def _stalled(self, waited_s: float) -> str:
         """What the wait has waited for longer than its bound, if anything ('' if nothing);
-        under ``_cond``."""
-        stuck_s = self._timeout_s + STUCK_MARGIN_S
+        under ``_cond``. Beyond each bound, the wait lets the other threads bring what it waits
+        for for :data:`~pyflink_gcp.core.retry.STALL_MARGIN_S` more before it acts itself."""
+        margin_s = retries.STALL_MARGIN_S
+        stuck_s = self._timeout_s + margin_s
         if self._busy:
             return "step" if waited_s > stuck_s else ""
         if self._in_flight:
             return "answer" if waited_s > stuck_s else ""
         if self._paused:
-            return "backoff" if time.monotonic() > self._resume_due + STUCK_MARGIN_S else ""
+            return "backoff" if time.monotonic() > self._resume_due + margin_s else ""
         for source in (self._layout_source, self._stream_source):
             if isinstance(source, Future) and not source.done():
-                retry = self._retry
-                bound = max(retry.deadline_s, retry.quota_deadline) + 2 * stuck_s
+                # The lookup's call with all its retries, then the wait's own call and margin.
+                bound = self._retry.stall_bound(self._timeout_s) + stuck_s
                 return "lookup" if waited_s > bound else ""
         return ""
 
@@ -137,7 +138,7 @@ class BoundedWaits:
                 connection.abort()
             # The requests are lost whether or not the aborted connection ever answers them
             # (its answers, if any, belong to a generation that is over by then).
-            self._add_answer(generation, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, NO_ANSWER))
+            self._on_answer(generation, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, NO_ANSWER))
             return
         if stall == "backoff":
             _LOG.warning(
@@ -156,11 +157,6 @@ class BoundedWaits:
         error = WriteError(f"{self._what}: {reason} in {waited_s:.0f} s; failing the sender")
         _LOG.error("%s", error)
         self._fail(error)
-
-    def _add_answer(self, generation: int, answer: Any) -> None:
-        with self._cond:
-            if not self._closed:
-                self._answers.append((generation, answer))
 
     def _fail(self, error: SinkError) -> None:
         with self._cond:

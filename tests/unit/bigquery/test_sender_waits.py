@@ -14,6 +14,7 @@ from pyflink_gcp.bigquery import sender_waits
 from pyflink_gcp.bigquery.client import AppendConnection
 from pyflink_gcp.bigquery.sender import Batch, TableSender
 from pyflink_gcp.bigquery.tables import TableLayout
+from pyflink_gcp.core import retry as retries
 from pyflink_gcp.core.errors import WriteError
 from pyflink_gcp.core.retry import RetryPolicy
 from tests.unit.bigquery.test_sender import (
@@ -27,7 +28,7 @@ from tests.unit.bigquery.test_sender import (
 
 @pytest.fixture(autouse=True)
 def no_margins(monkeypatch: Any) -> None:
-    monkeypatch.setattr(sender_waits, "STUCK_MARGIN_S", 0.0)
+    monkeypatch.setattr(retries, "STALL_MARGIN_S", 0.0)
     monkeypatch.setattr(sender_waits, "CHECK_EVERY_S", 0.01)
 
 
