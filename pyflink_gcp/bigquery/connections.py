@@ -82,8 +82,17 @@ class SharedConnection:
     there, writes the queued requests and reads the responses.
     """
 
-    def __init__(self, loop: LoopTasks, timeout_s: float, pool: ConnectionPool) -> None:
+    def __init__(
+        self,
+        loop: LoopTasks,
+        slot: list[Any],
+        routing: str,
+        timeout_s: float,
+        pool: ConnectionPool,
+    ) -> None:
         self._lock = threading.Lock()
+        self._slot = slot
+        self._routing = routing
         self._loop = loop
         self._pool = pool
         self._timeout_s = timeout_s
@@ -98,13 +107,13 @@ class SharedConnection:
         self.error: BaseException | None = None
         self.leases = 0
 
-    def start(self, slot: list[Any], routing: str) -> None:
-        """Start the call on the loop (with the slot's channel). Never under the pool's lock:
+    def start(self) -> None:
+        """Start the call on the loop (with its slot's channel). Never under the pool's lock:
         a call that ends before its done-callback is added (a refused endpoint fails at once,
         and so does work started on a closed loop) runs :meth:`_ended` on this thread, and
         that takes the pool's lock."""
         # Ended also when the channel closes before the call started: _ended settles it all.
-        self._loop.start(self._run, slot, routing).add_done_callback(self._ended)
+        self._loop.start(self._run, self._slot, self._routing).add_done_callback(self._ended)
 
     @property
     def load(self) -> int:
@@ -358,7 +367,7 @@ class ConnectionPool:
         open one is in use by a table, else on the least loaded (fewest requests in flight,
         then fewest tables). ``on_answer`` receives the lease's answers (see :class:`Lease`).
         Never waits for the loop."""
-        started: tuple[SharedConnection, list[Any], str] | None = None
+        started: SharedConnection | None = None
         with self._lock:
             if self._closed:
                 raise StatusError(grpc.StatusCode.CANCELLED, "the connection pool is closed")
@@ -387,8 +396,9 @@ class ConnectionPool:
                         if location
                         else f"write_stream={stream}"
                     )
-                    free[2] = SharedConnection(self._loop, self._timeout_s, self)
-                    started = (free[2], free, routing)
+                    free[2] = started = SharedConnection(
+                        self._loop, free, routing, self._timeout_s, self
+                    )
                     self.connections_opened += 1
                     best = free
             assert best is not None
@@ -397,7 +407,7 @@ class ConnectionPool:
             lease = Lease(connection, on_answer)
         if started is not None:
             # Outside the lock (SharedConnection.start); a lease sent on meanwhile queues.
-            started[0].start(started[1], started[2])
+            started.start()
         return lease
 
     def _retire(self, slot: list[Any]) -> None:

@@ -372,11 +372,11 @@ def test_a_write_that_fails_ends_its_connection_rather_than_leave_it_waiting(
     p = ConnectionPool(loop, backend.open_channel, channel_count=1, timeout_s=30.0)
     # A slot whose channel is open, with the refusing call as its AppendRows method.
     slot: list[Any] = [None, lambda **_: _RefusingCall(), None]
-    connection = SharedConnection(loop, 30.0, p)
+    connection = SharedConnection(loop, slot, "write_stream=s", 30.0, p)
     connection.leases += 1
     lease = Lease(connection)
     lease.send(request("a", SCHEMA_A))
-    connection.start(slot, "write_stream=s")
+    connection.start()
     with pytest.raises(AttributeError, match="_done_writing_flag"):
         lease.receive()
     p.close()
