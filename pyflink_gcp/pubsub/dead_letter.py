@@ -30,12 +30,9 @@ from pyflink_gcp.pubsub.options import (
     MAX_MESSAGE_BYTES,
     MAX_MESSAGES_PER_REQUEST,
 )
-from pyflink_gcp.pubsub.publishing import publish_batch
+from pyflink_gcp.pubsub.publishing import CALL_TIMEOUT_S, publish_batch
 
 _LOG = logging.getLogger("pyflink_gcp.pubsub.dlq")
-
-#: Timeout of one GetTopic or Publish attempt (capped by the retry deadline).
-_CALL_TIMEOUT_S = 60.0
 
 #: Attributes added to every dead-lettered message.
 ATTR_DESTINATION = "dlq-destination"
@@ -144,7 +141,7 @@ class PubSubDeadLetterQueue(PicklesConfiguration, DeadLetterQueue):
         if deadline is not None:
             self._sink_retry = RetryPolicy(deadline_s=deadline)
         rpc = self._rpc = PubSubRpc(
-            resolve_pubsub_endpoint(self.endpoint), self.policy.attempt_timeout(_CALL_TIMEOUT_S)
+            resolve_pubsub_endpoint(self.endpoint), self.policy.attempt_timeout(CALL_TIMEOUT_S)
         )
         name = str(self.topic)
         try:
