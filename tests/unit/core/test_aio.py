@@ -133,23 +133,27 @@ def _succeeded(handle: CallHandle) -> bool:
     return handle.exception() is None
 
 
-def test_close_cancels_work_waiting_on_the_loop_and_refuses_later_work() -> None:
-    import asyncio
-
-    channel, _ = _method()
-    seen: list[str | None] = []
+def _start_long_backoff(tasks: LoopTasks) -> CallHandle:
+    """Work that waits a minute on the loop (an operation's backoff), started and running."""
     started = threading.Event()
 
     async def long_backoff() -> None:
         started.set()
         await asyncio.sleep(60)
 
-    handle = channel.start(long_backoff)
+    handle = tasks.start(long_backoff)
     assert started.wait(10)
+    return handle
+
+
+def test_close_cancels_work_waiting_on_the_loop_and_refuses_later_work() -> None:
+    channel, _ = _method()
+    seen: list[str | None] = []
+    handle = _start_long_backoff(channel)
     handle.add_done_callback(lambda h: seen.append(status_name(h.exception())))
     channel.close()
     assert handle.done() and seen == ["CANCELLED"]
-    later = channel.start(long_backoff)
+    later = channel.start(asyncio.sleep, 60)
     assert later.done() and status_name(later.exception()) == "CANCELLED"
 
 
@@ -242,14 +246,7 @@ def test_loop_tasks_hold_the_loop_without_a_channel_and_close_cancels_their_work
     tasks.call_soon(lambda: ran_on.append(threading.current_thread().name))
     assert tasks.start(asyncio.sleep, 0, "slept").result(timeout=5) == "slept"
     assert ran_on == [LOOP_THREAD_NAME]
-    started = threading.Event()
-
-    async def long_backoff() -> None:
-        started.set()
-        await asyncio.sleep(60)
-
-    handle = tasks.start(long_backoff)
-    assert started.wait(10)
+    handle = _start_long_backoff(tasks)
     tasks.close()
     assert status_name(handle.exception()) == "CANCELLED"
     assert not tasks.call_soon(lambda: None) and loop_users() == users + 1
