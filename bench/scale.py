@@ -67,7 +67,12 @@ from bench._common import (
 )
 from bench._cpu import _processes, _tree
 from bench._nullbackend import NullBackend, running
-from pyflink_gcp.bigquery import BigQuerySink, BigQueryWriterOptions, TableDestination
+from pyflink_gcp.bigquery import (
+    BigQuerySerializer,
+    BigQuerySink,
+    BigQueryWriterOptions,
+    TableDestination,
+)
 from pyflink_gcp.bigquery.writer import BigQueryWriterFactory
 from pyflink_gcp.bigtable import BigtableSink, BigtableWriterOptions, RowMutationEntry, SetCell
 from pyflink_gcp.bigtable import TableDestination as BigtableTable
@@ -242,17 +247,25 @@ def build_sink(
     bigquery_channels: str | None = None,
     fused: bool = False,
     max_carry_time_ms: int | None = None,
+    bigquery_declared: bool = False,
 ) -> Any:
     """The sink of ``service`` with its default options (but ``max_active_destinations``,
     ``max_buffer_time`` and ``max_buffered_records`` when given; the cap only for the sinks
     with a writer per destination; BigQuery's ``channel_count``, "none" or a number), fused
     with the record map (``set_chain_with_upstream()``) when ``fused``, ``max_carry_time`` when
-    given, and the log-and-drop handler (only records carrying the reject marker are ever rejected)."""
+    given, BigQuery's serializer declaring the tables' schema when ``bigquery_declared``, and
+    the log-and-drop handler (only records carrying the reject marker are ever rejected)."""
     builder: Any
     if service == "pubsub":
         builder = PubSubSink.builder().set_serializer(json_bytes)
     elif service == "bigquery":
-        builder = BigQuerySink.builder().set_serializer(bigquery_row)
+        serializer: Any = bigquery_row
+        if bigquery_declared:
+            serializer = BigQuerySerializer.of(
+                bigquery_row,
+                schema=[(f["name"], f["type"], f["mode"]) for f in BIGQUERY_SCHEMA],
+            )
+        builder = BigQuerySink.builder().set_serializer(serializer)
     elif service == "bigtable":
         builder = BigtableSink.builder().set_serializer(bigtable_entry)
     elif service == "cloudtasks":
@@ -437,6 +450,7 @@ def sink_job(
     bigquery_channels: str | None = None,
     fused: bool = False,
     max_carry_time_ms: int | None = None,
+    bigquery_declared: bool = False,
 ) -> tuple[float, dict[str, Any], dict[str, Any], dict[str, int]]:
     """One sink job; its rate, checkpoint statistics, verified backend counts and worker peaks.
 
@@ -464,6 +478,7 @@ def sink_job(
         bigquery_channels,
         fused,
         max_carry_time_ms,
+        bigquery_declared,
     )
     sink._config.factory = timed_factory(TIMED[service], sink._config.factory, spans)
     port = free_port()
@@ -607,6 +622,12 @@ def main() -> None:
         help="BigQuery channel_count values to run one after another, e.g. none,4 (none: a "
         "connection per table while it sends); default: the sink's default",
     )
+    parser.add_argument(
+        "--bigquery-declared-schema",
+        action="store_true",
+        help="BigQuery's serializer declares the tables' schema (a new table of a dataset "
+        "already met is then written without asking it first)",
+    )
     parser.add_argument("--prove", action="store_true", help="first prove the counting per sink")
     parser.add_argument(
         "--bundle-size",
@@ -674,6 +695,7 @@ def main() -> None:
                             max_buffered_records=args.max_buffered_records,
                             bigquery_channels=channel_count, fused=args.fused,
                             max_carry_time_ms=args.max_carry_time_ms,
+                            bigquery_declared=args.bigquery_declared_schema,
                         )  # fmt: skip
                         writes = counts["calls"].get(WRITE_CALLS[service], 0)
                         result = Result(
@@ -688,6 +710,8 @@ def main() -> None:
         cap += f", max_buffer_time {args.max_buffer_time_ms:,} ms"
     if args.max_buffered_records is not None:
         cap += f", max_buffered_records {args.max_buffered_records:,}"
+    if args.bigquery_declared_schema:
+        cap += ", BigQuery's schema declared by its serializer"
     if args.max_carry_time_ms is not None:
         cap += f", max_carry_time {args.max_carry_time_ms:,} ms"
     print(

@@ -27,7 +27,7 @@ class Batch:
     carries either serialized protobuf rows or one serialized Arrow record batch.
     """
 
-    __slots__ = ("rows", "arrow", "elements", "records", "cdc", "offset")
+    __slots__ = ("rows", "arrow", "elements", "records", "cdc", "offset", "layout")
 
     def __init__(
         self,
@@ -44,35 +44,37 @@ class Batch:
         self.cdc = cdc
         #: Its offset in a BUFFERED stream once sent (``buffered.StreamOffsets``); None before.
         self.offset: int | None = None
+        #: The layout the sender encoded it by (its request carries that layout's writer
+        #: schema, whatever the table's layout is by then); None before (or when the table
+        #: writer encoded it: change-data-capture rows).
+        self.layout: TableLayout | None = None
+
+    @property
+    def guessed(self) -> bool:
+        """Encoded by an assumed layout (``TableLayout.assumed``): what the table refuses of
+        it is checked against the table's own layout before it counts."""
+        return self.layout is not None and self.layout.assumed
+
+    def pending(self) -> Batch:
+        """The same rows, not encoded (to encode them again by another layout)."""
+        return Batch(None, self.elements, self.records, self.cdc)
 
     def subset(self, indexes: list[int]) -> Batch:
         """The rows at ``indexes``, unencoded if this batch was Arrow."""
         rows = self.rows
-        return Batch(
+        part = Batch(
             None if rows is None else [rows[i] for i in indexes],
             [self.elements[i] for i in indexes],
             [self.records[i] for i in indexes],
             self.cdc,
         )
+        part.layout = None if rows is None else self.layout
+        return part
 
     def halves(self) -> tuple[Batch, Batch]:
         """The first and the second half of the rows, unencoded if this batch was Arrow."""
         mid = len(self.elements) // 2
-        rows = self.rows
-        return (
-            Batch(
-                None if rows is None else rows[:mid],
-                self.elements[:mid],
-                self.records[:mid],
-                self.cdc,
-            ),
-            Batch(
-                None if rows is None else rows[mid:],
-                self.elements[mid:],
-                self.records[mid:],
-                self.cdc,
-            ),
-        )
+        return self.subset(list(range(mid))), self.subset(list(range(mid, len(self.elements))))
 
 
 def encode_requests(

@@ -34,8 +34,9 @@ table costs no thread and no stream, and a subtask holds a bounded number of con
 however many tables it writes.
 
 A row that cannot be encoded (wrong type, unknown column) or is larger than a request is
-rejected here, at once, without an RPC. What each response (or a lost connection) means for
-the request's rows and the stream, from bad rows narrowed down by halving to transport, quota
+rejected here, at once, without an RPC; under a layout assumed from the serializer's declared
+schema the table is asked first (:mod:`pyflink_gcp.bigquery.layout_checks`). What each
+response (or a lost connection) means for the request's rows and the stream, from bad rows narrowed down by halving to transport, quota
 and stream failures, is decided by :mod:`pyflink_gcp.bigquery.responses`, whose
 :class:`~pyflink_gcp.bigquery.responses.ResponseHandling` the sender mixes in.
 """
@@ -60,6 +61,7 @@ from pyflink_gcp.bigquery.client import (
     PendingAppend,
 )
 from pyflink_gcp.bigquery.destinations import TableDestination
+from pyflink_gcp.bigquery.layout_checks import LayoutChecks
 from pyflink_gcp.bigquery.responses import Reconnect, ResponseHandling
 from pyflink_gcp.bigquery.schema_update import MissingValues, UnknownFields, fatal_reason
 from pyflink_gcp.bigquery.sender_waits import BoundedWaits
@@ -86,7 +88,7 @@ _TIMERS = Timers("bigquery-append-timers")
 _DEFAULT_VALUE = AppendRowsRequest.MissingValueInterpretation.Value("DEFAULT_VALUE")
 
 
-class TableSender(ResponseHandling, BoundedWaits):
+class TableSender(ResponseHandling, BoundedWaits, LayoutChecks):
     """Appends the cut requests of one table; see the module docstring.
 
     The processing thread calls :meth:`submit`, :meth:`settle`, :attr:`is_idle` and
@@ -103,10 +105,10 @@ class TableSender(ResponseHandling, BoundedWaits):
         "bytes_encoded", "arrow_requests_sent", "arrow_rejections", "_quota", "_unknown_fields",
         "_missing", "_sink", "_name", "_stream_source", "_stream", "_stream_length", "_what",
         "_timeout_s", "_connect", "_timers", "_slots", "_slot", "_slot_wanted", "_retry",
-        "_depth", "_layout_source", "_layout", "_plain_schema", "_cdc_schema",
+        "_depth", "_layout_source", "_layout",
         "_max_request_bytes", "_cond", "_queue", "_in_flight", "_answers", "_answers_seen",
         "_busy", "_paused", "_pauses", "_resume_due", "_backoff", "_failed", "_fatal", "_closed",
-        "_connection", "_generation",
+        "_connection", "_generation", "_check",
     )
     # fmt: on
 
@@ -129,6 +131,7 @@ class TableSender(ResponseHandling, BoundedWaits):
         quota: QuotaWindow | None = None,
         timers: Timers | None = None,
         slots: Slots | None = None,
+        check: Callable[[], Future[TableLayout]] | None = None,
     ) -> None:
         self.destination = destination
         #: The subtask's window (else the table's own): caps ``max_in_flight`` after quota errors.
@@ -161,8 +164,9 @@ class TableSender(ResponseHandling, BoundedWaits):
         self._depth = max_in_flight
         self._layout_source = layout
         self._layout: TableLayout | None = None
-        self._plain_schema: Any = None
-        self._cdc_schema: Any = None
+        #: Looks the table's own layout up, while ``layout`` is an assumed one
+        #: (:meth:`_check_layout`); None once asked, or for a layout that is the table's.
+        self._check = check if isinstance(layout, TableLayout) and layout.assumed else None
         self._max_request_bytes = max_request_bytes
         #: Bytes of rows one request may carry (its limit less the schema it also carries).
         self.max_bytes = max_request_bytes
@@ -218,12 +222,13 @@ class TableSender(ResponseHandling, BoundedWaits):
         """Encode with ``layout`` from now on: the lookup's, or one of the same columns that
         knows more (the table's primary key, asked for by its first change-data-capture row).
         """
-        self._plain_schema, self._cdc_schema = layout.writer_schemas
-        overhead = self._cdc_schema.ByteSize() + self._stream_length + 64
+        overhead = layout.writer_schemas[1].ByteSize() + self._stream_length + 64
         if layout.arrow is not None:
             overhead = max(overhead, len(layout.arrow.serialized_schema) + self._stream_length)
         self.max_bytes = self._max_request_bytes - overhead
         self._layout = self._layout_source = layout  # not the lookup's future, for life
+        if not layout.assumed:
+            self._check = None
 
     def stream_name(self) -> str:
         """The stream appended to, waiting for a BUFFERED stream's creation if it still runs.
@@ -453,12 +458,23 @@ class TableSender(ResponseHandling, BoundedWaits):
 
     def _settle_answer(self, answer: Any) -> None:
         if isinstance(answer, Exception):
+            if self._guess_refused(answer, self._in_flight):
+                # Sent again, encoded by the table's own layout, without a backoff.
+                self._disconnect()
+                with self._cond:
+                    self._queue[:0] = self._in_flight
+                    self._in_flight.clear()
+                return
             self._lost(answer, [])
             return
         with self._cond:
             batch = self._in_flight.pop(0) if self._in_flight else None
         if batch is None:
             self._lost(StatusError(grpc.StatusCode.INTERNAL, "an answer nobody waits for"), [])
+            return
+        if self._guess_refused(answer, [batch]):
+            with self._cond:
+                self._queue.insert(0, batch)
             return
         try:
             self._backoff = self._handle(batch, answer, self._backoff, self._in_flight)
@@ -495,12 +511,20 @@ class TableSender(ResponseHandling, BoundedWaits):
         """Encode (if it was not) and send the request at the front of the queue."""
         with self._cond:
             batch = self._queue.pop(0)
+        if batch.guessed and batch.layout is not self.layout():
+            batch = batch.pending()  # encoded by a guess the table's own layout replaced
         if batch.rows is None and batch.arrow is None:
             # Cut before the table's lookup ended, or a part of a rejected Arrow request.
             encoded = self._encode(batch)
             if not encoded:
                 return
             batch = encoded[0]
+            if batch.rows is None and batch.arrow is None:
+                # Rows the assumed layout cannot take: the table's own decides.
+                with self._cond:
+                    self._queue.insert(0, batch)
+                self._check_layout("a row the declared schema cannot encode")
+                return
             if len(encoded) > 1:
                 # Encoding split a request by size: the rest waits its turn in the window.
                 with self._cond:
@@ -508,9 +532,17 @@ class TableSender(ResponseHandling, BoundedWaits):
         self._send(batch)
 
     def _encode(self, batch: Batch) -> list[Batch]:
+        """``batch`` (pending) encoded into requests; the rows refused are failed records.
+        Under an assumed layout, a refused row leaves the whole batch pending instead, for a
+        step to check the layout (:meth:`_send_next`)."""
+        layout = self.layout()
         encoded, failed = encode_requests(
-            batch, self.layout(), self.max_bytes, self.refused, self.oversized
+            batch, layout, self.max_bytes, self.refused, self.oversized
         )
+        if failed and layout.assumed and self._check is not None:
+            return [batch.pending()]
+        for request in encoded:
+            request.layout = layout
         if failed:
             with self._cond:
                 self._failed.extend(failed)
@@ -523,9 +555,10 @@ class TableSender(ResponseHandling, BoundedWaits):
 
     def _encode_proto(self, batch: Batch) -> list[Batch]:
         """The batch as protobuf rows (a retry of rows an Arrow request had refused)."""
-        encoded, failed = encode_rows(
-            batch, self.layout(), self.max_bytes, self.refused, self.oversized
-        )
+        layout = self.layout()
+        encoded, failed = encode_rows(batch, layout, self.max_bytes, self.refused, self.oversized)
+        for request in encoded:
+            request.layout = layout
         if failed:
             with self._cond:
                 self._failed.extend(failed)
@@ -549,16 +582,18 @@ class TableSender(ResponseHandling, BoundedWaits):
         # too: a request may follow others whose answers are not in yet, a backend may drop a
         # connection's schema with a rejected request (the emulator does), and a request that
         # fails for that reason must never be mistaken for bad rows.
+        # The writer schema is that of the layout the rows were encoded by.
+        encoded_by = batch.layout or layout
         if batch.arrow is not None:
-            assert layout.arrow is not None
+            assert encoded_by.arrow is not None
             request = PendingAppend(
-                stream, layout.arrow.serialized_schema, arrow=batch.arrow, missing=self._missing
+                stream, encoded_by.arrow.serialized_schema, arrow=batch.arrow, missing=self._missing
             )
             self.arrow_requests_sent += 1
         else:
             request = PendingAppend(
                 stream,
-                self._cdc_schema if batch.cdc else self._plain_schema,
+                encoded_by.writer_schemas[1 if batch.cdc else 0],
                 rows=batch.rows,
                 missing=self._missing,
             )

@@ -68,7 +68,15 @@ class TableLayout:
     every table of the schema (:meth:`with_location`).
     """
 
-    __slots__ = ("encoder", "arrow", "fields", "location", "writer_schemas", "table_key_known")
+    __slots__ = (
+        "encoder",
+        "arrow",
+        "fields",
+        "location",
+        "writer_schemas",
+        "table_key_known",
+        "assumed",
+    )
 
     def __init__(
         self,
@@ -85,6 +93,10 @@ class TableLayout:
         #: from the table's write stream knows only the serializer's key: a change-data-capture
         #: row then asks for the table's (:meth:`TableCatalog.layout`).
         self.table_key_known = True
+        #: Built from the serializer's declared schema without asking the table: what the
+        #: table refuses of it is checked against the table's own layout before it counts
+        #: (:mod:`pyflink_gcp.bigquery.stream_lookup`).
+        self.assumed = False
         if writer_schemas is None:
             writer_schemas = (
                 ProtoSchema(proto_descriptor=encoder.descriptor),

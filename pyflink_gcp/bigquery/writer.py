@@ -168,11 +168,14 @@ class TableWriter(DestinationWriter[TableDestination]):
 
     def _learn_key(self) -> None:
         """Before the first change-data-capture row: a layout from the table's stream knows
-        only the serializer's key, so the table's own is asked for (once, over REST)."""
+        only the serializer's key, and an assumed one (of the serializer's schema) may not be
+        the table's, so the table's own is asked for (once, over REST). Change-data-capture
+        rows are encoded as they come, so a row the assumed layout refused would be a failed
+        record before any request could check it."""
         layout = self.sender.layout()
-        if layout.table_key_known or layout.encoder.primary_key or self._table_layout is None:
-            return
-        self.sender.use_layout(self._table_layout())
+        asks = layout.assumed or not (layout.table_key_known or layout.encoder.primary_key)
+        if asks and self._table_layout is not None:
+            self.sender.use_layout(self._table_layout())
 
     def _write_encoded(self, element: Any, record: Any) -> None:
         sender = self.sender
@@ -420,8 +423,11 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
                 "loads into a partition"
             )
         lookups = self.stream_lookups
-        layout = (self._rest_layout if lookups is None else lookups.layout)(destination)
-        return self.writer_for(destination, layout)
+        if lookups is None:
+            return self.writer_for(destination, self._rest_layout(destination))
+        return self.writer_for(
+            destination, lookups.layout(destination), partial(lookups.check_later, destination)
+        )
 
     def _rest_layout(self, destination: TableDestination) -> Future[TableLayout]:
         """The table's REST lookup on a metadata thread. Raises RuntimeError once closed."""
@@ -437,10 +443,14 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         return self.catalog.layout(destination)
 
     def writer_for(
-        self, destination: TableDestination, layout: TableLayout | Future[TableLayout]
+        self,
+        destination: TableDestination,
+        layout: TableLayout | Future[TableLayout],
+        check: Callable[[], Future[TableLayout]] | None = None,
     ) -> TableWriter:
         """The writer of a table whose ``layout`` is known or being looked up, with its
-        sender on this subtask's clients."""
+        sender on this subtask's clients; ``check`` looks the table's own up when ``layout``
+        is an assumed one."""
         options = self.options
         ordered = self.ordering is OrderingMode.PER_TABLE
         sender = TableSender(
@@ -460,6 +470,7 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
             quota=self.quota,
             timers=self.timers,
             slots=self.slots,
+            check=check,
         )
         return TableWriter(
             destination,

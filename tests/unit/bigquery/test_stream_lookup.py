@@ -16,6 +16,7 @@ from pyflink_gcp.bigquery import (
     BigQueryWriterOptions,
     TableDestination,
     TableSchema,
+    UnknownFields,
 )
 from pyflink_gcp.bigquery.stream_lookup import (
     StreamLookups,
@@ -118,12 +119,14 @@ class RestLookups:
         return future
 
 
-def lookups(serializer: Any, rest: RestLookups | None = None) -> tuple[StreamLookups, Calls]:
+def lookups(
+    serializer: Any, rest: RestLookups | None = None, **options: Any
+) -> tuple[StreamLookups, Calls]:
     catalog = TableCatalog(
         sink_name="s",
         resolver_name="Resolver",
         serializer=serializer,
-        options=BigQueryWriterOptions(),
+        options=BigQueryWriterOptions(**options),
         create_disposition=CreateDisposition.CREATE_IF_NEEDED,
         rest_endpoint="http://127.0.0.1:1",
         retry=RetryPolicy(deadline_s=0),
@@ -224,3 +227,63 @@ def test_an_endpoint_without_get_write_stream_is_not_asked_again() -> None:
     later = streams.layout(TableDestination.of("p", "d", "later"))
     assert len(calls.started) == 1  # no second call: straight to the REST lookup
     assert rest.asked[1] == (TableDestination.of("p", "d", "later"), later)
+
+
+# -- tables of a dataset already met: the declared schema, no call -----------------------------
+
+SAME_DATASET = TableDestination.of("p", "d", "t2")
+OTHER_DATASET = TableDestination.of("p", "e", "t3")
+
+
+def _first_answered(streams: StreamLookups, calls: Calls) -> None:
+    first = streams.layout(DEST)
+    assert isinstance(first, Future)
+    calls.started[0][1].set_result(stream([("id", 2, 2), ("name", 1, 1), ("more", 1, 1)]))
+    assert first.result(timeout=0).location == "europe-west3"
+
+
+def test_a_new_table_of_a_dataset_met_takes_the_declared_schema_at_its_location() -> None:
+    streams, calls = lookups(Keyed())
+    _first_answered(streams, calls)
+
+    layout = streams.layout(SAME_DATASET)
+    assert isinstance(layout, TableLayout) and layout.assumed
+    assert [f.name for f in layout.fields] == ["id", "name"]  # declared, not the stream's
+    assert layout.location == "europe-west3" and layout.encoder.primary_key == ("id",)
+    assert not layout.table_key_known
+    assert len(calls.started) == 1 and streams.assumed == 1
+    # Another dataset's location is not known: that table is asked.
+    assert isinstance(streams.layout(OTHER_DATASET), Future) and len(calls.started) == 2
+    # A sender gives the assumed layout up: the table is asked after all.
+    checked = streams.check_later(SAME_DATASET)
+    calls.started[2][1].set_result(stream([("id", 2, 2)], location="europe-west3"))
+    assert not checked.result(timeout=0).assumed
+    assert (streams.assumed, streams.checked_after, streams.answered) == (1, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("serializer", "options"),
+    [(Plain(), {}), (Keyed(), {"unknown_fields": UnknownFields.IGNORE})],
+    ids=["no declared schema", "unknown fields ignored"],
+)
+def test_every_table_is_asked_without_a_declared_schema_or_when_unknown_keys_are_dropped(
+    serializer: Any, options: dict[str, Any]
+) -> None:
+    streams, calls = lookups(serializer, **options)
+    _first_answered(streams, calls)
+    assert isinstance(streams.layout(SAME_DATASET), Future)
+    assert len(calls.started) == 2 and streams.assumed == 0
+
+
+class Raising(Keyed):
+    def schema(self, destination: TableDestination) -> Any:
+        if destination.table == "t2":
+            raise KeyError("t2")
+        return super().schema(destination)
+
+
+def test_a_declared_schema_that_raises_leaves_the_table_to_its_lookup() -> None:
+    streams, calls = lookups(Raising())
+    _first_answered(streams, calls)
+    assert isinstance(streams.layout(SAME_DATASET), Future)
+    assert len(calls.started) == 2 and streams.assumed == 0
