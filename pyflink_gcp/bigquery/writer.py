@@ -355,7 +355,16 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
         return 0 if self.catalog is None else self.catalog.tables_created
 
     def gauges(self) -> dict[str, Callable[[], int]]:
-        return {"schemaUpdates": lambda: schema_updates(self.catalog)}
+        return {
+            "schemaUpdates": lambda: schema_updates(self.catalog),
+            "declaredSchemaTables": lambda: self._lookup_count("assumed"),
+            "declaredSchemaChecks": lambda: self._lookup_count("checked_after"),
+        }
+
+    def _lookup_count(self, name: str) -> int:
+        """A counter of the subtask's :class:`StreamLookups` (0 without them)."""
+        lookups = self.stream_lookups
+        return 0 if lookups is None else int(getattr(lookups, name))
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ SINK_COUNTERS: dict[str, str] = {
 #: Gauges of one service's sinks only (``WriterFactory.gauges``), per subtask: name → meaning.
 SERVICE_GAUGES: dict[str, str] = {
     "schemaUpdates": "BigQuery: table schema updates this subtask made (schema_update)",
+    "declaredSchemaTables": "BigQuery: new tables written by the serializer's declared schema "
+    "without a lookup",
+    "declaredSchemaChecks": "BigQuery: of those, tables looked up after they refused it",
 }
 #: Gauges of an exactly-once sink's committer operator, per subtask: name → meaning.
 COMMITTER_GAUGES: dict[str, str] = {

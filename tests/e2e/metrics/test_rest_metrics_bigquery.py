@@ -110,8 +110,14 @@ def test_bigquery_sink_metrics_and_per_destination_bytes(
         "pyflink_gcp.lastFlushMillis",
         "pyflink_gcp.checkpointMarkers",
         "pyflink_gcp.schemaUpdates",
+        "pyflink_gcp.declaredSchemaTables",
+        "pyflink_gcp.declaredSchemaChecks",
     } <= set(got), got
     assert got["pyflink_gcp.schemaUpdates"] == 0, got  # schema_update is off
+    # A table is looked up after refusing the declared schema only if it was written by it.
+    assert got["pyflink_gcp.declaredSchemaChecks"] <= got["pyflink_gcp.declaredSchemaTables"], got
+    if method is not None:  # BUFFERED streams: every table is looked up
+        assert got["pyflink_gcp.declaredSchemaTables"] == 0, got
     ids = {metric_identifier(f"projects/{project}/datasets/{dataset}/tables/{t}") for t in "ab"}
     assert set(per_destination(got, "records")) == ids, got
     assert sorted(per_destination(got, "records").values()) == [WRITTEN / 2, WRITTEN / 2], got

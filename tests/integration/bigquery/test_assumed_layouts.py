@@ -76,9 +76,11 @@ def test_tables_of_the_declared_schema_are_written_without_a_lookup(project: str
     writer.flush()
     lookups = _lookups(writer)
     counts = (lookups.answered, lookups.handed_over, lookups.assumed, lookups.checked_after)
+    gauges = {name: read() for name, read in writer._factory.gauges().items()}
     writer.close()
 
     assert counts == (0, 1, 2, 0)  # first: created over REST; a, b: never asked
+    assert (gauges["declaredSchemaTables"], gauges["declaredSchemaChecks"]) == (2, 0)
     assert [r["id"] for r in _ids(project, dataset, "a")] == [2, 4, 6]
     assert [r["id"] for r in _ids(project, dataset, "b")] == [1, 3, 5]
 
@@ -92,9 +94,10 @@ def test_a_table_with_a_column_the_declared_schema_lacks_gets_it(project: str) -
     writer.flush()
     lookups = _lookups(writer)
     counts = (lookups.assumed, lookups.checked_after)
+    checks = writer._factory.gauges()["declaredSchemaChecks"]()
     writer.close()
 
-    assert counts == (1, 1)
+    assert counts == (1, 1) and checks == 1
     assert _ids(project, dataset, "wide", "id, extra") == [
         {"id": i, "extra": f"x{i}"} for i in range(1, 4)
     ]

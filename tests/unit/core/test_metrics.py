@@ -87,10 +87,15 @@ def test_a_destinations_counters_are_registered_together_on_its_first_record() -
 def test_docs_metrics_lists_every_declared_name() -> None:
     from pathlib import Path
 
-    from pyflink_gcp.core.metrics import COMMITTER_GAUGES, DESTINATION_COUNTERS, SINK_GAUGES
+    from pyflink_gcp.core.metrics import (
+        COMMITTER_GAUGES,
+        DESTINATION_COUNTERS,
+        SERVICE_GAUGES,
+        SINK_GAUGES,
+    )
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
-    for name in [*SINK_GAUGES, *COMMITTER_GAUGES]:
+    for name in [*SINK_GAUGES, *SERVICE_GAUGES, *COMMITTER_GAUGES]:
         assert f"`pyflink_gcp.{name}`" in text, name
     for name in DESTINATION_COUNTERS:
         assert f".{name}`" in text, name
