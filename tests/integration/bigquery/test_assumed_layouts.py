@@ -41,7 +41,7 @@ def _writer(project: str, dataset: str, **settings: Any) -> Any:
     sink = (
         BigQuerySink.builder()
         .set_destination_resolver(ByTable(project, dataset))
-        .set_serializer(BigQuerySerializer.of(_row, schema=DECLARED))
+        .set_serializer(BigQuerySerializer.of(_row, schema=settings.pop("schema", DECLARED)))
         .set_create_disposition(settings.pop("disposition", CreateDisposition.CREATE_IF_NEEDED))
         .set_failure_handler(FailureHandler.fail_job())
         .set_writer_options(settings.pop("options", BigQueryWriterOptions()))
@@ -158,3 +158,23 @@ def test_ignore_unknown_fields_always_asks_the_table(project: str) -> None:
 
     assert assumed == 0
     assert _ids(project, dataset, "wide", "id, extra") == [{"id": 1, "extra": "x1"}]
+
+
+def test_change_data_capture_rows_are_encoded_by_the_tables_own_layout(project: str) -> None:
+    # Change-data-capture rows are encoded as they come, before any request could check the
+    # declared schema: the table is asked first, and its extra column is written.
+    dataset = make_dataset(project)
+    make_table(project, dataset, "changes", [*DECLARED.fields, SchemaField("extra", "STRING")])
+    # With a declared key, a layout from the table's stream would not ask the table's REST
+    # metadata: an assumed one must.
+    writer = _writer(project, dataset, schema=TableSchema.of(DECLARED.fields, primary_key=["id"]))
+    for i in range(1, 4):
+        writer.write({"table": "changes", "id": i, "extra": f"x{i}", "_CHANGE_TYPE": "UPSERT"})
+    writer.flush()
+    assumed = _lookups(writer).assumed
+    writer.close()
+
+    assert assumed == 1
+    assert _ids(project, dataset, "changes", "id, extra") == [
+        {"id": i, "extra": f"x{i}"} for i in range(1, 4)
+    ]
