@@ -164,9 +164,10 @@ class TableSender(ResponseHandling, BoundedWaits, LayoutChecks):
         self._depth = max_in_flight
         self._layout_source = layout
         self._layout: TableLayout | None = None
-        #: Looks the table's own layout up, while ``layout`` is an assumed one
-        #: (:meth:`_check_layout`); None once asked, or for a layout that is the table's.
-        self._check = check if isinstance(layout, TableLayout) and layout.assumed else None
+        #: Looks the table's own layout up while the layout in use is an assumed one (it may
+        #: come from a lookup's future too; :meth:`_check_layout`); None once asked, or once
+        #: the layout in use is the table's (:meth:`use_layout`).
+        self._check = check
         self._max_request_bytes = max_request_bytes
         #: Bytes of rows one request may carry (its limit less the schema it also carries).
         self.max_bytes = max_request_bytes

@@ -26,17 +26,23 @@ creation of a missing table and its errors naming the table:
 - a sink that updates table schemas (``schema_update``), or writes BUFFERED streams, looks
   tables up over REST only.
 
-A table need not be asked at all when the serializer declares its schema: the layout is then
-built from that schema (:attr:`TableLayout.assumed`), at the location learnt from an earlier
-table of the same dataset (a dataset has one location), and the table's first request goes out
-at once. That saves a subtask one call per new table, half the calls of a table met once per
-checkpoint, as Google's Java client does when it is given a schema. The declared schema is
-a guess about the table, so nothing it encodes is refused on its word: a row it cannot encode,
-or any answer but success or a transient error, makes the table's sender ask for the table's
-own layout (:meth:`StreamLookups.checked`: the lookup above, with the creation of a missing
-table) and encode those rows again by it (:mod:`pyflink_gcp.bigquery.sender`). The first table
-of a dataset, a serializer without a schema, and ``UnknownFields.IGNORE`` (whose encoders drop
-what the guess lacks without a word) always ask the table first.
+A table need not be asked at all when the serializer declares its schema and its dataset's
+tables exist: the layout is then built from that schema (:attr:`TableLayout.assumed`), at the
+location an existing table of the same dataset answered (a dataset has one location), and the
+table's first request goes out at once. That saves a subtask one call per new table, half the
+calls of a table met once per checkpoint, as Google's Java client does when it is given a
+schema. The declared schema is a guess about the table, so nothing it encodes is refused on its
+word: a row it cannot encode, or any answer but success or a transient error, makes the
+table's sender ask for the table's own layout (:meth:`StreamLookups.checked`: the lookup
+above, with the creation of a missing table) and encode those rows again by it
+(:mod:`pyflink_gcp.bigquery.layout_checks`). Every table is asked first:
+
+- until a table of its dataset has answered on its stream (tables met meanwhile wait for that
+  answer instead of each starting a call);
+- in a dataset where a table was found missing: its tables are made on demand, and an append
+  to a missing table may end the AppendRows connection other tables share;
+- when the serializer declares no schema, or under ``UnknownFields.IGNORE`` (whose encoders
+  would drop, without a word, a key the declaration lacks and the table has).
 """
 
 from __future__ import annotations
@@ -166,30 +172,45 @@ class StreamLookups:
             has_schema(catalog.serializer)
             and catalog.options.unknown_fields is not UnknownFields.IGNORE
         )
-        #: The location of each dataset a lookup answered for: (project, dataset) → location
-        #: (None where the service gives none: an emulator's).
+        #: The location of each dataset one of whose tables' streams answered (so tables of it
+        #: exist): (project, dataset) → location (None where the service gives none).
         self._locations: dict[tuple[str, str], str | None] = {}
+        #: The lookup that will give each dataset its location, while it runs.
+        self._firsts: dict[tuple[str, str], Future[TableLayout]] = {}
+        #: Datasets with a table found missing: their new tables are asked first.
+        self._doubted: set[tuple[str, str]] = set()
 
     def layout(self, destination: TableDestination) -> TableLayout | Future[TableLayout]:
         """The table's layout: the serializer's declared one when it may stand for the table
-        (see the module docstring), else being looked up. Never blocks."""
+        (see the module docstring), else being looked up. Never blocks.
+
+        A table of a dataset whose first lookup still runs waits for that lookup rather than
+        starting its own: a subtask meets its tables in bursts (the first records, the records
+        carried to the end of input), and a burst's tables would otherwise all be looked up
+        before the first answer came.
+        """
         dataset = (destination.project, destination.dataset)
-        if self.assumes and dataset in self._locations:
+        if not self.assumes or dataset in self._doubted:
+            return self.checked(destination)
+        if dataset in self._locations:
             declared = self._declared(destination, self._locations[dataset])
-            if declared is not None:
-                return declared
-        return self.checked(destination)
+            return self.checked(destination) if declared is None else declared
+        first = self._firsts.get(dataset)
+        if first is not None and not first.done():
+            result: Future[TableLayout] = Future()
+            first.add_done_callback(partial(self._after_first, destination, result))
+            return result
+        first = self._firsts[dataset] = self.checked(destination)
+        return first
 
     def checked(self, destination: TableDestination) -> Future[TableLayout]:
         """The table's own layout, being looked up (its stream, else its REST metadata, which
         creates a missing table): never blocks."""
         if not self.enabled:
-            result = self._rest_lookups(destination)
-        else:
-            result = Future()
-            call = self._calls.start(self._call, destination)
-            call.add_done_callback(partial(self._answered, destination, result))
-        result.add_done_callback(partial(self._learn_location, destination))
+            return self._rest_lookups(destination)
+        result: Future[TableLayout] = Future()
+        call = self._calls.start(self._call, destination)
+        call.add_done_callback(partial(self._answered, destination, result))
         return result
 
     def check_later(self, destination: TableDestination) -> Future[TableLayout]:
@@ -216,10 +237,26 @@ class StreamLookups:
         self.assumed += 1
         return layout
 
-    def _learn_location(self, destination: TableDestination, done: Future[TableLayout]) -> None:
-        if done.cancelled() or done.exception() is not None:
+    def _after_first(
+        self, destination: TableDestination, result: Future[TableLayout], first: Future[TableLayout]
+    ) -> None:
+        """The dataset's first lookup ended: the table's declared layout at the location it
+        gave, else (it failed, or the declaration does not do) the table's own lookup."""
+        if result.cancelled():  # the writer closed meanwhile
             return
-        self._locations[(destination.project, destination.dataset)] = done.result().location
+        dataset = (destination.project, destination.dataset)
+        declared = None
+        if dataset in self._locations:  # the first table existed: its stream answered
+            declared = self._declared(destination, self._locations[dataset])
+        if declared is not None:
+            _settle(result, declared, None)
+            return
+        try:
+            own = self.checked(destination)
+        except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
+            _settle(result, None, self._closed_error(destination, exc))
+            return
+        own.add_done_callback(lambda done: _copy(done, result))
 
     def _call(self, destination: TableDestination) -> Any:
         """Start the table's GetWriteStream (its request built only now: a queued lookup holds
@@ -259,6 +296,10 @@ class StreamLookups:
             else:
                 layout.table_key_known = False
                 self.answered += 1
+                dataset = (destination.project, destination.dataset)
+                if self.assumes and dataset not in self._doubted:
+                    # The table existed: its dataset's later tables may be assumed to.
+                    self._locations[dataset] = stream.location
                 _settle(result, layout, None)
                 return
         if self.enabled and status_name(error) == "UNIMPLEMENTED":
@@ -276,16 +317,24 @@ class StreamLookups:
             error,
         )
         self.handed_over += 1
+        if status_name(error) == "NOT_FOUND":
+            # A missing table: its dataset's tables are made on demand, and an append to a
+            # missing one would end a connection other tables share. Ask each of them first.
+            dataset = (destination.project, destination.dataset)
+            self._doubted.add(dataset)
+            self._locations.pop(dataset, None)
         try:
             rest = self._rest_lookups(destination)
         except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
-            error = WriteError(
-                f"sink '{self._catalog.sink_name}': table {destination.table_id}: the writer "
-                f"closed before its lookup ended ({exc})"
-            )
-            _settle(result, None, error)
+            _settle(result, None, self._closed_error(destination, exc))
             return
         rest.add_done_callback(lambda done: _copy(done, result))
+
+    def _closed_error(self, destination: TableDestination, exc: Exception) -> WriteError:
+        return WriteError(
+            f"sink '{self._catalog.sink_name}': table {destination.table_id}: the writer "
+            f"closed before its lookup ended ({exc})"
+        )
 
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:

@@ -38,6 +38,7 @@ def _row(record: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def _writer(project: str, dataset: str, **settings: Any) -> Any:
+    first_exists = settings.pop("first_exists", True)
     sink = (
         BigQuerySink.builder()
         .set_destination_resolver(ByTable(project, dataset))
@@ -49,7 +50,9 @@ def _writer(project: str, dataset: str, **settings: Any) -> Any:
     )
     assert not settings, settings
     writer = open_writer(sink)
-    # The dataset's first table is asked (its location is not known yet).
+    # The dataset's first table is asked, and its stream answers: the dataset's tables exist.
+    if first_exists:
+        make_table(project, dataset, "first", list(DECLARED.fields))
     writer.write({"table": "first", "id": 0, "name": "n0"})
     writer.flush()
     return writer
@@ -79,7 +82,7 @@ def test_tables_of_the_declared_schema_are_written_without_a_lookup(project: str
     gauges = {name: read() for name, read in writer._factory.gauges().items()}
     writer.close()
 
-    assert counts == (0, 1, 2, 0)  # first: created over REST; a, b: never asked
+    assert counts == (1, 0, 2, 0)  # first: its stream answered; a, b: never asked
     assert (gauges["declaredSchemaTables"], gauges["declaredSchemaChecks"]) == (2, 0)
     assert [r["id"] for r in _ids(project, dataset, "a")] == [2, 4, 6]
     assert [r["id"] for r in _ids(project, dataset, "b")] == [1, 3, 5]
@@ -126,18 +129,34 @@ def test_a_missing_table_is_created_when_its_first_append_is_refused(project: st
     for i in range(1, 4):
         writer.write({"table": "fresh", "id": i, "name": f"n{i}"})
     writer.flush()
+    # Tables of this dataset are made on demand: the next new one is asked first.
+    writer.write({"table": "later", "id": 4, "name": "n4"})
+    writer.flush()
     lookups = _lookups(writer)
-    counts = (lookups.assumed, lookups.checked_after)
+    counts = (lookups.assumed, lookups.checked_after, lookups.handed_over)
     writer.close()
 
-    assert counts == (1, 1)
-    assert table_names(project, dataset) == ["first", "fresh"]
+    assert counts == (1, 1, 2)  # fresh: assumed, refused, created; later: asked, created
+    assert table_names(project, dataset) == ["first", "fresh", "later"]
     assert [r["id"] for r in _ids(project, dataset, "fresh")] == [1, 2, 3]
+    assert [r["id"] for r in _ids(project, dataset, "later")] == [4]
+
+
+def test_a_dataset_whose_tables_are_made_on_demand_is_never_assumed(project: str) -> None:
+    dataset = make_dataset(project)
+    writer = _writer(project, dataset, first_exists=False)
+    for i in range(1, 4):
+        writer.write({"table": f"t{i}", "id": i, "name": f"n{i}"})
+    writer.flush()
+    assumed = _lookups(writer).assumed
+    writer.close()
+
+    assert assumed == 0
+    assert table_names(project, dataset) == ["first", "t1", "t2", "t3"]
 
 
 def test_a_missing_table_under_create_never_names_the_table(project: str) -> None:
     dataset = make_dataset(project)
-    make_table(project, dataset, "first", list(DECLARED.fields))
     writer = _writer(project, dataset, disposition=CreateDisposition.CREATE_NEVER)
     writer.write({"table": "absent", "id": 1, "name": "n1"})
     with pytest.raises(DestinationNotFoundError, match="absent"):

@@ -287,3 +287,65 @@ def test_a_declared_schema_that_raises_leaves_the_table_to_its_lookup() -> None:
     _first_answered(streams, calls)
     assert isinstance(streams.layout(SAME_DATASET), Future)
     assert len(calls.started) == 2 and streams.assumed == 0
+
+
+def test_tables_met_while_their_datasets_first_lookup_runs_wait_for_it_not_a_call_each() -> None:
+    streams, calls = lookups(Keyed())
+    first = streams.layout(DEST)
+    waiting = [streams.layout(TableDestination.of("p", "d", f"t{i}")) for i in range(2, 5)]
+    assert len(calls.started) == 1  # one call for the burst
+    assert all(isinstance(w, Future) and not w.done() for w in waiting)
+
+    calls.started[0][1].set_result(stream([("id", 2, 2), ("name", 1, 1)]))
+    assert not first.result(timeout=0).assumed  # type: ignore[union-attr]
+    layouts = [w.result(timeout=0) for w in waiting]  # type: ignore[union-attr]
+    assert all(layout.assumed and layout.location == "europe-west3" for layout in layouts)
+    assert len(calls.started) == 1 and streams.assumed == 3
+
+
+def test_a_table_waiting_for_a_failed_first_lookup_is_looked_up_itself() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Keyed(), rest)
+    first = streams.layout(DEST)
+    waiting = streams.layout(SAME_DATASET)
+    calls.started[0][1].set_exception(grpc.RpcError("UNAVAILABLE"))
+    rest.asked[0][1].set_exception(WriteError("table t: creation refused"))
+    with pytest.raises(WriteError, match="creation refused"):
+        first.result(timeout=0)  # type: ignore[union-attr]
+    # The waiting table's own lookup: its stream answers.
+    assert len(calls.started) == 2 and calls.started[1][0].name.endswith("/t2/streams/_default")
+    calls.started[1][1].set_result(stream([("id", 2, 2)]))
+    got = waiting.result(timeout=0)  # type: ignore[union-attr]
+    assert not got.assumed and [f.name for f in got.fields] == ["id"]
+    assert streams.assumed == 0
+
+
+class NotFound(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.NOT_FOUND
+
+
+def test_a_missing_table_makes_its_datasets_new_tables_asked_first() -> None:
+    # Tables made on demand: an append to a missing one may end a shared connection.
+    rest = RestLookups()
+    streams, calls = lookups(Keyed(), rest)
+    _first_answered(streams, calls)
+    assert isinstance(streams.layout(SAME_DATASET), TableLayout)
+
+    streams.check_later(SAME_DATASET)  # its first append found no table
+    calls.started[1][1].set_exception(NotFound())
+    assert [d for d, _ in rest.asked] == [SAME_DATASET]  # created over REST
+    later = streams.layout(TableDestination.of("p", "d", "t9"))
+    assert isinstance(later, Future) and len(calls.started) == 3
+    assert streams.assumed == 1
+
+
+def test_a_dataset_whose_first_table_was_missing_asks_every_table_without_waiting() -> None:
+    rest = RestLookups()
+    streams, calls = lookups(Keyed(), rest)
+    streams.layout(DEST)
+    calls.started[0][1].set_exception(NotFound())
+    rest.asked[0][1].set_result(TableLayout.of([SchemaField("id", "INT64")]))  # created
+    assert isinstance(streams.layout(SAME_DATASET), Future)
+    assert isinstance(streams.layout(TableDestination.of("p", "d", "t3")), Future)
+    assert len(calls.started) == 3 and streams.assumed == 0  # a call each, none waiting
