@@ -250,13 +250,8 @@ class StreamLookups:
             declared = self._declared(destination, self._locations[dataset])
         if declared is not None:
             _settle(result, declared, None)
-            return
-        try:
-            own = self.checked(destination)
-        except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
-            _settle(result, None, self._closed_error(destination, exc))
-            return
-        own.add_done_callback(lambda done: _copy(done, result))
+        else:
+            self._follow(destination, result, self.checked)
 
     def _call(self, destination: TableDestination) -> Any:
         """Start the table's GetWriteStream (its request built only now: a queued lookup holds
@@ -323,18 +318,29 @@ class StreamLookups:
             dataset = (destination.project, destination.dataset)
             self._doubted.add(dataset)
             self._locations.pop(dataset, None)
-        try:
-            rest = self._rest_lookups(destination)
-        except RuntimeError as exc:  # the metadata threads are shut down: the factory closed
-            _settle(result, None, self._closed_error(destination, exc))
-            return
-        rest.add_done_callback(lambda done: _copy(done, result))
+        self._follow(destination, result, self._rest_lookups)
 
-    def _closed_error(self, destination: TableDestination, exc: Exception) -> WriteError:
-        return WriteError(
-            f"sink '{self._catalog.sink_name}': table {destination.table_id}: the writer "
-            f"closed before its lookup ended ({exc})"
-        )
+    def _follow(
+        self,
+        destination: TableDestination,
+        result: Future[TableLayout],
+        lookup: Callable[[TableDestination], Future[TableLayout]],
+    ) -> None:
+        """Complete ``result`` as the table's ``lookup`` completes (the REST lookup raises
+        RuntimeError once the metadata threads are shut down: the factory closed)."""
+        try:
+            source = lookup(destination)
+        except RuntimeError as exc:
+            _settle(
+                result,
+                None,
+                WriteError(
+                    f"sink '{self._catalog.sink_name}': table {destination.table_id}: the "
+                    f"writer closed before its lookup ended ({exc})"
+                ),
+            )
+            return
+        source.add_done_callback(lambda done: _copy(done, result))
 
 
 def _copy(source: Future[TableLayout], target: Future[TableLayout]) -> None:
