@@ -1,6 +1,6 @@
 """A table written by an assumed layout: when its refusals send the sender to the table.
 
-A new table of a dataset the subtask has met may get a layout built from the serializer's
+A new table of a dataset whose tables exist may get a layout built from the serializer's
 declared schema, without a call (:attr:`~pyflink_gcp.bigquery.tables.TableLayout.assumed`,
 :mod:`pyflink_gcp.bigquery.stream_lookup`). That layout is the serializer's word for the
 table, and the table may say otherwise: a column the declaration lacks, a column the table
