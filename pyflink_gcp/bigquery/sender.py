@@ -36,8 +36,8 @@ however many tables it writes.
 A row that cannot be encoded (wrong type, unknown column) or is larger than a request is
 rejected here, at once, without an RPC; under a layout assumed from the serializer's declared
 schema the table is asked first (:mod:`pyflink_gcp.bigquery.layout_checks`). What each
-response (or a lost connection) means for the request's rows and the stream, from bad rows narrowed down by halving to transport, quota
-and stream failures, is decided by :mod:`pyflink_gcp.bigquery.responses`, whose
+response (or a lost connection) means for the request's rows and the stream, from bad rows
+narrowed down by halving to transport, quota and stream failures, is decided by :mod:`pyflink_gcp.bigquery.responses`, whose
 :class:`~pyflink_gcp.bigquery.responses.ResponseHandling` the sender mixes in.
 """
 
@@ -460,20 +460,16 @@ class TableSender(ResponseHandling, BoundedWaits, LayoutChecks):
     def _settle_answer(self, answer: Any) -> None:
         if isinstance(answer, Exception):
             if self._guess_refused(answer, self._in_flight):
-                # Sent again, encoded by the table's own layout, without a backoff.
-                self._disconnect()
-                with self._cond:
-                    self._queue[:0] = self._in_flight
-                    self._in_flight.clear()
-                return
-            self._lost(answer, [])
+                self._take_back([])  # encoded by the table's own layout, without a backoff
+            else:
+                self._lost(answer, [])
             return
         with self._cond:
             batch = self._in_flight.pop(0) if self._in_flight else None
         if batch is None:
             self._lost(StatusError(grpc.StatusCode.INTERNAL, "an answer nobody waits for"), [])
             return
-        if self._guess_refused(answer, [batch]):
+        if batch.guessed and self._guess_refused(answer, [batch]):
             with self._cond:
                 self._queue.insert(0, batch)
             return
@@ -486,11 +482,16 @@ class TableSender(ResponseHandling, BoundedWaits, LayoutChecks):
     def _lost(self, error: Exception, answered: list[Batch]) -> None:
         """The connection is gone (or must be replaced): every unanswered request is sent again
         on a new one after a backoff, those holding an offset first."""
+        self._take_back(answered)
+        self._backoff = self._retry_or_raise(error, self._backoff)
+
+    def _take_back(self, answered: list[Batch]) -> None:
+        """Drop the connection and queue every unanswered request (and ``answered`` ones to
+        send again) at the front, those holding an offset first."""
         self._disconnect()
         with self._cond:
             self._queue[:0] = resend_order([*answered, *self._in_flight])
             self._in_flight.clear()
-        self._backoff = self._retry_or_raise(error, self._backoff)
 
     def _pause(self, delay_s: float) -> None:
         """Send nothing for ``delay_s`` seconds; a subtask timer resumes (no thread sleeps)."""
