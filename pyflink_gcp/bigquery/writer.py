@@ -357,14 +357,11 @@ class BigQueryWriterFactory(PicklesConfiguration, WriterFactory[TableDestination
     def gauges(self) -> dict[str, Callable[[], int]]:
         return {
             "schemaUpdates": lambda: schema_updates(self.catalog),
-            "declaredSchemaTables": lambda: self._lookup_count("assumed"),
-            "declaredSchemaChecks": lambda: self._lookup_count("checked_after"),
+            "declaredSchemaTables": lambda: 0 if (s := self.stream_lookups) is None else s.assumed,
+            "declaredSchemaChecks": lambda: (
+                0 if (s := self.stream_lookups) is None else s.checked_after
+            ),
         }
-
-    def _lookup_count(self, name: str) -> int:
-        """A counter of the subtask's :class:`StreamLookups` (0 without them)."""
-        lookups = self.stream_lookups
-        return 0 if lookups is None else int(getattr(lookups, name))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
