@@ -42,6 +42,7 @@ from typing import Any
 
 from pyflink.datastream.functions import ProcessFunction, RuntimeContext
 
+from pyflink_gcp.core.operators import bare_marker_id
 from pyflink_gcp.core.sink_writer import SinkConfig
 
 _LOG = logging.getLogger("pyflink_gcp.fusion")
@@ -73,9 +74,9 @@ class MarkerPassingFunction(ProcessFunction):
     Args:
         payload: The function as PyFlink serialized it (``cloudpickle``).
         tag: The first item of a pickled marker ``(tag, checkpoint id)``.
-        typed: Whether this function heads the operator on a typed input: every element is
-            then the row ``(marker, record)`` the marker operator wraps records in, and a
-            marker leaves as the pickled-style tuple the functions after it expect.
+        typed: Whether this function heads the operator on a typed input: a marker then comes
+            as an element without a value (:func:`~pyflink_gcp.core.operators.bare_marker_id`)
+            and leaves as the pickled-style tuple the functions after it expect.
     """
 
     def __init__(self, payload: bytes, tag: str, typed: bool) -> None:
@@ -91,10 +92,11 @@ class MarkerPassingFunction(ProcessFunction):
 
     def process_element(self, value: Any, ctx: Any) -> Any:
         if self._typed:
-            marker = value[0]
-            if marker is None:
-                return self._function.process_element(value[1], ctx)
-            return ((self._tag, marker),)
+            if value is None:
+                marker = bare_marker_id(ctx)
+                if marker is not None:
+                    return ((self._tag, marker),)
+            return self._function.process_element(value, ctx)
         if type(value) is tuple and len(value) == 2 and value[0] == self._tag:
             return (value,)
         return self._function.process_element(value, ctx)
@@ -311,7 +313,8 @@ def chain_info(upstream: Upstream, writer_info: Any, tag: str, typed: bool) -> A
         upstream: What :func:`fusable_upstream` found.
         writer_info: The writer function's ``DataStreamPythonFunctionInfo``.
         tag: The marker tag.
-        typed: Whether the fused operator's input is typed (its first function unwraps).
+        typed: Whether the fused operator's input is typed (its first function tells markers,
+            elements without a value, from records).
     """
     from pyflink.datastream.data_stream import _create_j_data_stream_python_function_info
     from pyflink.java_gateway import get_gateway
@@ -346,7 +349,7 @@ def _fuse(j_env: Any, candidate: Candidate, upstream: Upstream) -> None:
     jvm = get_gateway().jvm
     j_writer = candidate.j_writer
     j_input_type = upstream.input.getOutputType()
-    # Typed input: the first function unwraps the rows (marker, record) the operator makes.
+    # Typed input: records come as they are, markers as elements without a value.
     typed = not j_input_type.equals(Types.PICKLED_BYTE_ARRAY().get_java_type_info())
     # The functions before it hand the writer Python objects and markers as (tag, id) tuples,
     # whatever the operator's input type: the untyped marker function, with results if asked.

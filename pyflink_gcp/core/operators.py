@@ -20,8 +20,10 @@ it every record and decides, at every bundle end, whether the writer waits for i
   senders and goes on, so writes stay in flight while records keep coming and young batches
   keep filling. After ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits for
   everything. The barrier still waits for the marker's flush, so the delivery guarantee is the
-  same. On a typed stream (records that are not pickled Python objects) every element comes as
-  the row ``(marker, record)``.
+  same. On a typed stream (records that are not pickled Python objects) a record comes as it
+  is and a marker as an element without a value whose watermark says it is one
+  (:func:`bare_marker_id`); on a keyed stream every typed value comes as the row
+  ``(marker, record)``.
 
 Every :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` leaving a function (from
 ``open``, a record, a marker or a bundle end) is marked on its way out
@@ -45,13 +47,16 @@ from pyflink_gcp.core.runtime_info import subtask_info
 from pyflink_gcp.core.sink_writer import SinkConfig, SinkWriter
 
 __all__ = [
+    "BARE_MARKER_WATERMARK",
     "END_OF_INPUT",
     "FLUSH_GAUGE",
+    "KeyedTypedMarkedWriterProcessFunction",
     "MARKERLESS_FLUSH_S",
     "MARKER_TAG",
     "MarkedWriterProcessFunction",
     "TypedMarkedWriterProcessFunction",
     "WriterProcessFunction",
+    "bare_marker_id",
     "writer_function",
 ]
 
@@ -65,6 +70,26 @@ FLUSH_GAUGE = "pyflinkGcpFlushes"
 MARKER_TAG = "\x00pyflink-gcp:checkpoint"
 #: The id of the marker sent at the end of input.
 END_OF_INPUT = -1
+#: The watermark of a typed stream's marker of id 0 (the bridge's ``CheckpointMarkers.
+#: BARE_MARKER_WATERMARK``): -2^62 ms, about 146 million years before 1970, which no stream's
+#: watermark reaches. The marker of id ``i`` carries ``BARE_MARKER_WATERMARK + i``.
+BARE_MARKER_WATERMARK = -(2**62)
+#: Marker ids are below this (checkpoint ids count up from 1).
+_MARKER_IDS = 2**40
+
+
+def bare_marker_id(ctx: Any) -> int | None:
+    """The id of the marker an element without a value is, or None: a record that is None.
+
+    On a plain typed stream the marker operator sends its records as they are (Python decodes
+    them as it would without markers) and a marker as an element without a value, no timestamp
+    and the watermark ``BARE_MARKER_WATERMARK + id``; PyFlink sets the context's watermark from
+    each element, so only an element without a value has its watermark read.
+    """
+    offset = ctx.timer_service().current_watermark() - BARE_MARKER_WATERMARK
+    return offset if END_OF_INPUT <= offset < _MARKER_IDS else None
+
+
 #: Under markers, an ordinary bundle end still waits for everything when no marker came for
 #: this long: a job without checkpoints (or with rare ones) then still retries failed writes
 #: and surfaces errors within this time, and no failed write is held indefinitely.
@@ -216,10 +241,28 @@ class MarkedWriterProcessFunction(WriterProcessFunction):
 
 
 class TypedMarkedWriterProcessFunction(WriterProcessFunction):
-    """The writer of typed records under a marker operator that wraps them.
+    """The writer of typed records under the plain marker operator.
 
-    Every element (a keyed stream's value) is the row ``(marker, record)``: ``(None, record)``
-    for a record of the stream's type, ``(checkpoint id, None)`` for a marker.
+    A record comes as it is; a marker is an element without a value (:func:`bare_marker_id`).
+    """
+
+    _marked = True
+
+    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
+        if value is None:
+            marker = bare_marker_id(ctx)
+            if marker is not None:
+                return self._on_marker(marker)
+        self._write(value, ctx)
+        return None
+
+
+class KeyedTypedMarkedWriterProcessFunction(WriterProcessFunction):
+    """The writer of a keyed stream's typed values under the keyed marker operator, which wraps
+    them.
+
+    Every value is the row ``(marker, record)``: ``(None, record)`` for a record of the
+    stream's type, ``(checkpoint id, None)`` for a marker.
     """
 
     _marked = True
@@ -232,7 +275,9 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
         return self._on_marker(marker)
 
 
-def writer_function(config: SinkConfig, *, marked: bool, typed: bool) -> WriterProcessFunction:
+def writer_function(
+    config: SinkConfig, *, marked: bool, typed: bool, keyed: bool = False
+) -> WriterProcessFunction:
     """The writer function for ``config`` in the operator the job wiring chose.
 
     The writer's own operator and the fused one (:mod:`pyflink_gcp.core.fusion`) both ask here,
@@ -243,7 +288,9 @@ def writer_function(config: SinkConfig, *, marked: bool, typed: bool) -> WriterP
         config: The sink's settings; ``config.write_results`` picks the function that emits
             results at each marker.
         marked: Whether the operator sends checkpoint markers among the records.
-        typed: Whether the marker operator wraps each record in the row ``(marker, record)``.
+        typed: Whether the records (a keyed stream's values) are typed, not pickled objects.
+        keyed: Whether the operator is the keyed marker operator, which wraps typed values in
+            the row ``(marker, record)``; the plain one sends them as they are.
 
     Raises:
         ConfigurationError: Results were asked of a writer without markers, which has no
@@ -251,7 +298,11 @@ def writer_function(config: SinkConfig, *, marked: bool, typed: bool) -> WriterP
     """
     func_class: type[WriterProcessFunction] = WriterProcessFunction
     if marked:
-        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
+        func_class = MarkedWriterProcessFunction
+        if typed:
+            func_class = (
+                KeyedTypedMarkedWriterProcessFunction if keyed else TypedMarkedWriterProcessFunction
+            )
     if config.write_results:
         from pyflink_gcp.core.result_stream import results_function
 

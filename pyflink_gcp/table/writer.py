@@ -16,7 +16,7 @@ from pyflink.common.types import RowKind
 
 from pyflink_gcp.core.commit_operator import CommitterProcessFunction
 from pyflink_gcp.core.errors import ConfigurationError, NonRetriableSinkError, mark_non_retriable
-from pyflink_gcp.core.operators import TypedMarkedWriterProcessFunction
+from pyflink_gcp.core.operators import TypedMarkedWriterProcessFunction, bare_marker_id
 from pyflink_gcp.core.runtime import check_carry
 from pyflink_gcp.core.sink_writer import SinkConfig
 from pyflink_gcp.table.option_model import OptionError
@@ -28,8 +28,8 @@ from pyflink_gcp.table.rows import DeletedRow, RowConverter, TableInfo
 class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
     """The typed-marker writer of a table sink: each row becomes ``{column: value}`` first.
 
-    Its input is the marker operator's ``(marker, record)`` row with the table's ``Row`` as
-    the record; markers, flushes, failure handling and metrics are the DataStream writer's.
+    Its input is the table's ``Row`` values and the marker operator's markers (elements without
+    a value, :func:`~pyflink_gcp.core.operators.bare_marker_id`); markers, flushes, failure handling and metrics are the DataStream writer's.
     With ``changelog`` (a table with a primary key, whose sink the planner feeds upserts), a
     ``DELETE`` row becomes a :class:`DeletedRow` and an ``UPDATE_BEFORE`` is dropped: an upsert
     of the key's new row replaces the old one, so the retraction carries nothing to write.
@@ -41,9 +41,9 @@ class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
         self._changelog = changelog
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        marker = value[0]
+        marker = bare_marker_id(ctx) if value is None else None
         if marker is None:
-            row = value[1]
+            row = value
             if self._changelog:
                 kind = row.get_row_kind()
                 if kind == RowKind.UPDATE_BEFORE:

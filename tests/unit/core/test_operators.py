@@ -16,13 +16,21 @@ from pyflink_gcp.core.lineage import (
     as_listener,
 )
 from pyflink_gcp.core.operators import (
+    BARE_MARKER_WATERMARK,
+    END_OF_INPUT,
     MARKER_TAG,
+    KeyedTypedMarkedWriterProcessFunction,
     MarkedWriterProcessFunction,
     TypedMarkedWriterProcessFunction,
     WriterProcessFunction,
+    bare_marker_id,
     writer_function,
 )
-from pyflink_gcp.core.result_stream import ResultsWriterFunction, TypedResultsWriterFunction
+from pyflink_gcp.core.result_stream import (
+    KeyedTypedResultsWriterFunction,
+    ResultsWriterFunction,
+    TypedResultsWriterFunction,
+)
 from pyflink_gcp.core.sink_writer import SinkConfig
 from tests.support.fakes import FileDestination, FileSink
 from tests.unit.core.test_lineage import _kept
@@ -40,22 +48,88 @@ def _config(write_results: bool = False) -> SinkConfig:
 
 
 @pytest.mark.parametrize(
-    ("marked", "typed", "results", "expected"),
+    ("marked", "typed", "keyed", "results", "expected"),
     [
-        (False, False, False, WriterProcessFunction),
-        (False, True, False, WriterProcessFunction),
-        (True, False, False, MarkedWriterProcessFunction),
-        (True, True, False, TypedMarkedWriterProcessFunction),
-        (True, False, True, ResultsWriterFunction),
-        (True, True, True, TypedResultsWriterFunction),
+        (False, False, False, False, WriterProcessFunction),
+        (False, True, False, False, WriterProcessFunction),
+        (True, False, False, False, MarkedWriterProcessFunction),
+        (True, False, True, False, MarkedWriterProcessFunction),
+        (True, True, False, False, TypedMarkedWriterProcessFunction),
+        (True, True, True, False, KeyedTypedMarkedWriterProcessFunction),
+        (True, False, False, True, ResultsWriterFunction),
+        (True, True, False, True, TypedResultsWriterFunction),
+        (True, True, True, True, KeyedTypedResultsWriterFunction),
     ],
 )
 def test_each_operator_shape_gets_its_writer_function(
-    marked: bool, typed: bool, results: bool, expected: type[WriterProcessFunction]
+    marked: bool, typed: bool, keyed: bool, results: bool, expected: type[WriterProcessFunction]
 ) -> None:
-    function = writer_function(_config(results), marked=marked, typed=typed)
+    function = writer_function(_config(results), marked=marked, typed=typed, keyed=keyed)
 
     assert type(function) is expected
+
+
+class _Context:
+    """The context PyFlink hands a process function: the element's watermark (bookkeeping)."""
+
+    def __init__(self, watermark: int) -> None:
+        self._watermark = watermark
+
+    def timer_service(self) -> _Context:
+        return self
+
+    def current_watermark(self) -> int:
+        return self._watermark
+
+
+@pytest.mark.parametrize(
+    ("watermark", "expected"),
+    [
+        (BARE_MARKER_WATERMARK, 0),
+        (BARE_MARKER_WATERMARK + 1, 1),
+        (BARE_MARKER_WATERMARK + 123_456, 123_456),
+        (BARE_MARKER_WATERMARK - 1, END_OF_INPUT),
+        # Ordinary watermarks: none yet, event times (negative ones too), the end of time.
+        (-(2**63), None),
+        (0, None),
+        (-86_400_000, None),
+        (1_700_000_000_000, None),
+        (2**63 - 1, None),
+        (BARE_MARKER_WATERMARK - 2, None),
+        (BARE_MARKER_WATERMARK + 2**40, None),
+    ],
+)
+def test_an_element_without_a_value_is_a_marker_only_by_its_watermark(
+    watermark: int, expected: int | None
+) -> None:
+    assert bare_marker_id(_Context(watermark)) == expected
+
+
+def test_the_typed_writer_writes_records_and_flushes_at_markers_it_tells_from_none() -> None:
+    function = writer_function(_config(), marked=True, typed=True)
+    seen: list[Any] = []
+    function._write = lambda value, ctx: seen.append(("record", value))  # type: ignore[method-assign]
+    function._on_marker = lambda marker: seen.append(("marker", marker))  # type: ignore[method-assign]
+    ordinary = _Context(1_700_000_000_000)
+
+    function.process_element(5, ordinary)
+    function.process_element(None, _Context(BARE_MARKER_WATERMARK + 7))
+    function.process_element(None, ordinary)
+    function.process_element(None, _Context(BARE_MARKER_WATERMARK - 1))
+
+    assert seen == [("record", 5), ("marker", 7), ("record", None), ("marker", END_OF_INPUT)]
+
+
+def test_the_keyed_typed_writer_unwraps_its_rows() -> None:
+    function = writer_function(_config(), marked=True, typed=True, keyed=True)
+    seen: list[Any] = []
+    function._write = lambda value, ctx: seen.append(("record", value))  # type: ignore[method-assign]
+    function._on_marker = lambda marker: seen.append(("marker", marker))  # type: ignore[method-assign]
+
+    function.process_element((None, 5), None)
+    function.process_element((3, None), None)
+
+    assert seen == [("record", 5), ("marker", 3)]
 
 
 def test_the_function_carries_the_sinks_config() -> None:

@@ -185,8 +185,8 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
             bridge.KEYED_MARKER_OPERATOR if keyed else bridge.MARKER_OPERATOR
         )
         if fused:
-            # The operator reads the source's numbers (typed); the first map unwraps them, and
-            # the writer gets the maps' Python objects with the markers among them.
+            # The operator reads the source's numbers (typed); the first map tells markers from
+            # them, and the writer gets the maps' Python objects with the markers among them.
             assert node.typed_markers is True
             expected_function: type = operators.MarkedWriterProcessFunction
             assert [type(f) for f in node.upstream_functions] == [fusion.MarkerPassingFunction] * (
@@ -196,11 +196,14 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
             assert node.upstream_only_in_writer
         else:
             assert node.typed_markers is typed
-            expected_function = (
-                operators.TypedMarkedWriterProcessFunction
-                if typed
-                else operators.MarkedWriterProcessFunction
-            )
+            expected_function = operators.MarkedWriterProcessFunction
+            if typed:
+                # The keyed operator wraps typed values in rows; the plain one sends them bare.
+                expected_function = (
+                    operators.KeyedTypedMarkedWriterProcessFunction
+                    if keyed
+                    else operators.TypedMarkedWriterProcessFunction
+                )
     else:
         # PyFlink's own operator, never fused with the maps before it.
         assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)

@@ -86,7 +86,7 @@ def test_a_table_with_a_primary_key_writes_upserts_and_deletes_and_drops_update_
     for kind in (RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE):
         row = Row(id=1, region=kind.name)
         row.set_row_kind(kind)
-        writer.process_element((None, row), None)
+        writer.process_element(row, None)
     assert written == [
         {"id": 1, "region": "INSERT"},
         {"id": 1, "region": "UPDATE_AFTER"},

@@ -57,8 +57,8 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
      * @param inputTypeInfo the input stream's type: Python's pickled byte array, or any type when
      *     {@code typed}
      * @param tag the first item of a pickled marker
-     * @param typed whether the records are typed: the runner then takes the row {@code (marker,
-     *     record)}
+     * @param typed whether the records are typed: they then go to Python as they are, and a marker
+     *     as an element without a value ({@link CheckpointMarkers#bareMarkerWatermark})
      * @param nonRetriableMarker the line a Python error a restart cannot fix carries: such a
      *     failure ends the job without restarts ({@link NonRetriableErrors})
      */
@@ -74,8 +74,7 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
         super(
                 config,
                 pythonFunctionInfo,
-                (TypeInformation<Object>)
-                        (typed ? CheckpointMarkers.wrappedType(inputTypeInfo) : inputTypeInfo),
+                (TypeInformation<Object>) inputTypeInfo,
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typed);
         this.errors = new NonRetriableErrors(nonRetriableMarker);
@@ -144,9 +143,6 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     @Override
     public void processElement(StreamRecord<Object> element) throws Exception {
-        if (markers.typed()) {
-            element = element.copy(CheckpointMarkers.wrap(element.getValue()));
-        }
         try {
             super.processElement(element);
         } catch (Exception e) {
@@ -156,20 +152,30 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
 
     @Override
     public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
-        mark(markers.beforeBarrier(checkpointId));
+        mark(markers.idBeforeBarrier(checkpointId));
         super.prepareSnapshotPreBarrier(checkpointId);
     }
 
     @Override
     public void endInput() throws Exception {
-        mark(markers.atEndOfInput());
+        mark(markers.idAtEndOfInput());
         super.endInput();
     }
 
-    private void mark(Object marker) throws Exception {
-        if (marker != null) {
+    /**
+     * Puts the marker of {@code id} into the input: a pickled one as an element, a typed stream's
+     * as an element without a value and without a timestamp whose watermark says it is a marker
+     * (results the writer emits there go out without a timestamp, as a pickled marker's do).
+     */
+    private void mark(Long id) throws Exception {
+        if (id != null) {
             try {
-                super.processElement(new StreamRecord<>(marker));
+                if (markers.typed()) {
+                    super.processElement(
+                            Long.MIN_VALUE, CheckpointMarkers.bareMarkerWatermark(id), null);
+                } else {
+                    super.processElement(new StreamRecord<>(markers.marker(id)));
+                }
             } catch (Exception e) {
                 throw errors.classify(e);
             }

@@ -20,9 +20,17 @@ import org.apache.flink.types.Row;
  * <p>What a marker is depends on the records. A stream of pickled Python objects takes the pickle
  * of {@code (tag, id)}, which the Python side tells from any record by its tag. A typed stream
  * (records that are not pickled Python objects, such as {@code Types.STRING()} or a row type)
- * cannot carry a marker as a value of its own type, so every record goes to Python wrapped in the
- * row {@code (null, record)} and a marker is the row {@code (id, null)}; the record keeps its own
- * type inside the row ({@link #wrappedType}), so Python receives what it would have unwrapped.
+ * cannot carry a marker as a value of its own type:
+ *
+ * <ul>
+ *   <li>the plain operator sends its records as they are and a marker as an element without a
+ *       value, whose watermark field says it is one ({@link #bareMarkerWatermark}): PyFlink hands
+ *       every element to Python as the row {@code (timestamp, watermark, value)}, and Python
+ *       reads the watermark only for an element without a value. No record is wrapped, so Python
+ *       decodes each record as it would without markers;
+ *   <li>the keyed operator wraps every value in the row {@code (null, value)} and a marker is the
+ *       row {@code (id, null)} ({@link #wrappedType}).
+ * </ul>
  */
 public final class CheckpointMarkers implements Serializable {
 
@@ -30,6 +38,13 @@ public final class CheckpointMarkers implements Serializable {
 
     /** The id a marker carries when the input has ended. */
     public static final long END_OF_INPUT = -1L;
+
+    /**
+     * The watermark of a bare marker of id 0: -2^62 milliseconds, about 146 million years before
+     * 1970, which no stream's watermark reaches (Flink's watermarks are {@code Long.MIN_VALUE}
+     * before the first, then event times). Python's {@code BARE_MARKER_WATERMARK} is the same.
+     */
+    public static final long BARE_MARKER_WATERMARK = Long.MIN_VALUE / 2;
 
     private final String tag;
     private final boolean typed;
@@ -46,27 +61,47 @@ public final class CheckpointMarkers implements Serializable {
         this.typed = typed;
     }
 
-    /** Whether records go to Python wrapped in the row {@code (null, record)}. */
+    /** Whether the records are typed (wrapped in the row {@code (null, record)} by the keyed
+     * operator, bare by the plain one). */
     public boolean typed() {
         return typed;
     }
 
     /** The marker due before the barrier of {@code checkpointId}, or null once the input ended. */
     public Object beforeBarrier(long checkpointId) {
-        return inputEnded ? null : marker(checkpointId);
+        Long id = idBeforeBarrier(checkpointId);
+        return id == null ? null : marker(id);
     }
 
     /** The end-of-input marker, or null when it already went out. */
     public Object atEndOfInput() {
+        Long id = idAtEndOfInput();
+        return id == null ? null : marker(id);
+    }
+
+    /** The id of the marker due before the barrier of {@code checkpointId}, or null once the
+     * input ended. */
+    public Long idBeforeBarrier(long checkpointId) {
+        return inputEnded ? null : checkpointId;
+    }
+
+    /** The id of the end-of-input marker, or null when it already went out. */
+    public Long idAtEndOfInput() {
         if (inputEnded) {
             return null;
         }
         inputEnded = true;
-        return marker(END_OF_INPUT);
+        return END_OF_INPUT;
     }
 
-    private Object marker(long id) {
+    /** The marker of {@code id}: its pickle, or the row {@code (id, null)} of a wrapped value. */
+    public Object marker(long id) {
         return typed ? Row.of(id, null) : pickle(tag, id);
+    }
+
+    /** The watermark field of the bare marker of {@code id} (the end of input's included). */
+    public static long bareMarkerWatermark(long id) {
+        return BARE_MARKER_WATERMARK + id;
     }
 
     /** A typed record as Python takes it: the row {@code (null, record)}. */
