@@ -74,6 +74,10 @@ END_OF_INPUT = -1
 #: BARE_MARKER_WATERMARK``): -2^62 ms, about 146 million years before 1970, which no stream's
 #: watermark reaches. The marker of id ``i`` carries ``BARE_MARKER_WATERMARK + i``.
 BARE_MARKER_WATERMARK = -(2**62)
+#: Under markers, an ordinary bundle end still waits for everything when no marker came for
+#: this long: a job without checkpoints (or with rare ones) then still retries failed writes
+#: and surfaces errors within this time, and no failed write is held indefinitely.
+MARKERLESS_FLUSH_S = 30.0
 #: Marker ids are below this (checkpoint ids count up from 1).
 _MARKER_IDS = 2**40
 
@@ -88,12 +92,6 @@ def bare_marker_id(ctx: Any) -> int | None:
     """
     offset = ctx.timer_service().current_watermark() - BARE_MARKER_WATERMARK
     return offset if END_OF_INPUT <= offset < _MARKER_IDS else None
-
-
-#: Under markers, an ordinary bundle end still waits for everything when no marker came for
-#: this long: a job without checkpoints (or with rare ones) then still retries failed writes
-#: and surfaces errors within this time, and no failed write is held indefinitely.
-MARKERLESS_FLUSH_S = 30.0
 
 
 class WriterProcessFunction(ProcessFunction, KeyedProcessFunction):

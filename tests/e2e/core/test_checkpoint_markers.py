@@ -254,6 +254,35 @@ def test_markers_go_out_before_barriers_until_the_one_end_of_input_marker(typed)
     assert markers.beforeBarrier(3) is None  # the final checkpoint follows the end of input
 
 
+@pytest.mark.parametrize("marker_id", [0, 1, 7, 2**31 + 5, -1])
+def test_a_typed_streams_marker_watermark_is_what_the_python_writer_looks_for(marker_id):
+    """The plain operator sends a typed stream's marker as an element without a value and with
+    the watermark ``CheckpointMarkers.bareMarkerWatermark(id)``; Python reads the id back."""
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+    from pyflink_gcp.core.operators import BARE_MARKER_WATERMARK, bare_marker_id
+    from pyflink_gcp.core.runtime import _java_class
+
+    add_jars_to_context_class_loader([bridge_build.build().as_uri()])
+    get_gateway()
+    markers = _java_class(bridge.MARKERS)
+    assert markers.BARE_MARKER_WATERMARK == BARE_MARKER_WATERMARK
+    watermark = markers.bareMarkerWatermark(marker_id)
+
+    class Context:
+        def timer_service(self):
+            return self
+
+        def current_watermark(self):
+            return watermark
+
+    assert bare_marker_id(Context()) == marker_id
+    # The id the end of input and a first checkpoint carry is still far from any watermark
+    # a stream can have: Flink's "none yet" and the earliest event times.
+    assert watermark > -(2**63) + 2**61
+
+
 class Slow:
     """A map that lets a few thousand records a second through, so the job is still running
     when it is stopped."""
