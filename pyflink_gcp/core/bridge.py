@@ -54,6 +54,9 @@ COMMITTER_OPERATOR = "dev.pyflinkgcp.bridge.CommitterProcessOperator"
 #: What a marker is and when one is due, shared by both operators.
 MARKERS = "dev.pyflinkgcp.bridge.CheckpointMarkers"
 
+#: Lookups of a bridge class, each after adding the jar to the serving thread's loader.
+_CLASS_ATTEMPTS = 4
+
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Where the jar lives: inside the package, so every wheel carries it.
 JAR = _PACKAGE / "jars" / "pyflink-gcp-bridge.jar"
@@ -87,10 +90,27 @@ def bridge_jar() -> Path | None:
 
 
 def java_class(name: str) -> Any:
-    """The JVM class ``name`` (dotted) through PyFlink's gateway, such as an operator above."""
-    from pyflink.java_gateway import get_gateway
+    """The JVM class ``name`` (dotted) through PyFlink's gateway, such as an operator above.
 
-    node: Any = get_gateway().jvm
-    for part in name.split("."):
-        node = getattr(node, part)
+    The gateway finds classes through the context class loader of the Java thread that serves
+    the call, and PyFlink adds a jar to that thread's loader only
+    (``add_jars_to_context_class_loader``). Py4J serves a Python thread's calls on whichever of
+    its connections is free, so a call made after another thread (or a garbage-collection
+    callback) took the usual one lands on a thread whose loader lacks the bridge jar, and the
+    name resolves to a package instead of a class. The jar is then added to that thread's
+    loader and the name resolved again.
+    """
+    from py4j.java_gateway import JavaClass
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+    node: Any = None
+    for _ in range(_CLASS_ATTEMPTS):
+        node = get_gateway().jvm
+        for part in name.split("."):
+            node = getattr(node, part)
+        if isinstance(node, JavaClass) or not JAR.is_file():
+            return node
+        _LOG.debug("%s: not on this gateway thread's class path; adding the bridge jar", name)
+        add_jars_to_context_class_loader([JAR.as_uri()])
     return node
