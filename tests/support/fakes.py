@@ -171,3 +171,17 @@ class FileSinkBuilder(CreatingSinkBuilder):
     def build(self) -> SinkConfig:
         name = self._validate_common()
         return self._sink_config(name, FileWriterFactory(self._directory), self._serializer)
+
+
+class WatermarkContext:
+    """The context PyFlink hands a process function, as far as a marker reads it: the
+    element's watermark (bookkeeping)."""
+
+    def __init__(self, watermark: int) -> None:
+        self._watermark = watermark
+
+    def timer_service(self) -> WatermarkContext:
+        return self
+
+    def current_watermark(self) -> int:
+        return self._watermark

@@ -13,6 +13,7 @@ from pyflink.datastream.functions import ProcessFunction
 
 from pyflink_gcp.core.fusion import MarkerPassingFunction
 from pyflink_gcp.core.operators import BARE_MARKER_WATERMARK
+from tests.support.fakes import WatermarkContext
 
 TAG = "\x00test:checkpoint"
 
@@ -54,30 +55,21 @@ def test_records_go_through_the_function_and_markers_past_it() -> None:
     assert inner.calls[-1] == ("close",)
 
 
-class _Context:
-    """The context PyFlink hands a process function: the element's watermark (bookkeeping)."""
-
-    def __init__(self, watermark: int) -> None:
-        self._watermark = watermark
-
-    def timer_service(self) -> _Context:
-        return self
-
-    def current_watermark(self) -> int:
-        return self._watermark
-
-
 def test_the_head_of_a_typed_input_turns_markers_into_tuples_and_passes_records_on() -> None:
     function = opened(typed=True)
-    no_watermark = _Context(-(2**63))
+    no_watermark = WatermarkContext(-(2**63))
     assert list(function.process_element(5, no_watermark)) == [10]
     # A marker is an element without a value whose watermark says it is one; it leaves as the
     # tuple the writer after it looks for.
-    assert list(function.process_element(None, _Context(BARE_MARKER_WATERMARK + 3))) == [(TAG, 3)]
-    assert list(function.process_element(None, _Context(BARE_MARKER_WATERMARK - 1))) == [(TAG, -1)]
+    assert list(function.process_element(None, WatermarkContext(BARE_MARKER_WATERMARK + 3))) == [
+        (TAG, 3)
+    ]
+    assert list(function.process_element(None, WatermarkContext(BARE_MARKER_WATERMARK - 1))) == [
+        (TAG, -1)
+    ]
     # A record that is None under an ordinary watermark is a record.
     function._function.process_element = lambda value, ctx: [("record", value)]
-    assert function.process_element(None, _Context(1_700_000_000_000)) == [("record", None)]
+    assert function.process_element(None, WatermarkContext(1_700_000_000_000)) == [("record", None)]
     assert function.process_element(None, no_watermark) == [("record", None)]
     assert [c[1] for c in function._function.calls if c[0] == "record"] == [5]
 

@@ -32,7 +32,7 @@ from pyflink_gcp.core.result_stream import (
     TypedResultsWriterFunction,
 )
 from pyflink_gcp.core.sink_writer import SinkConfig
-from tests.support.fakes import FileDestination, FileSink
+from tests.support.fakes import FileDestination, FileSink, WatermarkContext
 from tests.unit.core.test_lineage import _kept
 from tests.unit.core.test_metrics import Group
 
@@ -69,19 +69,6 @@ def test_each_operator_shape_gets_its_writer_function(
     assert type(function) is expected
 
 
-class _Context:
-    """The context PyFlink hands a process function: the element's watermark (bookkeeping)."""
-
-    def __init__(self, watermark: int) -> None:
-        self._watermark = watermark
-
-    def timer_service(self) -> _Context:
-        return self
-
-    def current_watermark(self) -> int:
-        return self._watermark
-
-
 @pytest.mark.parametrize(
     ("watermark", "expected"),
     [
@@ -102,7 +89,7 @@ class _Context:
 def test_an_element_without_a_value_is_a_marker_only_by_its_watermark(
     watermark: int, expected: int | None
 ) -> None:
-    assert bare_marker_id(_Context(watermark)) == expected
+    assert bare_marker_id(WatermarkContext(watermark)) == expected
 
 
 def test_the_typed_writer_writes_records_and_flushes_at_markers_it_tells_from_none() -> None:
@@ -110,12 +97,12 @@ def test_the_typed_writer_writes_records_and_flushes_at_markers_it_tells_from_no
     seen: list[Any] = []
     function._write = lambda value, ctx: seen.append(("record", value))  # type: ignore[method-assign]
     function._on_marker = lambda marker: seen.append(("marker", marker))  # type: ignore[method-assign]
-    ordinary = _Context(1_700_000_000_000)
+    ordinary = WatermarkContext(1_700_000_000_000)
 
     function.process_element(5, ordinary)
-    function.process_element(None, _Context(BARE_MARKER_WATERMARK + 7))
+    function.process_element(None, WatermarkContext(BARE_MARKER_WATERMARK + 7))
     function.process_element(None, ordinary)
-    function.process_element(None, _Context(BARE_MARKER_WATERMARK - 1))
+    function.process_element(None, WatermarkContext(BARE_MARKER_WATERMARK - 1))
 
     assert seen == [("record", 5), ("marker", 7), ("record", None), ("marker", END_OF_INPUT)]
 
