@@ -4,9 +4,8 @@ The operators (``java-bridge/``: ``dev.pyflinkgcp.bridge.CheckpointMarkerProcess
 its keyed twin) are PyFlink's process-mode Python operators plus one thing: they put a marker
 element into the writer's input just before each checkpoint barrier and at the end of input.
 Each takes PyFlink's constructor arguments plus ``(tag, typed)``: the marker's tag, and whether
-the records are typed (then the plain operator sends them as they are and a marker as an element
-without a value, :func:`~pyflink_gcp.core.operators.bare_marker_id`; the keyed one wraps each
-value in a row with the markers). The writer then waits for its
+the records are typed (then they go as they are and a marker as an element without a value,
+:func:`~pyflink_gcp.core.operators.bare_marker_id`). The writer then waits for its
 writes only at those markers instead of at every bundle end (see :mod:`pyflink_gcp.core.operators`).
 They also take the line a Python error a restart cannot fix carries
 (:data:`~pyflink_gcp.core.errors.NON_RETRIABLE_MARKER`) and end the job on such an error

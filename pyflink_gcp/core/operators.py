@@ -20,10 +20,9 @@ it every record and decides, at every bundle end, whether the writer waits for i
   senders and goes on, so writes stay in flight while records keep coming and young batches
   keep filling. After ``MARKERLESS_FLUSH_S`` without a marker, an ordinary bundle end waits for
   everything. The barrier still waits for the marker's flush, so the delivery guarantee is the
-  same. On a typed stream (records that are not pickled Python objects) a record comes as it
-  is and a marker as an element without a value whose watermark says it is one
-  (:func:`bare_marker_id`); on a keyed stream every typed value comes as the row
-  ``(marker, record)``.
+  same. On a typed stream (records that are not pickled Python objects; a keyed stream's
+  values) a record comes as it is and a marker as an element without a value whose watermark
+  says it is one (:func:`bare_marker_id`).
 
 Every :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` leaving a function (from
 ``open``, a record, a marker or a bundle end) is marked on its way out
@@ -50,7 +49,6 @@ __all__ = [
     "BARE_MARKER_WATERMARK",
     "END_OF_INPUT",
     "FLUSH_GAUGE",
-    "KeyedTypedMarkedWriterProcessFunction",
     "MARKERLESS_FLUSH_S",
     "MARKER_TAG",
     "MarkedWriterProcessFunction",
@@ -85,10 +83,11 @@ _MARKER_IDS = 2**40
 def bare_marker_id(ctx: Any) -> int | None:
     """The id of the marker an element without a value is, or None: a record that is None.
 
-    On a plain typed stream the marker operator sends its records as they are (Python decodes
-    them as it would without markers) and a marker as an element without a value, no timestamp
-    and the watermark ``BARE_MARKER_WATERMARK + id``; PyFlink sets the context's watermark from
-    each element, so only an element without a value has its watermark read.
+    On a typed stream (a keyed stream's typed values) the marker operator sends its records as
+    they are (Python decodes them as it would without markers) and a marker as an element
+    without a value, no timestamp and the watermark ``BARE_MARKER_WATERMARK + id``; PyFlink
+    sets the context's watermark from each element, so only an element without a value has its
+    watermark read.
     """
     offset = ctx.timer_service().current_watermark() - BARE_MARKER_WATERMARK
     return offset if END_OF_INPUT <= offset < _MARKER_IDS else None
@@ -239,7 +238,7 @@ class MarkedWriterProcessFunction(WriterProcessFunction):
 
 
 class TypedMarkedWriterProcessFunction(WriterProcessFunction):
-    """The writer of typed records under the plain marker operator.
+    """The writer of typed records (a keyed stream's typed values) under a marker operator.
 
     A record comes as it is; a marker is an element without a value (:func:`bare_marker_id`).
     """
@@ -255,27 +254,7 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
         return None
 
 
-class KeyedTypedMarkedWriterProcessFunction(WriterProcessFunction):
-    """The writer of a keyed stream's typed values under the keyed marker operator, which wraps
-    them.
-
-    Every value is the row ``(marker, record)``: ``(None, record)`` for a record of the
-    stream's type, ``(checkpoint id, None)`` for a marker.
-    """
-
-    _marked = True
-
-    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        marker = value[0]
-        if marker is None:
-            self._write(value[1], ctx)
-            return None
-        return self._on_marker(marker)
-
-
-def writer_function(
-    config: SinkConfig, *, marked: bool, typed: bool, keyed: bool = False
-) -> WriterProcessFunction:
+def writer_function(config: SinkConfig, *, marked: bool, typed: bool) -> WriterProcessFunction:
     """The writer function for ``config`` in the operator the job wiring chose.
 
     The writer's own operator and the fused one (:mod:`pyflink_gcp.core.fusion`) both ask here,
@@ -286,9 +265,8 @@ def writer_function(
         config: The sink's settings; ``config.write_results`` picks the function that emits
             results at each marker.
         marked: Whether the operator sends checkpoint markers among the records.
-        typed: Whether the records (a keyed stream's values) are typed, not pickled objects.
-        keyed: Whether the operator is the keyed marker operator, which wraps typed values in
-            the row ``(marker, record)``; the plain one sends them as they are.
+        typed: Whether the records (a keyed stream's values) are typed, not pickled objects:
+            a marker is then an element without a value (:func:`bare_marker_id`).
 
     Raises:
         ConfigurationError: Results were asked of a writer without markers, which has no
@@ -296,11 +274,7 @@ def writer_function(
     """
     func_class: type[WriterProcessFunction] = WriterProcessFunction
     if marked:
-        func_class = MarkedWriterProcessFunction
-        if typed:
-            func_class = (
-                KeyedTypedMarkedWriterProcessFunction if keyed else TypedMarkedWriterProcessFunction
-            )
+        func_class = TypedMarkedWriterProcessFunction if typed else MarkedWriterProcessFunction
     if config.write_results:
         from pyflink_gcp.core.result_stream import results_function
 

@@ -37,7 +37,6 @@ from pyflink.datastream import DataStream
 
 from pyflink_gcp.core.errors import ConfigurationError
 from pyflink_gcp.core.operators import (
-    KeyedTypedMarkedWriterProcessFunction,
     MarkedWriterProcessFunction,
     TypedMarkedWriterProcessFunction,
     WriterProcessFunction,
@@ -101,8 +100,6 @@ def results_function(func_class: type[WriterProcessFunction]) -> type[WriterProc
     """The writer function that emits results, for the marker function ``func_class``."""
     if func_class is TypedMarkedWriterProcessFunction:
         return TypedResultsWriterFunction
-    if func_class is KeyedTypedMarkedWriterProcessFunction:
-        return KeyedTypedResultsWriterFunction
     if func_class is MarkedWriterProcessFunction:
         return ResultsWriterFunction
     raise ConfigurationError(f"write results need a checkpoint-marker writer, not {func_class}")
@@ -166,13 +163,3 @@ class TypedResultsWriterFunction(_EmitsResults, TypedMarkedWriterProcessFunction
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
         return self._with_failed(TypedMarkedWriterProcessFunction.process_element(self, value, ctx))
-
-
-class KeyedTypedResultsWriterFunction(_EmitsResults, KeyedTypedMarkedWriterProcessFunction):
-    """:class:`~pyflink_gcp.core.operators.KeyedTypedMarkedWriterProcessFunction` emitting
-    results."""
-
-    def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        return self._with_failed(
-            KeyedTypedMarkedWriterProcessFunction.process_element(self, value, ctx)
-        )

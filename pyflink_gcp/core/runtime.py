@@ -24,8 +24,7 @@ This module runs in the client, when the job graph is built; what runs on the wo
   ``CheckpointMarkerProcessOperator`` (:mod:`pyflink_gcp.core.bridge`), whose jar is then
   shipped with the job; the writer function then waits for its writes only at checkpoints and
   the end of input. On a keyed stream the marker carries the subtask's last key; on a typed
-  stream the operator is told so, and sends a marker as an element without a value (the keyed
-  operator wraps every typed value in a row). With
+  stream the operator is told so, and sends a marker as an element without a value. With
   ``set_checkpoint_markers(False)`` or without the bridge jar, every bundle end waits.
 - **Errors a restart cannot fix.** Only the bridge's operator turns a marked
   :class:`~pyflink_gcp.core.errors.NonRetriableSinkError` into Flink's
@@ -95,9 +94,8 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
     marker_class, typed = _marker_operator_class(ds, config, j_input_type, j_env_conf)
     marker_args: tuple[Any, ...] = ()
     if marker_class is not None:
-        # Typed records go to Python as they are, a marker as an element without a value (a
-        # keyed stream's typed values as the row (None, record), a marker as (id, None));
-        # pickled ones as they are, a marker as (MARKER_TAG, id).
+        # Typed records (a keyed stream's typed values) go to Python as they are, a marker as
+        # an element without a value; pickled ones as they are, a marker as (MARKER_TAG, id).
         operator_class = marker_class
         marker_args = (MARKER_TAG, typed, NON_RETRIABLE_MARKER)
     else:
@@ -107,7 +105,7 @@ def add_writer_operator(ds: DataStream, config: SinkConfig, name: str) -> DataSt
             operator_class = process.ExternalPythonKeyedProcessOperator
         else:
             operator_class = process.ExternalPythonProcessOperator
-    function = writer_function(config, marked=marker_class is not None, typed=typed, keyed=keyed)
+    function = writer_function(config, marked=marker_class is not None, typed=typed)
     func_type = function_types.KEYED_PROCESS if keyed else function_types.PROCESS
     j_func_info = _create_j_data_stream_python_function_info(function, func_type)
     j_operator = operator_class(j_conf, j_func_info, j_input_type, j_output_type, *marker_args)

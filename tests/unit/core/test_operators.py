@@ -19,7 +19,6 @@ from pyflink_gcp.core.operators import (
     BARE_MARKER_WATERMARK,
     END_OF_INPUT,
     MARKER_TAG,
-    KeyedTypedMarkedWriterProcessFunction,
     MarkedWriterProcessFunction,
     TypedMarkedWriterProcessFunction,
     WriterProcessFunction,
@@ -27,7 +26,6 @@ from pyflink_gcp.core.operators import (
     writer_function,
 )
 from pyflink_gcp.core.result_stream import (
-    KeyedTypedResultsWriterFunction,
     ResultsWriterFunction,
     TypedResultsWriterFunction,
 )
@@ -48,23 +46,20 @@ def _config(write_results: bool = False) -> SinkConfig:
 
 
 @pytest.mark.parametrize(
-    ("marked", "typed", "keyed", "results", "expected"),
+    ("marked", "typed", "results", "expected"),
     [
-        (False, False, False, False, WriterProcessFunction),
-        (False, True, False, False, WriterProcessFunction),
-        (True, False, False, False, MarkedWriterProcessFunction),
-        (True, False, True, False, MarkedWriterProcessFunction),
-        (True, True, False, False, TypedMarkedWriterProcessFunction),
-        (True, True, True, False, KeyedTypedMarkedWriterProcessFunction),
-        (True, False, False, True, ResultsWriterFunction),
-        (True, True, False, True, TypedResultsWriterFunction),
-        (True, True, True, True, KeyedTypedResultsWriterFunction),
+        (False, False, False, WriterProcessFunction),
+        (False, True, False, WriterProcessFunction),
+        (True, False, False, MarkedWriterProcessFunction),
+        (True, True, False, TypedMarkedWriterProcessFunction),
+        (True, False, True, ResultsWriterFunction),
+        (True, True, True, TypedResultsWriterFunction),
     ],
 )
 def test_each_operator_shape_gets_its_writer_function(
-    marked: bool, typed: bool, keyed: bool, results: bool, expected: type[WriterProcessFunction]
+    marked: bool, typed: bool, results: bool, expected: type[WriterProcessFunction]
 ) -> None:
-    function = writer_function(_config(results), marked=marked, typed=typed, keyed=keyed)
+    function = writer_function(_config(results), marked=marked, typed=typed)
 
     assert type(function) is expected
 
@@ -105,18 +100,6 @@ def test_the_typed_writer_writes_records_and_flushes_at_markers_it_tells_from_no
     function.process_element(None, WatermarkContext(BARE_MARKER_WATERMARK - 1))
 
     assert seen == [("record", 5), ("marker", 7), ("record", None), ("marker", END_OF_INPUT)]
-
-
-def test_the_keyed_typed_writer_unwraps_its_rows() -> None:
-    function = writer_function(_config(), marked=True, typed=True, keyed=True)
-    seen: list[Any] = []
-    function._write = lambda value, ctx: seen.append(("record", value))  # type: ignore[method-assign]
-    function._on_marker = lambda marker: seen.append(("marker", marker))  # type: ignore[method-assign]
-
-    function.process_element((None, 5), None)
-    function.process_element((3, None), None)
-
-    assert seen == [("record", 5), ("marker", 3)]
 
 
 def test_the_function_carries_the_sinks_config() -> None:

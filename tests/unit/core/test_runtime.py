@@ -196,14 +196,11 @@ def test_the_writer_operator_in_the_job_graph(monkeypatch, keyed, typed, mode):
             assert node.upstream_only_in_writer
         else:
             assert node.typed_markers is typed
-            expected_function = operators.MarkedWriterProcessFunction
-            if typed:
-                # The keyed operator wraps typed values in rows; the plain one sends them bare.
-                expected_function = (
-                    operators.KeyedTypedMarkedWriterProcessFunction
-                    if keyed
-                    else operators.TypedMarkedWriterProcessFunction
-                )
+            expected_function = (
+                operators.TypedMarkedWriterProcessFunction
+                if typed
+                else operators.MarkedWriterProcessFunction
+            )
     else:
         # PyFlink's own operator, never fused with the maps before it.
         assert node.operator_class == (KEYED_PROCESS if keyed else PROCESS)

@@ -174,7 +174,7 @@ public class CheckpointMarkerProcessOperator<OUT> extends ExternalPythonProcessO
                     super.processElement(
                             Long.MIN_VALUE, CheckpointMarkers.bareMarkerWatermark(id), null);
                 } else {
-                    super.processElement(new StreamRecord<>(markers.marker(id)));
+                    super.processElement(new StreamRecord<>(markers.pickled(id)));
                 }
             } catch (Exception e) {
                 throw errors.classify(e);

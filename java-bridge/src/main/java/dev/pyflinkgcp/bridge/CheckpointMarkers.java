@@ -4,11 +4,6 @@ import java.io.ByteArrayOutputStream;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 
-import org.apache.flink.api.common.typeinfo.TypeInformation;
-import org.apache.flink.api.common.typeinfo.Types;
-import org.apache.flink.api.java.typeutils.RowTypeInfo;
-import org.apache.flink.types.Row;
-
 /**
  * What a marker operator puts into a writer's input, and when: the part the plain and the keyed
  * operator share.
@@ -20,17 +15,11 @@ import org.apache.flink.types.Row;
  * <p>What a marker is depends on the records. A stream of pickled Python objects takes the pickle
  * of {@code (tag, id)}, which the Python side tells from any record by its tag. A typed stream
  * (records that are not pickled Python objects, such as {@code Types.STRING()} or a row type)
- * cannot carry a marker as a value of its own type:
- *
- * <ul>
- *   <li>the plain operator sends its records as they are and a marker as an element without a
- *       value, whose watermark field says it is one ({@link #bareMarkerWatermark}): PyFlink hands
- *       every element to Python as the row {@code (timestamp, watermark, value)}, and Python
- *       reads the watermark only for an element without a value. No record is wrapped, so Python
- *       decodes each record as it would without markers;
- *   <li>the keyed operator wraps every value in the row {@code (null, value)} and a marker is the
- *       row {@code (id, null)} ({@link #wrappedType}).
- * </ul>
+ * cannot carry a marker as a value of its own type, so its records go as they are and a marker
+ * is an element without a value whose watermark field says it is one ({@link
+ * #bareMarkerWatermark}): PyFlink hands every element to Python as the row {@code (timestamp,
+ * watermark, value)}, and Python reads the watermark only for an element without a value. No
+ * record is wrapped, so Python decodes each as it would without markers.
  */
 public final class CheckpointMarkers implements Serializable {
 
@@ -54,33 +43,20 @@ public final class CheckpointMarkers implements Serializable {
 
     /**
      * @param tag the first item of a pickled marker, chosen by the Python side
-     * @param typed whether the records are typed and go to Python wrapped
+     * @param typed whether the records are typed (a marker is then an element without a value)
      */
     public CheckpointMarkers(String tag, boolean typed) {
         this.tag = tag;
         this.typed = typed;
     }
 
-    /** Whether the records are typed (wrapped in the row {@code (null, record)} by the keyed
-     * operator, bare by the plain one). */
+    /** Whether the records are typed: a marker is then an element without a value. */
     public boolean typed() {
         return typed;
     }
 
-    /** The marker due before the barrier of {@code checkpointId}, or null once the input ended. */
-    public Object beforeBarrier(long checkpointId) {
-        Long id = idBeforeBarrier(checkpointId);
-        return id == null ? null : marker(id);
-    }
-
-    /** The end-of-input marker, or null when it already went out. */
-    public Object atEndOfInput() {
-        Long id = idAtEndOfInput();
-        return id == null ? null : marker(id);
-    }
-
-    /** The id of the marker due before the barrier of {@code checkpointId}, or null once the
-     * input ended. */
+    /** The id of the marker due before the barrier of {@code checkpointId}; null once the input
+     * ended. */
     public Long idBeforeBarrier(long checkpointId) {
         return inputEnded ? null : checkpointId;
     }
@@ -94,25 +70,14 @@ public final class CheckpointMarkers implements Serializable {
         return END_OF_INPUT;
     }
 
-    /** The marker of {@code id}: its pickle, or the row {@code (id, null)} of a wrapped value. */
-    public Object marker(long id) {
-        return typed ? Row.of(id, null) : pickle(tag, id);
+    /** The pickled marker of {@code id}: the pickle of {@code (tag, id)}. */
+    public byte[] pickled(long id) {
+        return pickle(tag, id);
     }
 
     /** The watermark field of the bare marker of {@code id} (the end of input's included). */
     public static long bareMarkerWatermark(long id) {
         return BARE_MARKER_WATERMARK + id;
-    }
-
-    /** A typed record as Python takes it: the row {@code (null, record)}. */
-    public static Row wrap(Object record) {
-        return Row.of(null, record);
-    }
-
-    /** The row {@code (marker: BIGINT, record: recordType)} that carries records and markers. */
-    public static RowTypeInfo wrappedType(TypeInformation<?> recordType) {
-        return new RowTypeInfo(
-                new TypeInformation<?>[] {Types.LONG, recordType}, new String[] {"marker", "record"});
     }
 
     /** Pickle protocol 2 of {@code (tag, id)}: BINUNICODE, LONG1 (8 bytes), TUPLE2, STOP. */

@@ -20,8 +20,9 @@ import org.apache.flink.types.Row;
  * <p>The keyed operator's input is the row {@code (key, value)}, so a marker is the row of the
  * last key this subtask received and the marker of {@link CheckpointMarkers}: a key that belongs
  * to this subtask, and a value the Python side can tell from a record. Before the first record
- * there is nothing to flush, and no marker is sent. Typed values go to Python wrapped, the row
- * {@code (key, (null, value))}.
+ * there is nothing to flush, and no marker is sent. Typed values go to Python as they are, and a
+ * marker as the row {@code (key, null)} whose watermark says it is one ({@link
+ * CheckpointMarkers#bareMarkerWatermark}).
  */
 public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKeyedProcessOperator<OUT> {
 
@@ -44,8 +45,8 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
     /**
      * @param inputTypeInfo the keyed stream's row {@code (key, value)}
      * @param tag the first item of a pickled marker
-     * @param typedValues whether the values are typed: the runner then takes the row {@code (key,
-     *     (marker, value))}
+     * @param typedValues whether the values are typed: a marker is then the row {@code (key,
+     *     null)} with a marker's watermark
      * @param nonRetriableMarker the line a Python error a restart cannot fix carries: such a
      *     failure ends the job without restarts ({@link NonRetriableErrors})
      */
@@ -60,19 +61,11 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
         super(
                 config,
                 pythonFunctionInfo,
-                typedValues ? wrapValues(inputTypeInfo) : inputTypeInfo,
+                inputTypeInfo,
                 outputTypeInfo);
         this.markers = new CheckpointMarkers(tag, typedValues);
         this.errors = new NonRetriableErrors(nonRetriableMarker);
         this.bundle = new BundleSettings(config);
-    }
-
-    private static RowTypeInfo wrapValues(RowTypeInfo keyed) {
-        return new RowTypeInfo(
-                new TypeInformation<?>[] {
-                    keyed.getTypeAt(0), CheckpointMarkers.wrappedType(keyed.getTypeAt(1))
-                },
-                keyed.getFieldNames());
     }
 
     /** The writer's lineage elements stay here ({@link LineageState}); the rest passes. */
@@ -123,9 +116,6 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
     public void processElement(StreamRecord<Row> element) throws Exception {
         Row row = element.getValue();
         lastKey = row.getField(0);
-        if (markers.typed()) {
-            element = element.copy(Row.of(lastKey, CheckpointMarkers.wrap(row.getField(1))));
-        }
         try {
             super.processElement(element);
         } catch (Exception e) {
@@ -135,20 +125,32 @@ public class KeyedCheckpointMarkerProcessOperator<OUT> extends ExternalPythonKey
 
     @Override
     public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
-        mark(markers.beforeBarrier(checkpointId));
+        mark(markers.idBeforeBarrier(checkpointId));
         super.prepareSnapshotPreBarrier(checkpointId);
     }
 
     @Override
     public void endInput() throws Exception {
-        mark(markers.atEndOfInput());
+        mark(markers.idAtEndOfInput());
         super.endInput();
     }
 
-    private void mark(Object marker) throws Exception {
-        if (marker != null && lastKey != null) {
+    /**
+     * Puts the marker of {@code id} into the input under the last key: a pickled value's as the
+     * row {@code (key, pickled marker)}, a typed value's as {@code (key, null)} without a timestamp
+     * and with the marker's watermark.
+     */
+    private void mark(Long id) throws Exception {
+        if (id != null && lastKey != null) {
             try {
-                super.processElement(new StreamRecord<>(Row.of(lastKey, marker)));
+                if (markers.typed()) {
+                    super.processElement(
+                            Long.MIN_VALUE,
+                            CheckpointMarkers.bareMarkerWatermark(id),
+                            Row.of(lastKey, null));
+                } else {
+                    super.processElement(new StreamRecord<>(Row.of(lastKey, markers.pickled(id))));
+                }
             } catch (Exception e) {
                 throw errors.classify(e);
             }
