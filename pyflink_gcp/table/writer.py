@@ -29,7 +29,8 @@ class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
     """The typed-marker writer of a table sink: each row becomes ``{column: value}`` first.
 
     Its input is the table's ``Row`` values and the marker operator's markers (elements without
-    a value, :func:`~pyflink_gcp.core.operators.bare_marker_id`); markers, flushes, failure handling and metrics are the DataStream writer's.
+    a value, :func:`~pyflink_gcp.core.operators.bare_marker_id`); markers, flushes, failure
+    handling and metrics are the DataStream writer's.
     With ``changelog`` (a table with a primary key, whose sink the planner feeds upserts), a
     ``DELETE`` row becomes a :class:`DeletedRow` and an ``UPDATE_BEFORE`` is dropped: an upsert
     of the key's new row replaces the old one, so the retraction carries nothing to write.

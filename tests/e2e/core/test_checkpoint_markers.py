@@ -144,7 +144,8 @@ def test_without_markers_every_bundle_end_waits(tmp_path):
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
 def test_typed_input_gets_markers_too(tmp_path, keyed):
-    """A typed stream's records (a keyed one's values) reach Python as they are, with the markers."""
+    """A typed stream's records (a keyed one's values) reach Python as they are, with the
+    markers."""
     counts = run(tmp_path, markers=True, typed=True, keyed=keyed)
     assert sorted(written(tmp_path)) == list(range(RECORDS))
     assert counts["start"] >= 50, counts
@@ -255,6 +256,7 @@ def test_a_typed_streams_marker_watermark_is_what_the_python_writer_looks_for(ma
 
     from pyflink_gcp.core.operators import BARE_MARKER_WATERMARK, bare_marker_id
     from pyflink_gcp.core.runtime import _java_class
+    from tests.support.fakes import WatermarkContext
 
     add_jars_to_context_class_loader([bridge_build.build().as_uri()])
     get_gateway()
@@ -262,14 +264,7 @@ def test_a_typed_streams_marker_watermark_is_what_the_python_writer_looks_for(ma
     assert markers.BARE_MARKER_WATERMARK == BARE_MARKER_WATERMARK
     watermark = markers.bareMarkerWatermark(marker_id)
 
-    class Context:
-        def timer_service(self):
-            return self
-
-        def current_watermark(self):
-            return watermark
-
-    assert bare_marker_id(Context()) == marker_id
+    assert bare_marker_id(WatermarkContext(watermark)) == marker_id
     # The id the end of input and a first checkpoint carry is still far from any watermark
     # a stream can have: Flink's "none yet" and the earliest event times.
     assert watermark > -(2**63) + 2**61
