@@ -29,7 +29,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.functions import MapFunction
 
-from tests.support.restore import checkpoint_completed
+from tests.support.restore import checkpoint_completed, latest_checkpoint_completed
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -137,14 +137,23 @@ class _AfterCheckpoint:
     (``aligned-checkpoint-timeout`` 0) pass 2: under Flink 2.3 a restore of the first checkpoint
     can lose a source split assigned while that checkpoint was triggered (docs/reliability.md,
     "Unaligned checkpoints and source splits"), which no sink can replay.
+
+    ``then``: records to let through after the completion was seen before failing, for a test
+    that needs the restart to replay something the failing subtask processed. Without them the
+    failure may hit the first record after the barrier, and the restart replays only that one.
+    They count after the newest completed checkpoint: should a newer one complete while they
+    pass, the count starts again, since records before its barrier are not replayed.
     """
 
-    def __init__(self, checkpoints: str | None, first: int = 1) -> None:
+    def __init__(self, checkpoints: str | None, first: int = 1, then: int = 0) -> None:
         self._checkpoints = checkpoints
         self._first = first
         self._completed = checkpoints is None
         self._due = False
         self._next_look = 0.0
+        self._then = then
+        self._passed = 0
+        self._counted_after = 0
 
     def ready(self, due: bool) -> bool:
         """Whether to fail now; ``due`` says whether this record is one to fail at."""
@@ -158,7 +167,19 @@ class _AfterCheckpoint:
                 return False
             self._next_look = now + 0.02
             self._completed = checkpoint_completed(str(self._checkpoints), self._first)
-        return self._completed
+        if not self._completed or self._then == 0:
+            return self._completed
+        if self._passed < self._then:
+            if self._passed == 0:
+                self._counted_after = latest_checkpoint_completed(str(self._checkpoints))
+            self._passed += 1
+            return False
+        newest = latest_checkpoint_completed(str(self._checkpoints))
+        if newest != self._counted_after:
+            self._counted_after = newest
+            self._passed = 1
+            return False
+        return True
 
     def fired(self) -> None:
         self._due = False
@@ -171,7 +192,8 @@ class FailOnce(MapFunction):
     ``hard=True`` the Python worker process exits at once (no ``close()``, no flush), which
     needs ``make_env(process_workers=True)``. With ``after_checkpoint`` (a
     :class:`~tests.support.restore.Failover`'s ``checkpoints``) the failure waits for the first
-    record after a checkpoint completed, so the restart restores one.
+    record after a checkpoint completed, so the restart restores one; with ``then`` as well,
+    ``then`` records after it (see :class:`_AfterCheckpoint`).
     """
 
     def __init__(
@@ -182,11 +204,12 @@ class FailOnce(MapFunction):
         *,
         after_checkpoint: str | None = None,
         first_checkpoint: int = 1,
+        then: int = 0,
     ) -> None:
         self._marker = marker_path
         self._when = when
         self._hard = hard
-        self._after = _AfterCheckpoint(after_checkpoint, first_checkpoint)
+        self._after = _AfterCheckpoint(after_checkpoint, first_checkpoint, then)
 
     def map(self, value: Any) -> Any:
         due = not os.path.exists(self._marker) and self._when(value)

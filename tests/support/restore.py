@@ -61,6 +61,19 @@ def checkpoint_completed(checkpoints: str, at_least: int = 1) -> bool:
     )
 
 
+def latest_checkpoint_completed(checkpoints: str) -> int:
+    """The highest id of a completed checkpoint (one with its ``_metadata``) under
+    ``checkpoints``; 0 for none."""
+    return max(
+        (
+            checkpoint_id
+            for checkpoint_id, path in _checkpoint_dirs(checkpoints).items()
+            if os.path.exists(os.path.join(path, "_metadata"))
+        ),
+        default=0,
+    )
+
+
 def latest_checkpoint_started(checkpoints: str) -> int:
     """The highest id of a checkpoint started (completed or not) under ``checkpoints``; 0 for
     none. Its directory is made before the checkpoint is triggered, so a checkpoint of a

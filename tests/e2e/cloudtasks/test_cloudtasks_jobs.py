@@ -96,11 +96,14 @@ def test_dispatch_routing_replays_and_failures_through_a_restart(
     # resolver that raises would end the job instead: that is a contract error, which no
     # restart fixes.
     failover = Failover(tmp_path / "failover")
+    # The webhooks failure lets a few records through after the checkpoint, so that the restart
+    # replays records this writer serialized (the test asserts it sent some twice).
     fail_once = FailOnce(
         str(tmp_path / "failed-once"),
         lambda r: r["id"] == FAIL_AT,
         hard=True,
         after_checkpoint=failover.checkpoints,
+        then=5,
     )
     audit_fail_once = FailOnce(
         str(tmp_path / "audit-failed-once"),
