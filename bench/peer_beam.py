@@ -39,7 +39,11 @@ day table (``events_<day>``, 7 tables created empty in a fresh dataset before ea
 - ``sink-default-own`` / ``ceiling-fused``: the default stream with
   ``set_chain_with_upstream(False)`` (the writer in an operator chain of its own after the map:
   one more crossing between the JVM and Python per record), and the no-op chained with the map,
-  in streaming mode.
+  in streaming mode;
+- ``ceiling-staged-batch``: PyFlink's floor for the shape of ``FILE_LOADS`` in ``BATCH`` mode, a
+  writer fused with the map and its committer in a stage of its own behind a blocking exchange:
+  the no-op fused with the map hands one element to a second Python operator in a chain of its
+  own, which in ``BATCH`` mode starts (and starts its Python worker) when the first stage ends.
 
 Each job is timed the same way on both sides: from the first record the record map made (it
 notes the wall clock and the CPU of the job's processes then) to the end of the job as its
@@ -116,6 +120,7 @@ VARIANTS = {
     "ceiling-batch": "PyFlink no-op ceiling, BATCH mode",
     "sink-default-own": "BigQuerySink default stream, own chain, streaming mode",
     "ceiling-fused": "PyFlink no-op ceiling, fused with the map, streaming mode",
+    "ceiling-staged-batch": "PyFlink no-op ceiling, fused, then a second Python stage, BATCH mode",
 }
 BASELINE = "beam-loads"
 
@@ -248,6 +253,23 @@ class CountingNoOp(ProcessFunction):
             f.write(f"{self.received}\n")
 
 
+class CountingNoOpThenOne(CountingNoOp):
+    """The no-op that hands its first record on: the one element a second stage receives, as a
+    committer receives a writer's committables."""
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.received += 1
+        if self.received == 1:
+            yield self.received
+
+
+class NoOp(ProcessFunction):
+    """A second stage that does nothing with what it receives."""
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        return None
+
+
 class DayTable:
     """The sink's resolver: the record's day table."""
 
@@ -267,6 +289,7 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
     records, emulator_pids, checkpoint_ms = setup.records, setup.emulator_pids, setup.checkpoint_ms
     batch = variant.endswith("-batch")
     fused = variant.endswith("-fused")
+    staged = "-staged" in variant
     env = make_env(
         parallelism=1,
         checkpoint_ms=None if batch or not checkpoint_ms else checkpoint_ms,
@@ -280,7 +303,10 @@ def flink_job(setup: Setup, variant: str, dataset: str, spans: str, counts: str)
     if batch:
         env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     stream = record_stream(env, records, MakeRecord(spans, emulator_pids))
-    if variant.startswith("ceiling"):
+    if staged:
+        first = stream.process(CountingNoOpThenOne(counts))
+        first.process(NoOp()).start_new_chain().set_parallelism(1)
+    elif variant.startswith("ceiling"):
         no_op = stream.process(CountingNoOp(counts))
         if not fused:
             no_op.start_new_chain()
