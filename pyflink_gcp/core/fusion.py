@@ -92,10 +92,9 @@ class MarkerPassingFunction(ProcessFunction):
 
     def process_element(self, value: Any, ctx: Any) -> Any:
         if self._typed:
-            if value is None:
-                marker = bare_marker_id(ctx)
-                if marker is not None:
-                    return ((self._tag, marker),)
+            marker = bare_marker_id(value, ctx)
+            if marker is not None:
+                return ((self._tag, marker),)
             return self._function.process_element(value, ctx)
         if type(value) is tuple and len(value) == 2 and value[0] == self._tag:
             return (value,)

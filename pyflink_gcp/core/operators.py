@@ -80,8 +80,8 @@ MARKERLESS_FLUSH_S = 30.0
 _MARKER_IDS = 2**40
 
 
-def bare_marker_id(ctx: Any) -> int | None:
-    """The id of the marker an element without a value is, or None: a record that is None.
+def bare_marker_id(value: Any, ctx: Any) -> int | None:
+    """The id of the marker the element ``value`` is, or None: a record (a None one included).
 
     On a typed stream (a keyed stream's typed values) the marker operator sends its records as
     they are (Python decodes them as it would without markers) and a marker as an element
@@ -89,6 +89,8 @@ def bare_marker_id(ctx: Any) -> int | None:
     sets the context's watermark from each element, so only an element without a value has its
     watermark read.
     """
+    if value is not None:
+        return None
     offset = ctx.timer_service().current_watermark() - BARE_MARKER_WATERMARK
     return offset if END_OF_INPUT <= offset < _MARKER_IDS else None
 
@@ -246,10 +248,9 @@ class TypedMarkedWriterProcessFunction(WriterProcessFunction):
     _marked = True
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        if value is None:
-            marker = bare_marker_id(ctx)
-            if marker is not None:
-                return self._on_marker(marker)
+        marker = bare_marker_id(value, ctx)
+        if marker is not None:
+            return self._on_marker(marker)
         self._write(value, ctx)
         return None
 

@@ -42,7 +42,7 @@ class TableWriterProcessFunction(TypedMarkedWriterProcessFunction):
         self._changelog = changelog
 
     def process_element(self, value: Any, ctx: Any) -> list[Any] | None:
-        marker = bare_marker_id(ctx) if value is None else None
+        marker = bare_marker_id(value, ctx)
         if marker is None:
             row = value
             if self._changelog:

@@ -264,7 +264,7 @@ def test_a_typed_streams_marker_watermark_is_what_the_python_writer_looks_for(ma
     assert markers.BARE_MARKER_WATERMARK == BARE_MARKER_WATERMARK
     watermark = markers.bareMarkerWatermark(marker_id)
 
-    assert bare_marker_id(WatermarkContext(watermark)) == marker_id
+    assert bare_marker_id(None, WatermarkContext(watermark)) == marker_id
     # The id the end of input and a first checkpoint carry is still far from any watermark
     # a stream can have: Flink's "none yet" and the earliest event times.
     assert watermark > -(2**63) + 2**61

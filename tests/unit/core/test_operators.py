@@ -84,7 +84,11 @@ def test_each_operator_shape_gets_its_writer_function(
 def test_an_element_without_a_value_is_a_marker_only_by_its_watermark(
     watermark: int, expected: int | None
 ) -> None:
-    assert bare_marker_id(WatermarkContext(watermark)) == expected
+    assert bare_marker_id(None, WatermarkContext(watermark)) == expected
+
+
+def test_an_element_with_a_value_is_a_record_whatever_its_watermark() -> None:
+    assert bare_marker_id("record", WatermarkContext(BARE_MARKER_WATERMARK + 3)) is None
 
 
 def test_the_typed_writer_writes_records_and_flushes_at_markers_it_tells_from_none() -> None:
